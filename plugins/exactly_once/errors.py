@@ -1,0 +1,42 @@
+"""One flat exception hierarchy: every error the library raises is an :class:`ExactlyOnceError`."""
+from __future__ import annotations
+
+
+class ExactlyOnceError(Exception):
+    """Base of every error raised by this package."""
+
+
+class UnsafeIdentifierError(ExactlyOnceError, ValueError):
+    """An identifier or path that would reach storage is not on the allow-list or escapes its root."""
+
+
+class FencedError(ExactlyOnceError):
+    """This attempt lost: a newer epoch of the same interval began, or another attempt decided first."""
+
+
+class TransactionStateError(ExactlyOnceError):
+    """A phase was called in a state that does not allow it (e.g. commit before pre_commit)."""
+
+
+class TransactionAbortedError(TransactionStateError):
+    """The transaction was aborted (by this attempt, a teardown, or recovery); it can never commit."""
+
+
+class StorageError(ExactlyOnceError):
+    """Storage is not in the state the log says it must be (missing or altered staged files)."""
+
+
+class OrderingError(ExactlyOnceError):
+    """A stateful interval ran before the interval it depends on was committed."""
+
+
+class ValidationFailedError(ExactlyOnceError):
+    """The completeness / data-quality gate rejected the staged output; nothing was published."""
+
+
+class FailpointError(ExactlyOnceError):
+    """Raised by a failpoint whose action is ``error`` (see :mod:`exactly_once.failpoints`)."""
+
+
+class ConfigError(ExactlyOnceError):
+    """Configuration (environment, connection, pipeline settings) is missing or invalid."""

@@ -1,0 +1,76 @@
+"""Failpoints: named places where a test (or a person reproducing a bug) can make the process fail.
+
+``EO_FAILPOINTS`` is a comma-separated list of ``name=action`` with action
+
+* ``crash`` - the process exits at once with :data:`CRASH_EXIT_CODE` (``os._exit``: no cleanup, no
+  ``finally``, no flushing of Python buffers - the same as ``kill -9`` for everything on disk);
+* ``error`` - :class:`~exactly_once.errors.FailpointError` is raised;
+* either with the suffix ``:once`` - fires only the first time across all processes (a marker file is
+  created exclusively in ``EO_FAILPOINTS_STATE``, default ``<tmp>/eo-failpoints``), so that the
+  retry Airflow runs next succeeds.
+
+Unset, a failpoint costs one dict lookup.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from .errors import ConfigError, FailpointError
+
+CRASH_EXIT_CODE = 137
+NAMES = (
+    "begin.after",
+    "write.partial",
+    "pre_commit.after",
+    "validate.after",
+    "commit.before_publish",
+    "commit.mid_publish",
+    "commit.after_publish",
+    "abort.mid",
+)
+_ACTIONS = ("crash", "error")
+
+
+def parse(spec: str) -> dict[str, tuple[str, bool]]:
+    """Parse an ``EO_FAILPOINTS`` value into ``{name: (action, once)}``; unknown names are refused."""
+    out: dict[str, tuple[str, bool]] = {}
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, action = item.partition("=")
+        action, _, flag = action.partition(":")
+        if not sep or name not in NAMES or action not in _ACTIONS or flag not in ("", "once"):
+            raise ConfigError(
+                f"bad EO_FAILPOINTS entry {item!r}: expected name=crash|error[:once], name one of {NAMES}"
+            )
+        out[name] = (action, flag == "once")
+    return out
+
+
+def _claim_once(name: str) -> bool:
+    """True the first time ``name`` fires (exclusive create of a marker file), False afterwards."""
+    state = os.environ.get("EO_FAILPOINTS_STATE") or os.path.join(tempfile.gettempdir(), "eo-failpoints")
+    os.makedirs(state, exist_ok=True)
+    try:
+        os.close(os.open(os.path.join(state, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def failpoint(name: str) -> None:
+    """Fail here if ``EO_FAILPOINTS`` names ``name``; otherwise return at once."""
+    spec = os.environ.get("EO_FAILPOINTS")
+    if not spec:
+        return
+    hit = parse(spec).get(name)
+    if hit is None:
+        return
+    action, once = hit
+    if once and not _claim_once(name):
+        return
+    if action == "crash":
+        sys.stderr.write(f"[failpoint] {name}: crashing the process (exit {CRASH_EXIT_CODE})\n")
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_CODE)
+    raise FailpointError(f"failpoint {name} fired")

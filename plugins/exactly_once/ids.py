@@ -1,0 +1,156 @@
+"""Identities (DESIGN §3): names that reach storage paths are allow-listed and rendered as safe tokens.
+
+* pipeline / sink names: ``[A-Za-z0-9][A-Za-z0-9_.-]*`` (at most 128 characters, no ``..``);
+* an interval ``[start, end)`` in UTC renders as ``20260101T000000Z_20260102T000000Z``;
+* a transaction is (pipeline, sink, interval, epoch) and names its staging dir ``<interval>.e000007``;
+* a partition is ``key=value[/key=value...]`` with allow-listed keys and values.
+
+A raw Airflow run id never reaches a path.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+from .errors import UnsafeIdentifierError
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_PART_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_PART_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
+_TOKEN_FMT = "%Y%m%dT%H%M%SZ"
+_TXN = re.compile(r"(\d{8}T\d{6}Z_\d{8}T\d{6}Z)\.e(\d{6,})")
+
+
+def check_name(value: str, what: str = "identifier") -> str:
+    """Return ``value`` if it is a safe name for a path segment, else raise UnsafeIdentifierError."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value:
+        raise UnsafeIdentifierError(f"unsafe {what} {value!r}: allowed are letters, digits, '_', '.', '-'")
+    return value
+
+
+def check_partition(partition: str) -> str:
+    """Validate a hive partition path such as ``dt=2026-01-01`` (or ``a=1/b=x``) and return it."""
+    segments = partition.split("/") if isinstance(partition, str) else []
+    for seg in segments:
+        key, sep, value = seg.partition("=")
+        if not sep or not _PART_KEY.fullmatch(key) or not _PART_VALUE.fullmatch(value) or ".." in value:
+            raise UnsafeIdentifierError(f"unsafe partition {partition!r}: expected key=value[/key=value]")
+    if not segments:
+        raise UnsafeIdentifierError(f"unsafe partition {partition!r}")
+    return partition
+
+
+def safe_join(root: str, *parts: str) -> str:
+    """Join relative ``parts`` under ``root`` and refuse any result that is not strictly inside it."""
+    for p in parts:
+        if not isinstance(p, str) or p.startswith("/") or "\\" in p or "\x00" in p:
+            raise UnsafeIdentifierError(f"unsafe path component {p!r}")
+        if any(seg in ("..", ".") for seg in p.split("/")):
+            raise UnsafeIdentifierError(f"path component {p!r} would escape {root!r}")
+    joined = posixpath.normpath(posixpath.join(root, *parts))
+    base = posixpath.normpath(root)
+    if joined != base and not joined.startswith(base.rstrip("/") + "/"):
+        raise UnsafeIdentifierError(f"path {joined!r} escapes root {root!r}")
+    return joined
+
+
+def _utc(value: datetime | date | str) -> datetime:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise UnsafeIdentifierError(f"not an ISO-8601 date/time: {value!r}") from exc
+    if isinstance(value, date) and not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True, order=True)
+class Interval:
+    """A data interval ``[start, end)`` in UTC (Airflow's ``data_interval_start/end``)."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", _utc(self.start))
+        object.__setattr__(self, "end", _utc(self.end))
+        if not self.start < self.end:
+            raise UnsafeIdentifierError(f"empty or reversed interval [{self.start}, {self.end})")
+        if self.start.year < 1970 or self.end.year > 9999:
+            raise UnsafeIdentifierError(f"interval out of range: [{self.start}, {self.end})")
+
+    @classmethod
+    def daily(cls, day: date | datetime | str) -> "Interval":
+        """The day starting at midnight UTC of ``day``."""
+        start = _utc(day).replace(hour=0, minute=0, second=0, microsecond=0)
+        return cls(start, start + timedelta(days=1))
+
+    @classmethod
+    def from_token(cls, token: str) -> "Interval":
+        """Parse a token made by :attr:`token`; anything else is refused."""
+        m = re.fullmatch(r"(\d{8}T\d{6}Z)_(\d{8}T\d{6}Z)", token or "")
+        if not m:
+            raise UnsafeIdentifierError(f"not an interval token: {token!r}")
+        parse = lambda s: datetime.strptime(s, _TOKEN_FMT).replace(tzinfo=timezone.utc)  # noqa: E731
+        return cls(parse(m.group(1)), parse(m.group(2)))
+
+    @property
+    def token(self) -> str:
+        """The interval as a path-safe token, e.g. ``20260101T000000Z_20260102T000000Z``."""
+        return f"{self.start.strftime(_TOKEN_FMT)}_{self.end.strftime(_TOKEN_FMT)}"
+
+    @property
+    def day(self) -> str:
+        """``YYYY-MM-DD`` of the start (the ``dt=`` partition of a daily interval)."""
+        return self.start.strftime("%Y-%m-%d")
+
+    def previous(self) -> "Interval":
+        """The interval of the same length that ends where this one starts."""
+        return Interval(self.start - (self.end - self.start), self.start)
+
+    def __str__(self) -> str:
+        return f"[{self.start.isoformat()}, {self.end.isoformat()})"
+
+
+@dataclass(frozen=True)
+class TxnRef:
+    """A transaction: one attempt (epoch) to publish one sink's output for one interval.
+
+    It is small and JSON-serialisable (:meth:`to_dict`) so Airflow tasks hand it on through XCom.
+    """
+
+    pipeline: str
+    sink: str
+    interval: Interval
+    epoch: int
+
+    def __post_init__(self) -> None:
+        check_name(self.pipeline, "pipeline id")
+        check_name(self.sink, "sink name")
+        if not isinstance(self.epoch, int) or self.epoch < 1:
+            raise UnsafeIdentifierError(f"bad epoch {self.epoch!r}")
+
+    @property
+    def name(self) -> str:
+        """Path-safe transaction name: ``<interval token>.e<epoch>``; unique per (sink, interval, epoch)."""
+        return f"{self.interval.token}.e{self.epoch:06d}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "sink": self.sink, "interval": self.interval.token,
+                "epoch": self.epoch}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TxnRef":
+        return cls(d["pipeline"], d["sink"], Interval.from_token(d["interval"]), int(d["epoch"]))
+
+
+def parse_txn_name(name: str) -> tuple[str, int] | None:
+    """``(interval token, epoch)`` of a transaction name, or None if ``name`` is not one."""
+    m = _TXN.fullmatch(name)
+    return (m.group(1), int(m.group(2))) if m else None

@@ -1,0 +1,110 @@
+"""Shared fixtures: a real S3 server on loopback (moto_server), a Spark session, storage roots.
+
+Tests that need a service skip with a reason when it is missing, unless ``EO_REQUIRE_SERVICES=1``
+(as in CI), where a missing service is a failure.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "plugins"))
+sys.path.insert(0, str(ROOT / "tests"))
+REQUIRE = os.environ.get("EO_REQUIRE_SERVICES") == "1"
+S3_CREDS = {"key": "eo-test-key", "secret": "eo-test-secret-do-not-log"}
+
+
+def need(condition: bool, reason: str) -> None:
+    """Skip (or, with EO_REQUIRE_SERVICES=1, fail) when a required service is missing."""
+    if not condition:
+        if REQUIRE:
+            pytest.fail(f"required service missing: {reason}")
+        pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 30.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 API server (``moto_server``) on 127.0.0.1, used through s3fs over HTTP.
+
+    Yields ``{"endpoint_url", "key", "secret"}``; also exported as the AWS_* / EO_S3_ENDPOINT_URL
+    environment for child processes.
+    """
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    need(exe is not None, "moto_server is not installed (pip install 'moto[server]')")
+    port = free_port()
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        need(wait_port(port), "moto_server did not start")
+        endpoint = f"http://127.0.0.1:{port}"
+        env = {"EO_S3_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": S3_CREDS["key"],
+               "AWS_SECRET_ACCESS_KEY": S3_CREDS["secret"], "AWS_DEFAULT_REGION": "us-east-1"}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        yield {"endpoint_url": endpoint, **S3_CREDS}
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def make_bucket(s3: dict) -> str:
+    """Create a fresh bucket on the loopback server and return its name."""
+    import boto3
+
+    name = f"eo-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3["endpoint_url"], aws_access_key_id=s3["key"],
+                 aws_secret_access_key=s3["secret"], region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(params=["local", "s3"])
+def table_url(request, tmp_path):
+    """A fresh table location on the local filesystem and on the loopback S3 server."""
+    if request.param == "local":
+        return str(tmp_path / "warehouse" / "t")
+    s3 = request.getfixturevalue("s3_server")
+    return f"s3://{make_bucket(s3)}/warehouse/t"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the whole test run (a JVM start costs seconds)."""
+    need(shutil.which("java") is not None, "Java is not installed")
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("eo-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
