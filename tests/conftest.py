@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT / "tests"))
 REQUIRE = os.environ.get("EO_REQUIRE_SERVICES") == "1"
+# Airflow reads its home at import: give every test run its own, never ~/airflow or the demo's.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="eo-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
+os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 S3_CREDS = {"key": "eo-test-key", "secret": "eo-test-secret-do-not-log"}
 
 

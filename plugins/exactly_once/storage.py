@@ -17,6 +17,7 @@ import json
 import os
 import posixpath
 import shutil
+import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -124,6 +125,11 @@ class Storage(ABC):
     @abstractmethod
     def live_files(self, table: str, partition: str) -> list[str]:
         """Exact list of the live data files of ``partition`` (what an exact reader should read)."""
+
+    @abstractmethod
+    def sweep(self, table: str, min_age: float) -> list[str]:
+        """Delete data that no live version references and that is older than ``min_age`` seconds:
+        superseded version dirs (local), stray files next to a live manifest (S3). Returns what went."""
 
     def url(self, path: str) -> str:
         """A URL for ``path`` that Spark and people understand (never with credentials)."""
@@ -254,6 +260,19 @@ class LocalStorage(Storage):
         link = self.join(table, partition)
         return os.path.basename(os.readlink(link)) if os.path.islink(link) else None
 
+    def sweep(self, table: str, min_age: float) -> list[str]:
+        versions, gone = os.path.join(table, "_versions"), []
+        now = time.time()
+        for dirpath, dirnames, _ in os.walk(versions, followlinks=False):
+            for name in [d for d in dirnames if parse_txn_name(d)]:
+                dirnames.remove(name)  # do not descend into a version
+                vdir = os.path.join(dirpath, name)
+                partition = os.path.relpath(dirpath, versions)
+                if self.live_version(table, partition) != name and now - os.lstat(vdir).st_mtime >= min_age:
+                    self.remove_tree(vdir)
+                    gone.append(vdir)
+        return gone
+
     def live_files(self, table: str, partition: str) -> list[str]:
         link = self.join(table, partition)
         if not os.path.islink(link):
@@ -361,6 +380,22 @@ class S3Storage(Storage):
         if stale:
             self.fs.rm(stale)
         return "already" if was_live and not todo else "published"
+
+    def sweep(self, table: str, min_age: float) -> list[str]:
+        gone: list[str] = []
+        now = time.time()
+        found = self.fs.find(table, detail=True, withdirs=False) if self.exists(table) else {}
+        base = table.rstrip("/") + "/"
+        for path in [p for p in found if p.endswith("/" + MANIFEST) and not is_hidden(p[len(base):])]:
+            live = path.rsplit("/", 1)[0]
+            keep = {f["name"] for f in json.loads(self.fs.cat_file(path))["files"]}
+            for p, info in found.items():
+                name = p[len(live) + 1:]
+                if (p.startswith(live + "/") and "/" not in name and not is_hidden(name) and name not in keep
+                        and now - info["LastModified"].timestamp() >= min_age):
+                    self.fs.rm(p)
+                    gone.append(p)
+        return gone
 
     def live_version(self, table: str, partition: str) -> str | None:
         m = self._manifest(self.join(table, partition))

@@ -1,0 +1,137 @@
+"""Thin Airflow operators: each one resolves the interval and the transaction, then calls one phase.
+
+The phases themselves live in :class:`exactly_once.pipeline.IntervalRun` (plain Python). Errors that a
+retry cannot fix - a fenced attempt, a failed quality gate, an aborted transaction - fail the task at
+once (``AirflowFailException``: no retries); everything else is retried with backoff.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from airflow.exceptions import AirflowFailException
+from airflow.sdk import BaseOperator, BaseOperatorLink
+
+from ..config import PipelineConfig
+from ..errors import FencedError, TransactionAbortedError, UnsafeIdentifierError, ValidationFailedError
+from ..ids import Interval, TxnRef
+from ..pipeline import IntervalRun
+
+FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError)
+log = logging.getLogger("exactly_once")
+
+
+def interval_of(context: Any) -> Interval:
+    """The run's data interval ``[start, end)`` - the only identity a phase uses (never the run id)."""
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None or not start < end:
+        raise AirflowFailException(
+            f"this DAG run has no real data interval ({start} - {end}); use a data-interval timetable")
+    return Interval(start, end)
+
+
+class PhaseOperator(BaseOperator):
+    """Base of the phase operators: ``config`` names the pipeline, ``begin_task_id`` the txn's source."""
+
+    phase: str = ""
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, config: PipelineConfig, begin_task_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config = config
+        self.begin_task_id = begin_task_id
+
+    def run_for(self, context: Any) -> IntervalRun:
+        return IntervalRun(self.config, interval_of(context), log=log.info)
+
+    def txn(self, context: Any) -> TxnRef:
+        began = context["ti"].xcom_pull(task_ids=self.begin_task_id)
+        if not began:
+            raise AirflowFailException(f"no transaction: {self.begin_task_id} did not return one")
+        return TxnRef.from_dict(began["txn"])
+
+    def execute(self, context: Any) -> Any:
+        try:
+            return self.call(self.run_for(context), context)
+        except FINAL as exc:
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+
+    def call(self, run: IntervalRun, context: Any) -> Any:
+        raise NotImplementedError
+
+
+class BeginOperator(PhaseOperator):
+    """Setup task: recover, allocate the epoch, freeze the sources (``conf.reprocess`` re-freezes)."""
+
+    phase = "begin"
+    ui_color = "#d9f2d9"
+
+    def call(self, run: IntervalRun, context: Any) -> Any:
+        conf = (context.get("dag_run") and context["dag_run"].conf) or {}
+        ti = context["ti"]
+        return run.begin(refresh_sources=bool(conf.get("reprocess")),
+                         run={"run_id": ti.run_id, "try": ti.try_number})
+
+
+class PreCommitOperator(PhaseOperator):
+    """Seal the staged files in a manifest (PRE_COMMITTED)."""
+
+    phase = "pre_commit"
+
+    def call(self, run: IntervalRun, context: Any) -> Any:
+        return run.pre_commit(self.txn(context))
+
+
+class ReportLink(BaseOperatorLink):
+    """"Data quality report" button on the validate task: the run's Data Docs page."""
+
+    name = "Data quality report"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        return getattr(operator, "report_link", "") or ""
+
+
+class ValidateOperator(PhaseOperator):
+    """The completeness check: Great Expectations on the staged data; failure = no publish."""
+
+    phase = "validate"
+    ui_color = "#fff3cd"
+    operator_extra_links = (ReportLink(),)
+
+    def call(self, run: IntervalRun, context: Any) -> Any:
+        from ..reports import report_link  # noqa: PLC0415 - only needed here
+
+        try:
+            result = run.validate(self.txn(context))
+        except ValidationFailedError as exc:
+            self.report_link = report_link(getattr(exc, "report", None))
+            raise
+        self.report_link = report_link(result.get("report"))
+        return result
+
+
+class CommitOperator(PhaseOperator):
+    """Publish atomically; the only task that declares the output Asset."""
+
+    phase = "commit"
+    ui_color = "#cfe2ff"
+
+    def call(self, run: IntervalRun, context: Any) -> Any:
+        return run.commit(self.txn(context))
+
+
+class AbortOperator(PhaseOperator):
+    """Teardown: abort an unfinished transaction and delete its staging (a no-op after commit)."""
+
+    phase = "abort"
+    ui_color = "#f8d7da"
+
+    def call(self, run: IntervalRun, context: Any) -> Any:
+        began = context["ti"].xcom_pull(task_ids=self.begin_task_id)
+        if not began:
+            return "nothing to abort"
+        return run.abort(TxnRef.from_dict(began["txn"]))
+
+
+PHASE_OPERATORS: Sequence[type[PhaseOperator]] = (BeginOperator, PreCommitOperator, ValidateOperator,
+                                                   CommitOperator, AbortOperator)

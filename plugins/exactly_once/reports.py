@@ -1,0 +1,29 @@
+"""Where reports live and how the Airflow UI links to them.
+
+Data Docs pages and run summaries are written under ``EO_DATA_ROOT/reports``. The Airflow plugin serves
+that folder at ``/eo/reports/`` on the API server, so the validate task's "Data quality report" button
+and the "Data quality reports" menu entry open them in the browser.
+"""
+from __future__ import annotations
+
+import os
+
+from .config import data_root
+
+URL_PREFIX = "/eo"
+
+
+def reports_root() -> str:
+    return f"{data_root()}/reports"
+
+
+def report_link(path: str | None) -> str:
+    """A browser link for a report file: served by the plugin when under the reports root."""
+    if not path:
+        return ""
+    root = reports_root()
+    local = path[len("file://"):] if path.startswith("file://") else path
+    if "://" not in root and os.path.abspath(local).startswith(os.path.abspath(root) + os.sep):
+        rel = os.path.relpath(os.path.abspath(local), root)
+        return f"{URL_PREFIX}/reports/{rel}"
+    return path
