@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from airflow.exceptions import AirflowFailException
 from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.exceptions import AirflowFailException
 
 from ..config import PipelineConfig
 from ..errors import FencedError, TransactionAbortedError, UnsafeIdentifierError, ValidationFailedError
@@ -51,9 +51,14 @@ class PhaseOperator(BaseOperator):
         return TxnRef.from_dict(began["txn"])
 
     def execute(self, context: Any) -> Any:
+        run = self.run_for(context)
         try:
-            return self.call(self.run_for(context), context)
+            return self.call(run, context)
         except FINAL as exc:
+            # No retry can fix this: end the transaction now (the teardown repeats it, idempotently).
+            began = context["ti"].xcom_pull(task_ids=self.begin_task_id) if self.phase != "begin" else None
+            if began:
+                run.abort(TxnRef.from_dict(began["txn"]))
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
 
     def call(self, run: IntervalRun, context: Any) -> Any:
@@ -127,10 +132,9 @@ class AbortOperator(PhaseOperator):
     ui_color = "#f8d7da"
 
     def call(self, run: IntervalRun, context: Any) -> Any:
-        began = context["ti"].xcom_pull(task_ids=self.begin_task_id)
-        if not began:
+        if not context["ti"].xcom_pull(task_ids=self.begin_task_id):
             return "nothing to abort"
-        return run.abort(TxnRef.from_dict(began["txn"]))
+        return run.abort(self.txn(context))
 
 
 PHASE_OPERATORS: Sequence[type[PhaseOperator]] = (BeginOperator, PreCommitOperator, ValidateOperator,

@@ -1,0 +1,247 @@
+"""The completeness check / data-quality gate (DESIGN §4 step 4) with Great Expectations 1.x.
+
+:func:`validate_staged` validates a transaction's *staged* output before it may commit:
+
+* the suite file ``suite_path`` (e.g. ``expectations/app_pv.json``) checks the staged data itself:
+  schema, non-null unique key, value ranges;
+* companion suites next to it, ``<stem>.<anything>.json`` (``app_pv.counts.json``,
+  ``app_pv.checkpoint.json``), check the small frames derived in :mod:`exactly_once.quality_frames`:
+  the write job's ``_counts.json`` against the staged rows (completeness, malformed share) and the
+  cumulative state against the previous committed checkpoint.
+
+Each suite file is a GX 1.x ExpectationSuite JSON (``ExpectationSuite(**json)``) and is the source of
+truth: no rule is hard-coded here. ``suite.meta["eo"]`` says which frame a suite applies to
+(``"data"`` - the default -, ``"counts"``, ``"checkpoint"``) and which ``key_columns`` identify a row
+in failure reports. Runtime values (``$PARAMETER``) are ``max_malformed_ratio`` plus ``parameters``.
+
+Every run is stored and rendered as GX Data Docs under ``report_root`` (see :mod:`exactly_once.quality_gx`).
+This module imports neither Airflow nor GX at import time (GX is imported by the first validation).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+from .ids import check_name, check_partition
+from .quality_frames import FrameReader, Frames, build_frames
+from .quality_gx import SuiteRun, build_docs, local_root, locked, make_context, quiet_gx, run_suites
+
+FRAMES = ("data", "counts", "checkpoint")
+
+
+@dataclass
+class ValidationOutcome:
+    """The gate's verdict.
+
+    ``passed``: every expectation of every suite succeeded. ``failures``: one line per failed
+    expectation, ``"<expectation type>(<column(s)>): observed <value>, expected <rule>"``.
+    ``summary``: JSON-serialisable facts (rows, ratios, per-suite statistics and pages, timings in ms,
+    ``duration_ms`` = whole call). ``report_path``: local path of the Data Docs page to show for this
+    validation (the first failed suite's page, else the data suite's), None if no report was written.
+    """
+
+    passed: bool
+    failures: list[str]
+    summary: dict[str, Any]
+    report_path: str | None
+    reports: dict[str, str] = field(default_factory=dict)
+
+
+def load_suites(suite_path: str) -> list[tuple[str, dict[str, Any]]]:
+    """``[(frame, suite json), ...]``: ``suite_path`` first, then its companions ``<stem>.*.json``."""
+    if not os.path.isfile(suite_path):
+        raise ConfigError(f"expectation suite {suite_path} does not exist")
+    stem = suite_path[: -len(".json")] if suite_path.endswith(".json") else suite_path
+    out = []
+    for path in [suite_path, *sorted(glob.glob(glob.escape(stem) + ".*.json"))]:
+        with open(path) as f:
+            data = json.load(f)
+        frame = ((data.get("meta") or {}).get("eo") or {}).get("frame", "data")
+        if frame not in FRAMES:
+            raise ConfigError(f"{path}: meta.eo.frame must be one of {FRAMES}, not {frame!r}")
+        out.append((frame, data))
+    return out
+
+
+def validate_staged(*, suite_path: str, staging_dir: str, partition: str, counts: dict[str, Any],
+                    prev_state_dir: str | None, report_root: str, run_name: str,
+                    max_malformed_ratio: float = 0.05, engine: str = "pandas", spark: Any = None,
+                    parameters: dict[str, Any] | None = None,
+                    storage_options: dict[str, Any] | None = None) -> ValidationOutcome:
+    """Validate the staged output of one transaction; store and render the results as Data Docs.
+
+    Contract:
+    * reads ``<staging_dir>/data/<partition>/`` (parquet), ``<staging_dir>/_state/`` (if staged) and
+      ``prev_state_dir`` (the previous committed checkpoint's state; None for the first interval);
+      ``counts`` is the write job's ``_counts.json``. Reads only: the staging dir is never modified.
+    * ``engine="pandas"`` reads with pyarrow (no JVM); ``"spark"`` reads with ``spark`` and validates the
+      data suite with GX's Spark datasource. The derived frames are small and always use pandas.
+    * fails (``passed=False``) if any expectation of any suite fails; raises ConfigError only for a
+      misconfiguration (no suite, unknown engine, non-local ``report_root``, missing previous state).
+    * appends every suite result to the report site under ``report_root`` (one page per suite, index of
+      all runs); ``run_name`` (an allow-listed name, e.g. ``<pipeline>.<txn>``) groups them.
+    * ``storage_options`` go to s3fs for ``s3://`` URLs (pandas engine).
+    """
+    t0 = time.perf_counter()
+    check_name(run_name, "run name")
+    check_partition(partition)
+    if not 0 <= max_malformed_ratio <= 1 or math.isnan(max_malformed_ratio):
+        raise ConfigError(f"max_malformed_ratio must be within [0, 1], not {max_malformed_ratio}")
+    root = local_root(report_root)
+    suites = load_suites(suite_path)
+    timings: dict[str, float] = {}
+
+    quiet_gx()
+    mark = time.perf_counter()
+    import great_expectations as gx  # heavy (seconds): only the validate task pays for it
+
+    timings["gx_import_ms"] = _ms(mark)
+    mark = time.perf_counter()
+    frames = build_frames(FrameReader(engine, spark, storage_options), staging_dir=staging_dir,
+                          partition=partition, counts=counts, prev_state_dir=prev_state_dir)
+    timings["read_ms"] = _ms(mark)
+
+    runs = _suite_runs(gx, suites, frames, engine)
+    params = {"max_malformed_ratio": max_malformed_ratio, **(parameters or {})}
+    with locked(root):
+        mark = time.perf_counter()
+        context = make_context(root)
+        results, ids = run_suites(context, runs, run_name=run_name, parameters=params)
+        timings["validate_ms"] = _ms(mark)
+        mark = time.perf_counter()
+        pages = build_docs(context, root, results, ids, {"partition": partition})
+        timings["docs_ms"] = _ms(mark)
+
+    failures = [line for result in results for line in failure_lines(result)]
+    reports = {run.suite.name: page for run, page in zip(runs, pages)}
+    failed_pages = [page for result, page in zip(results, pages) if not result.success]
+    passed = all(result.success for result in results)
+    summary = _summary(frames, runs, results, pages, root, partition, engine, max_malformed_ratio)
+    summary.update(passed=passed, failed_expectations=len(failures), timings_ms=timings,
+                   duration_ms=_ms(t0))
+    return ValidationOutcome(passed=passed, failures=failures, summary=summary,
+                             report_path=(failed_pages or pages or [None])[0], reports=reports)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 1)
+
+
+def _suite_runs(gx: Any, suites: list[tuple[str, dict[str, Any]]], frames: Frames, engine: str
+                ) -> list[SuiteRun]:
+    by_frame = {"data": (frames.data, engine), "counts": (frames.counts, "pandas"),
+                "checkpoint": (frames.checkpoint, "pandas")}
+    runs = []
+    for frame_name, data in suites:
+        frame, frame_engine = by_frame[frame_name]
+        if frame is None:
+            continue  # no checkpoint frame when the data lacks its columns: the data suite fails then
+        eo = (data.get("meta") or {}).get("eo") or {}
+        key_columns = [c for c in eo.get("key_columns", []) if c in list(frame.columns)]
+        runs.append(SuiteRun(suite=gx.ExpectationSuite(**data), frame=frame, engine=frame_engine,
+                             key_columns=key_columns))
+    return runs
+
+
+def _summary(frames: Frames, runs: list[SuiteRun], results: list[Any], pages: list[str], root: str,
+             partition: str, engine: str, max_ratio: float) -> dict[str, Any]:
+    row = frames.counts.iloc[0].to_dict()
+    return {
+        "engine": engine, "partition": partition, "rows": frames.rows,
+        "malformed_ratio": _plain(row.get("malformed_ratio")), "max_malformed_ratio": max_ratio,
+        "completeness_gap": _plain(row.get("completeness_gap")),
+        "suites": {run.suite.name: {"success": bool(res.success),
+                                    "evaluated": res.statistics.get("evaluated_expectations"),
+                                    "failed": res.statistics.get("unsuccessful_expectations"),
+                                    "report": page}
+                   for run, res, page in zip(runs, results, pages)},
+        "index_path": os.path.join(root, "index.html"), **{k: v for k, v in frames.notes.items()},
+    }
+
+
+# ---------------------------------------------------------------------------------------- failure lines
+def _plain(value: Any) -> Any:
+    """JSON/human-friendly scalar: numpy -> Python, 3.0 -> 3, NaN -> None."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        return int(value) if value.is_integer() else round(value, 6)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _domain(kwargs: dict[str, Any]) -> str:
+    if "column" in kwargs:
+        return str(kwargs["column"])
+    if "column_A" in kwargs:
+        return f"{kwargs['column_A']}, {kwargs['column_B']}"
+    return "table"
+
+
+def _expected(kind: str, kw: dict[str, Any]) -> str:
+    """The rule of an expectation in a few words, from its (parameter-resolved) kwargs."""
+    if "min_value" in kw or "max_value" in kw:
+        lo, hi = _plain(kw.get("min_value")), _plain(kw.get("max_value"))
+        if lo is not None and lo == hi:
+            return f"== {lo}"
+        parts = ([f">= {lo}"] if lo is not None else []) + ([f"<= {hi}"] if hi is not None else [])
+        return " and ".join(parts) or "any"
+    if "column_A" in kw:
+        return f"{kw['column_A']} {'>=' if kw.get('or_equal') else '>'} {kw['column_B']}"
+    if "column_set" in kw:
+        return f"columns {sorted(kw['column_set'])}" + (" exactly" if kw.get("exact_match", True) else "")
+    if "type_list" in kw:
+        return f"type in {kw['type_list']}"
+    if "type_" in kw:
+        return f"type {kw['type_']}"
+    if "value_set" in kw:
+        return f"values in {kw['value_set']}"
+    if kind.endswith("not_be_null"):
+        return "no nulls"
+    if kind.endswith("to_be_unique"):
+        return "unique values"
+    if "value" in kw:
+        return f"== {_plain(kw['value'])}"
+    return json.dumps({k: v for k, v in kw.items() if k != "batch_id"}, default=str)
+
+
+def _observed(result: dict[str, Any]) -> str:
+    if "observed_value" in result:
+        return f"observed {_plain(result['observed_value'])}"
+    unexpected, total = result.get("unexpected_count"), result.get("element_count")
+    sample = _plain(result.get("partial_unexpected_list") or [])
+    if total == 1 and sample:
+        return f"observed {sample[0]}"
+    where = result.get("partial_unexpected_index_list") or []
+    keys = [next(iter(k.values())) if isinstance(k, dict) and len(k) <= 2 else k for k in where][:5]
+    detail = f" (values {sample[:5]}" + (f", keys {_plain(keys)}" if keys and isinstance(where[0], dict) else "") + ")"
+    if unexpected is None:
+        return "observed nothing"
+    return f"{unexpected} unexpected of {total} rows" + (detail if sample else "")
+
+
+def failure_lines(suite_result: Any) -> list[str]:
+    """One line per failed expectation of a GX ``ExpectationSuiteValidationResult``."""
+    lines = []
+    for r in suite_result.results:
+        if r.success:
+            continue
+        kind, kwargs = r.expectation_config.type, dict(r.expectation_config.kwargs)
+        info = r.exception_info or {}
+        if info.get("raised_exception"):
+            message = (info.get("exception_message") or "error").splitlines()[0]
+            lines.append(f"{kind}({_domain(kwargs)}): error {message}")
+            continue
+        lines.append(f"{kind}({_domain(kwargs)}): {_observed(r.result or {})}, expected {_expected(kind, kwargs)}")
+    return lines
