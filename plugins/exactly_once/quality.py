@@ -41,6 +41,7 @@ class ValidationOutcome:
 
     ``passed``: every expectation of every suite succeeded. ``failures``: one line per failed
     expectation, ``"<expectation type>(<column(s)>): observed <value>, expected <rule>"``.
+    (A leading ``staged data missing: ...`` line when the partition dir does not exist.)
     ``summary``: JSON-serialisable facts (rows, ratios, per-suite statistics and pages, timings in ms,
     ``duration_ms`` = whole call). ``report_path``: local path of the Data Docs page to show for this
     validation (the first failed suite's page, else the data suite's), None if no report was written.
@@ -82,8 +83,9 @@ def validate_staged(*, suite_path: str, staging_dir: str, partition: str, counts
       ``counts`` is the write job's ``_counts.json``. Reads only: the staging dir is never modified.
     * ``engine="pandas"`` reads with pyarrow (no JVM); ``"spark"`` reads with ``spark`` and validates the
       data suite with GX's Spark datasource. The derived frames are small and always use pandas.
-    * fails (``passed=False``) if any expectation of any suite fails; raises ConfigError only for a
-      misconfiguration (no suite, unknown engine, non-local ``report_root``, missing previous state).
+    * fails (``passed=False``) if any expectation of any suite fails; raises ConfigError for a
+      misconfiguration (no suite, unknown engine, non-local ``report_root``, bad threshold) and
+      StorageError when ``prev_state_dir`` is given but does not exist.
     * appends every suite result to the report site under ``report_root`` (one page per suite, index of
       all runs); ``run_name`` (an allow-listed name, e.g. ``<pipeline>.<txn>``) groups them.
     * ``storage_options`` go to s3fs for ``s3://`` URLs (pandas engine).
@@ -119,6 +121,8 @@ def validate_staged(*, suite_path: str, staging_dir: str, partition: str, counts
         timings["docs_ms"] = _ms(mark)
 
     failures = [line for result in results for line in failure_lines(result)]
+    if frames.notes.get("data_missing"):
+        failures.insert(0, f"staged data missing: no parquet dir {frames.notes['data']}")
     reports = {run.suite.name: page for run, page in zip(runs, pages)}
     failed_pages = [page for result, page in zip(results, pages) if not result.success]
     passed = all(result.success for result in results)
@@ -181,12 +185,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _domain(kwargs: dict[str, Any]) -> str:
+def _domain(kwargs: dict[str, Any]) -> list[str]:
+    """The column(s) an expectation is about ([] for a table expectation)."""
     if "column" in kwargs:
-        return str(kwargs["column"])
+        return [str(kwargs["column"])]
     if "column_A" in kwargs:
-        return f"{kwargs['column_A']}, {kwargs['column_B']}"
-    return "table"
+        return [str(kwargs["column_A"]), str(kwargs["column_B"])]
+    return list(kwargs.get("column_list") or [])
 
 
 def _expected(kind: str, kw: dict[str, Any]) -> str:
@@ -216,32 +221,49 @@ def _expected(kind: str, kw: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in kw.items() if k != "batch_id"}, default=str)
 
 
-def _observed(result: dict[str, Any]) -> str:
+def _observed(result: dict[str, Any], domain: list[str]) -> str:
+    """``observed <v>`` (aggregate or one-row frame) or ``<n> unexpected of <m> rows: <key>=<k> (<values>)``."""
     if "observed_value" in result:
         return f"observed {_plain(result['observed_value'])}"
     unexpected, total = result.get("unexpected_count"), result.get("element_count")
     sample = _plain(result.get("partial_unexpected_list") or [])
     if total == 1 and sample:
         return f"observed {sample[0]}"
-    where = result.get("partial_unexpected_index_list") or []
-    keys = [next(iter(k.values())) if isinstance(k, dict) and len(k) <= 2 else k for k in where][:5]
-    detail = f" (values {sample[:5]}" + (f", keys {_plain(keys)}" if keys and isinstance(where[0], dict) else "") + ")"
     if unexpected is None:
         return "observed nothing"
-    return f"{unexpected} unexpected of {total} rows" + (detail if sample else "")
+    rows = [r for r in result.get("partial_unexpected_index_list") or [] if isinstance(r, dict)][:5]
+    if rows:  # rows identified by the suite's key columns, with the offending values
+        shown = [" ".join(f"{k}={_plain(v)}" for k, v in r.items() if k not in domain)
+                 + " (" + ", ".join(f"{k}={_plain(r[k])}" for k in domain if k in r) + ")" for r in rows]
+        detail = "; ".join(shown)
+    else:
+        detail = f"values {sample[:5]}" if sample else ""
+    return f"{unexpected} unexpected of {total} rows" + (f": {detail}" if detail else "")
+
+
+def _exception(info: Any) -> str | None:
+    """First line of the exception GX caught while evaluating an expectation, if any."""
+    infos = [info] if isinstance(info, dict) and "raised_exception" in info else \
+        list(info.values()) if isinstance(info, dict) else []
+    for item in infos:
+        if isinstance(item, dict) and item.get("raised_exception"):
+            return (item.get("exception_message") or "error").strip().splitlines()[0][:300]
+    return None
 
 
 def failure_lines(suite_result: Any) -> list[str]:
     """One line per failed expectation of a GX ``ExpectationSuiteValidationResult``."""
     lines = []
-    for r in suite_result.results:
+    table_first = sorted(suite_result.results, key=lambda r: bool(_domain(dict(r.expectation_config.kwargs))))
+    for r in table_first:
         if r.success:
             continue
         kind, kwargs = r.expectation_config.type, dict(r.expectation_config.kwargs)
-        info = r.exception_info or {}
-        if info.get("raised_exception"):
-            message = (info.get("exception_message") or "error").splitlines()[0]
-            lines.append(f"{kind}({_domain(kwargs)}): error {message}")
-            continue
-        lines.append(f"{kind}({_domain(kwargs)}): {_observed(r.result or {})}, expected {_expected(kind, kwargs)}")
+        domain = _domain(kwargs)
+        head = f"{kind}({', '.join(domain) or 'table'})"
+        error = _exception(r.exception_info)
+        if error:
+            lines.append(f"{head}: error {error}")
+        else:
+            lines.append(f"{head}: {_observed(r.result or {}, domain)}, expected {_expected(kind, kwargs)}")
     return lines

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from .errors import ConfigError
+from .errors import ConfigError, StorageError
 from .storage import LocalStorage, Storage, storage_for
 
 STATE_DIR = "_state"
@@ -151,7 +151,7 @@ def build_frames(reader: FrameReader, *, staging_dir: str, partition: str, count
     if all(c in local.columns for c in (KEY, PV, CUM)):
         prev = reader.read_pandas(prev_state_dir, [KEY, CUM])
         if prev_state_dir and prev is None:
-            raise ConfigError(f"previous checkpoint state {prev_state_dir} does not exist")
+            raise StorageError(f"previous checkpoint state {prev_state_dir} does not exist")
         state = reader.read_pandas(posixpath.join(staging_dir.rstrip("/"), STATE_DIR), [KEY, CUM])
         notes.update(prev_state=prev_state_dir, state_staged=state is not None)
         checkpoint = checkpoint_frame(local, prev, state)

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
+from urllib.parse import unquote
 
 from .errors import ConfigError
 
@@ -30,6 +31,8 @@ SITE = "eo_data_docs"
 _BEACON = re.compile(r"https://great-expectations-web-assets\.s3[^\"')]*?/(logo-long\.png|full_logo_dark\.png)"
                      r"[^\"')]*")
 _MARK = "<!-- eo-static-index -->"
+_ICONS = {'<i class="fas fa-check-circle text-success" ></i>': "passed",
+          '<i class="fas fa-times text-danger" ></i>': "FAILED"}
 
 
 def quiet_gx() -> None:
@@ -81,7 +84,8 @@ def make_context(root: str) -> Any:
 
     in_memory = {"class_name": "InMemoryStoreBackend"}
     config = DataContextConfig(
-        stores={"expectations_store": {"class_name": "ExpectationsStore", "store_backend": on_disk("expectations")},
+        stores={"expectations_store": {"class_name": "ExpectationsStore",
+                                       "store_backend": on_disk("expectations")},
                 "validation_results_store": {"class_name": "ValidationResultsStore",
                                              "store_backend": on_disk("validations")},
                 "checkpoint_store": {"class_name": "CheckpointStore", "store_backend": in_memory},
@@ -90,7 +94,8 @@ def make_context(root: str) -> Any:
         expectations_store_name="expectations_store", validation_results_store_name="validation_results_store",
         checkpoint_store_name="checkpoint_store",
         data_docs_sites={SITE: {"class_name": "SiteBuilder", "show_how_to_buttons": False,
-                                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": root},
+                                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                                                  "base_directory": root},
                                 "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}},
         analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False))
     return gx.get_context(project_config=config, mode="ephemeral")
@@ -111,7 +116,8 @@ def run_suites(context: Any, runs: list[SuiteRun], *, run_name: str, parameters:
             add = context.data_sources.add_or_update_spark if run.engine == "spark" else \
                 context.data_sources.add_or_update_pandas
             sources[run.engine] = add(f"eo_{run.engine}")
-        batch_def = sources[run.engine].add_dataframe_asset(run.suite.name).add_batch_definition_whole_dataframe("all")
+        asset = sources[run.engine].add_dataframe_asset(run.suite.name)
+        batch_def = asset.add_batch_definition_whole_dataframe("all")
         suite = context.suites.add_or_update(run.suite)
         vd = context.validation_definitions.add_or_update(
             gx.ValidationDefinition(name=f"{suite.name}.{run.engine}", data=batch_def, suite=suite))
@@ -123,8 +129,9 @@ def run_suites(context: Any, runs: list[SuiteRun], *, run_name: str, parameters:
         batch_id = next((r.expectation_config.kwargs.get("batch_id") for r in result.results),
                         None) or f"eo_{run.engine}-{suite.name}"
         results.append(result)
-        ids.append(ValidationResultIdentifier(expectation_suite_identifier=ExpectationSuiteIdentifier(name=suite.name),
-                                              run_id=run_id, batch_identifier=batch_id))
+        ids.append(ValidationResultIdentifier(
+            expectation_suite_identifier=ExpectationSuiteIdentifier(name=suite.name), run_id=run_id,
+            batch_identifier=batch_id))
     return results, ids
 
 
@@ -137,7 +144,7 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     pages = []
     for rid in ids:
         url = context.get_docs_sites_urls(resource_identifier=rid, site_name=SITE)[0]["site_url"]
-        pages.append(url[len("file://"):] if url.startswith("file://") else url)
+        pages.append(unquote(url[len("file://"):]) if url.startswith("file://") else url)
     ledger = os.path.join(root, "_gx", "runs.jsonl")
     with open(ledger, "a") as f:
         for result, rid, page in zip(results, ids, pages):
@@ -154,11 +161,16 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
 
 
 def _localize(root: str, page: str) -> None:
-    """Point GX's remote logo (a tracking image) at the site's own copy, so pages work offline."""
+    """Make a page readable offline (its CSS/JS/icons come from CDNs): local logo instead of GX's remote
+    one (a tracking image), and a text label next to each per-expectation status icon."""
     with open(page) as f:
         text = f.read()
     images = os.path.relpath(os.path.join(root, "static", "images"), os.path.dirname(page))
     new = _BEACON.sub(lambda m: f"{images}/{m.group(1).replace('full_logo_dark', 'logo-long')}", text)
+    # a smaller logo, so that without the CDN's CSS it does not overlap the breadcrumb
+    new = new.replace('style="width: auto; height: 50px"', 'style="width: auto; height: 30px"')
+    for icon, label in _ICONS.items():
+        new = new.replace(icon, f"{icon}<span class=\"eo-status\"> {label}</span>")
     if new != text:
         _write_text(page, new)
 
@@ -176,14 +188,16 @@ def _write_index(root: str, ledger: str) -> None:
     with open(ledger) as f:
         entries = [json.loads(line) for line in f if line.strip()]
     rows = "".join(
-        f"<tr class=\"eo-run {'eo-ok' if e['success'] else 'eo-failed'}\"><td>{html.escape(e['run_time'])}</td>"
+        f"<tr class=\"eo-run {'eo-ok' if e['success'] else 'eo-failed'}\">"
+        f"<td>{html.escape(e['run_time'][:19])}Z</td>"
         f"<td>{html.escape(e['run_name'])}</td><td>{html.escape(str(e.get('partition', '')))}</td>"
         f"<td>{html.escape(e['suite'])}</td><td>{'Succeeded' if e['success'] else 'Failed'}</td>"
         f"<td>{e['failed']} of {e['evaluated']} failed</td>"
         f"<td><a href=\"{html.escape(e['page'])}\">report</a></td></tr>"
         for e in reversed(entries))
     section = (f"{_MARK}<section id=\"eo-runs\" style=\"margin:1em\"><h3>Validation runs ({len(entries)})</h3>"
-               "<table border=\"1\" cellpadding=\"4\" style=\"border-collapse:collapse\"><thead><tr><th>run time (UTC)</th>"
+               "<table border=\"1\" cellpadding=\"4\" style=\"border-collapse:collapse\">"
+               "<thead><tr><th>run time (UTC)</th>"
                "<th>run</th><th>partition</th><th>suite</th><th>status</th><th>expectations</th><th>page</th></tr>"
                f"</thead><tbody>{rows}</tbody></table></section>{_MARK}")
     index = os.path.join(root, "index.html")
