@@ -14,7 +14,7 @@ from typing import Any, Callable
 from .config import PipelineConfig
 from .errors import OrderingError, TransactionStateError, ValidationFailedError
 from .failpoints import failpoint
-from .ids import Interval, TxnRef
+from .ids import Interval, TxnRef, parse_txn_name
 from .sources import late_files, list_positions
 from .storage import storage_for, to_json
 from .txlog import State
@@ -169,22 +169,49 @@ class IntervalRun:
         return diff
 
     def stale_after(self) -> list[str]:
-        """Later committed intervals whose state was computed from an older version of this one."""
+        """Later committed intervals whose input state differs from what this interval now commits.
+
+        Interval n+1 is stale when the state it read (the checkpoint of the version of n it ran after)
+        is not byte-identical to the state of n's current version; everything after a stale interval
+        is stale too. A re-run that reproduces the same state makes nothing stale.
+        """
         if not self.config.stateful:
             return []
-        stale, expected = [], self.sink.committed(self.interval)
+        stale: list[str] = []
+        current = self.sink.committed(self.interval)
         for iv in (i for i in self.sink.log.intervals() if i > self.interval):
             found = self.sink.committed(iv)
-            if not found:
+            if not found or current is None:
                 break
-            prev_used = found[1].records.get("open", {}).get("meta", {}).get("prev")
-            if stale or (expected and prev_used != expected[0].name):
+            used = found[1].records.get("open", {}).get("meta", {}).get("prev")
+            if stale or (used != current[0].name and not _same(self._state_digest(used),
+                                                               _digest(current[1].manifest))):
                 stale.append(iv.day)
-            expected = found
+            current = found
         return stale
+
+    def _state_digest(self, txn_name: str | None) -> tuple[str, ...] | None:
+        parsed = parse_txn_name(txn_name or "")
+        if not parsed:
+            return None
+        st = self.sink.status(Interval.from_token(parsed[0])).get(parsed[1])
+        return _digest(st.manifest) if st else None
 
     def _write_report(self, summary: dict[str, Any]) -> None:
         reports, root = storage_for(self.config.reports_url, **self.config.storage_options())
         path = reports.join(root, "runs", self.config.pipeline, f"{summary['version']}.json")
         reports.makedirs(reports.join(root, "runs", self.config.pipeline))
         reports.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True).encode())
+
+
+def _digest(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """Checksums of a manifest's state files (None when unknown, which never compares equal)."""
+    if not manifest:
+        return None
+    sums = [f.get("sha256") for f in manifest.get("extras", [])
+            if f["name"].startswith(STATE + "/") and not f["name"].rsplit("/", 1)[-1].startswith((".", "_"))]
+    return tuple(sorted(sums)) if sums and None not in sums else None
+
+
+def _same(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
+    return a is not None and a == b

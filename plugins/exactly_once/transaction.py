@@ -337,7 +337,7 @@ class TwoPhaseCommitSink:
                 partitions.setdefault(check_partition(part), []).append(
                     self._describe(self.storage.join(staging, entry.rel), name, entry.size))
             elif entry.rel != MANIFEST:
-                extras.append({"name": entry.rel, "size": entry.size})
+                extras.append(self._describe(self.storage.join(staging, entry.rel), entry.rel, entry.size))
         rows = [f["rows"] for fs in partitions.values() for f in fs]
         return {"txn": txn.to_dict(), "version": txn.name, "partitions": partitions, "extras": extras,
                 "files": len(rows), "rows": None if None in rows else sum(rows)}
