@@ -15,7 +15,7 @@ import time
 from datetime import date, timedelta
 from typing import Any
 
-from .config import data_root
+from .config import data_root, reports_dir
 from .ids import Interval
 from .storage import redact
 from .txlog import State
@@ -97,8 +97,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print_table(summary_rows("pv_pipeline", days))
     print(f"\n  output table : {root}/warehouse/app_pv/dt=YYYY-MM-DD/ (Parquet: app_id, pv, uv, cumulative_pv)")
     print(f"  read it      : pyarrow.dataset.dataset('{root}/warehouse/app_pv', partitioning='hive')")
-    print(f"  DQ reports   : {root}/reports/data_docs/index.html")
-    print(f"  run summaries: {root}/reports/runs/pv_pipeline/")
+    print(f"  DQ reports   : {reports_dir()}/data_docs/index.html  (open in a browser)")
+    print(f"  run summaries: {reports_dir()}/runs/pv_pipeline/")
     print(f"  task logs    : {root}/logs/pv_pipeline/")
     return 1 if failed else 0
 

@@ -26,6 +26,13 @@ def data_root() -> str:
     return root.rstrip("/") if "://" in root else os.path.abspath(root)
 
 
+def reports_dir(root: str | None = None) -> str:
+    """Where Data Docs and run summaries go: always a local directory."""
+    root = root or data_root()
+    default = f"{root}/reports" if "://" not in root else str(PROJECT_ROOT / "data" / "reports")
+    return os.path.abspath(os.environ.get("EO_REPORTS_DIR") or default)
+
+
 def storage_options_from_connection(conn_id: str | None) -> dict[str, Any]:
     """s3fs options from an Airflow (aws) connection: key, secret, endpoint_url. Empty if no conn id."""
     if not conn_id:
@@ -84,7 +91,9 @@ class PipelineConfig:
 
     @property
     def reports_url(self) -> str:
-        return f"{self.root}/reports"
+        """Reports are local files a browser opens (``EO_REPORTS_DIR``; default ``<root>/reports``, or
+        ``./data/reports`` when the data root is on S3)."""
+        return reports_dir(self.root)
 
     def storage_options(self) -> dict[str, Any]:
         return storage_options_from_connection(self.storage_conn_id)

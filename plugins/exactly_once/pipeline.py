@@ -116,8 +116,8 @@ class IntervalRun:
         outcome = validate_staged(
             suite_path=self.config.suite, staging_dir=self.storage.url(self.sink.staging_dir(txn)),
             partition=spec["partition"], counts=self.counts(txn), prev_state_dir=spec["prev_state"],
-            report_root=self.config.reports_url, run_name=f"{self.config.pipeline}.{txn.name}",
-            max_malformed_ratio=self.config.max_malformed_ratio)
+            report_root=f"{self.config.reports_url}/data_docs", run_name=f"{self.config.pipeline}.{txn.name}",
+            max_malformed_ratio=self.config.max_malformed_ratio, storage_options=self.config.storage_options())
         passed = self.sink.record_validation(txn, outcome.passed, {
             "failures": outcome.failures, "report": outcome.report_path, **outcome.summary})
         failpoint("validate.after")

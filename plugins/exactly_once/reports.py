@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 
-from .config import data_root
+from .config import reports_dir
 
 URL_PREFIX = "/eo"
 
 
 def reports_root() -> str:
-    return f"{data_root()}/reports"
+    return reports_dir()
 
 
 def report_link(path: str | None) -> str:
@@ -23,7 +23,7 @@ def report_link(path: str | None) -> str:
         return ""
     root = reports_root()
     local = path[len("file://"):] if path.startswith("file://") else path
-    if "://" not in root and os.path.abspath(local).startswith(os.path.abspath(root) + os.sep):
+    if os.path.abspath(local).startswith(os.path.abspath(root) + os.sep):
         rel = os.path.relpath(os.path.abspath(local), root)
         return f"{URL_PREFIX}/reports/{rel}"
     return path

@@ -16,9 +16,8 @@ def _reports_app():
 
     app = FastAPI(title="exactly-once reports")
     root = reports_root()
-    if "://" not in root:
-        os.makedirs(root, exist_ok=True)
-        app.mount("/reports", StaticFiles(directory=root, html=True, follow_symlink=False), name="reports")
+    os.makedirs(root, exist_ok=True)
+    app.mount("/reports", StaticFiles(directory=root, html=True, follow_symlink=False), name="reports")
     return app
 
 
