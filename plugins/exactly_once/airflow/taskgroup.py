@@ -57,8 +57,8 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
             **retry_args(retries, retry_delay_seconds))
         pre_commit = PreCommitOperator(task_id="pre_commit", **common)
         validate = ValidateOperator(task_id="validate", **common)
-        commit = CommitOperator(task_id="commit", outlets=[Asset(name=f"{config.pipeline}.{config.sink}",
-                                                                 uri=_asset_uri(config))], **common)
+        # The asset is the table's location (its URI is its name: moving EO_DATA_ROOT is a new asset)
+        commit = CommitOperator(task_id="commit", outlets=[Asset(uri=_asset_uri(config))], **common)
         abort = AbortOperator(task_id="abort", **common)
         begin >> write >> pre_commit >> validate >> commit >> abort
         abort.as_teardown(setups=begin)

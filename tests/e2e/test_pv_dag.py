@@ -1,0 +1,117 @@
+"""The pv_pipeline DAG through Airflow (``airflow dags test``), end to end, with real Spark.
+
+Asserts on the data: the published table equals an independent pure-Python computation from the
+landing files; re-runs publish an identical version; a crash at any failpoint followed by a re-run ends
+exactly where a clean run ends, with nothing left behind.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pv_checks import assert_clean, expected_rows, sink, visible_rows
+
+from exactly_once.ids import Interval
+from exactly_once.localrun import run_interval
+from exactly_once.sample_data import generate
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+DAYS = ["2026-01-01", "2026-01-02", "2026-01-03"]
+
+
+def run_ok(day: str, **kw) -> None:
+    res = run_interval("pv_pipeline", day, **kw)
+    assert res.ok, f"{day} failed; log tail:\n" + "\n".join(res.log_path.read_text().splitlines()[-40:])
+
+
+def test_intervals_match_the_reference_and_reruns_publish_identical_versions(data_root):
+    generate(str(data_root / "landing"), DAYS, events_per_day=600)
+    for day in DAYS:
+        run_ok(day)
+    expected = expected_rows(data_root, DAYS)
+    assert visible_rows(data_root) == expected
+    assert_clean(data_root, DAYS)
+
+    # re-running a committed interval publishes one new, identical version, and says nothing is stale
+    run_ok(DAYS[1])
+    assert visible_rows(data_root) == expected
+    versions = sink(data_root).status(Interval.daily(DAYS[1]))
+    assert max(versions) == 2
+    report = json.loads((data_root / "reports" / "runs" / "pv_pipeline"
+                         / f"{Interval.daily(DAYS[1]).token}.e000002.json").read_text())
+    assert report["stale_intervals"] == [] and report["late_files"]["new"] == []
+    assert_clean(data_root, DAYS)
+
+
+def test_ordering_late_files_and_reprocessing(data_root):
+    generate(str(data_root / "landing"), DAYS[:2], events_per_day=300)
+    # day 2 before day 1: refused with a clear error, nothing published
+    res = run_interval("pv_pipeline", DAYS[1])
+    assert not res.ok and "OrderingError" in res.log_path.read_text()
+    assert visible_rows(data_root) == {}
+    run_ok(DAYS[0])
+    run_ok(DAYS[1])
+    before = visible_rows(data_root)
+
+    # a late file lands in day 1: the committed version is untouched, a retry replays the frozen inputs
+    late = data_root / "landing" / "app_logs" / f"dt={DAYS[0]}" / "hour=23" / "late.jsonl"
+    late.parent.mkdir(parents=True)
+    late.write_text(json.dumps({"event_id": "late-1", "app_id": "app_late", "user_id": "u1",
+                                "event": "page_view", "ts": f"{DAYS[0]}T23:59:00Z"}) + "\n")
+    run_ok(DAYS[0])
+    assert visible_rows(data_root) == before, "a plain re-run must replay the frozen inputs"
+    report_dir = data_root / "reports" / "runs" / "pv_pipeline"
+    latest = sorted(report_dir.glob(f"{Interval.daily(DAYS[0]).token}.e*.json"))[-1]
+    assert json.loads(latest.read_text())["late_files"]["new"] == ["hour=23/late.jsonl"]
+
+    # reprocessing takes the late file in, publishes a new version and reports day 2 as stale
+    run_ok(DAYS[0], reprocess=True)
+    after = visible_rows(data_root)
+    assert ("app_late", 1, 1, 1) in after[DAYS[0]] and after[DAYS[1]] == before[DAYS[1]]
+    latest = sorted(report_dir.glob(f"{Interval.daily(DAYS[0]).token}.e*.json"))[-1]
+    assert json.loads(latest.read_text())["stale_intervals"] == [DAYS[1]]
+    assert_clean(data_root, DAYS[:2])
+
+
+CRASH_POINTS = ["begin.after", "write.partial", "pre_commit.after", "validate.after",
+                "commit.before_publish", "commit.mid_publish", "commit.after_publish"]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_at_failpoint_then_rerun_equals_clean_run(data_root, monkeypatch, point):
+    generate(str(data_root / "landing"), DAYS[:1], events_per_day=300)
+    expected = expected_rows(data_root, DAYS[:1])
+    monkeypatch.setenv("EO_FAILPOINTS", f"{point}=crash")
+    crashed = run_interval("pv_pipeline", DAYS[0])
+    assert not crashed.ok, f"{point}: the run should have died"
+    seen = visible_rows(data_root)
+    assert seen in ({}, expected), f"{point}: a partial version is visible: {seen}"
+    monkeypatch.delenv("EO_FAILPOINTS")
+    run_ok(DAYS[0])
+    assert visible_rows(data_root) == expected
+    assert_clean(data_root, DAYS[:1])
+
+
+def test_failing_gate_with_abort_crashing_midway_then_clean_rerun(data_root, monkeypatch):
+    generate(str(data_root / "landing"), DAYS[:1], events_per_day=300)
+    monkeypatch.setenv("EO_PV_MAX_MALFORMED_RATIO", "0.0")  # the sample has malformed lines: gate fails
+    monkeypatch.setenv("EO_FAILPOINTS", "abort.mid=crash")
+    assert not run_interval("pv_pipeline", DAYS[0]).ok
+    assert visible_rows(data_root) == {}, "a failed gate must publish nothing"
+    monkeypatch.delenv("EO_FAILPOINTS")
+    monkeypatch.delenv("EO_PV_MAX_MALFORMED_RATIO")
+    run_ok(DAYS[0])
+    assert visible_rows(data_root) == expected_rows(data_root, DAYS[:1])
+    assert_clean(data_root, DAYS[:1])
+
+
+def test_airflow_retries_recover_within_one_run(data_root, monkeypatch):
+    """error:once at mid-publish; the commit task's Airflow retry finishes the same publish."""
+    generate(str(data_root / "landing"), DAYS[:1], events_per_day=300)
+    monkeypatch.setenv("EO_RETRIES", "2")
+    monkeypatch.setenv("EO_FAILPOINTS", "commit.mid_publish=error:once")
+    run_ok(DAYS[0])
+    assert visible_rows(data_root) == expected_rows(data_root, DAYS[:1])
+    assert_clean(data_root, DAYS[:1])
+    assert max(sink(data_root).status(Interval.daily(DAYS[0]))) == 1, "the retry must not start a new epoch"
