@@ -20,7 +20,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT / "tests"))
-REQUIRE = os.environ.get("EO_REQUIRE_SERVICES") == "1"
 # Airflow reads its home at import: give every test run its own, never ~/airflow or the demo's.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="eo-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
@@ -30,28 +29,7 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 S3_CREDS = {"key": "eo-test-key", "secret": "eo-test-secret-do-not-log"}
 
 
-def need(condition: bool, reason: str) -> None:
-    """Skip (or, with EO_REQUIRE_SERVICES=1, fail) when a required service is missing."""
-    if not condition:
-        if REQUIRE:
-            pytest.fail(f"required service missing: {reason}")
-        pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout: float = 30.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.1)
-    return False
+from eo_testing import REQUIRE, free_port, need, wait_port  # noqa: E402,F401  (re-exported)
 
 
 @pytest.fixture(scope="session")
@@ -115,3 +93,16 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def data_root(tmp_path, monkeypatch):
+    """A fresh ``EO_DATA_ROOT`` for whole-pipeline runs; Airflow retries are fast but real (1 s base delay)."""
+    need(shutil.which("java") is not None, "Java is not installed")
+    root = tmp_path / "data"
+    monkeypatch.setenv("EO_DATA_ROOT", str(root))
+    monkeypatch.setenv("EO_RETRY_DELAY_SECONDS", "1")
+    monkeypatch.setenv("EO_RETRIES", "0")
+    monkeypatch.setenv("EO_FAILPOINTS_STATE", str(tmp_path / "failpoints"))
+    monkeypatch.delenv("EO_FAILPOINTS", raising=False)
+    return Path(root)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need
+from eo_testing import need
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]

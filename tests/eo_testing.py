@@ -1,0 +1,34 @@
+"""Helpers shared by tests (importable as ``eo_testing``; conftest.py re-exports them)."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+
+REQUIRE = os.environ.get("EO_REQUIRE_SERVICES") == "1"
+
+
+def need(condition: bool, reason: str) -> None:
+    """Skip (or, with EO_REQUIRE_SERVICES=1, fail) when a required service is missing."""
+    if not condition:
+        if REQUIRE:
+            pytest.fail(f"required service missing: {reason}")
+        pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 30.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.1)
+    return False
