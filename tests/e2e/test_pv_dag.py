@@ -7,6 +7,9 @@ exactly where a clean run ends, with nothing left behind.
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,17 @@ from exactly_once.sample_data import generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 DAYS = ["2026-01-01", "2026-01-02", "2026-01-03"]
+
+
+def assert_report_links(root) -> None:
+    """The validate task's "Data quality report" button (an extra link, stored as XCom) opens a real page."""
+    db = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
+    with sqlite3.connect(db) as con:
+        links = [json.loads(v) for (v,) in con.execute(
+            "select value from xcom where key = '_link_ReportLink' and task_id = 'app_pv.validate'")]
+    assert links and all(lk.startswith("/eo/reports/data_docs/") for lk in links), links
+    page = root / "reports" / links[-1][len("/eo/reports/"):]
+    assert page.is_file() and "app_pv" in page.read_text()
 
 
 def run_ok(day: str, **kw) -> None:
@@ -32,6 +46,7 @@ def test_intervals_match_the_reference_and_reruns_publish_identical_versions(dat
     expected = expected_rows(data_root, DAYS)
     assert visible_rows(data_root) == expected
     assert_clean(data_root, DAYS)
+    assert_report_links(data_root)
 
     # re-running a committed interval publishes one new, identical version, and says nothing is stale
     run_ok(DAYS[1])
