@@ -7,6 +7,7 @@ Nothing here imports Airflow, so the same run can be driven by a test, the ``eo`
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any, Callable
@@ -97,7 +98,7 @@ class IntervalRun:
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
         """Seal the staged output (manifest in the log, with the write job's counts)."""
         counts = self.counts(txn)
-        manifest = self.sink.pre_commit(txn, extra={"counts": counts})
+        manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)})
         self.log(f"pre_commit {txn.name}: {manifest['files']} files, {manifest['rows']} rows sealed")
         return {"files": manifest["files"], "rows": manifest["rows"], "counts": counts}
 
@@ -185,17 +186,31 @@ class IntervalRun:
                 break
             used = found[1].records.get("open", {}).get("meta", {}).get("prev")
             if stale or (used != current[0].name and not _same(self._state_digest(used),
-                                                               _digest(current[1].manifest))):
+                                                               _fingerprint_of(current[1]))):
                 stale.append(iv.day)
             current = found
         return stale
 
-    def _state_digest(self, txn_name: str | None) -> tuple[str, ...] | None:
+    def _state_digest(self, txn_name: str | None) -> str | None:
         parsed = parse_txn_name(txn_name or "")
-        if not parsed:
-            return None
-        st = self.sink.status(Interval.from_token(parsed[0])).get(parsed[1])
-        return _digest(st.manifest) if st else None
+        st = self.sink.status(Interval.from_token(parsed[0])).get(parsed[1]) if parsed else None
+        return _fingerprint_of(st)
+
+    def _fingerprint(self, txn: TxnRef) -> str | None:
+        """A content fingerprint of the staged keyed state: sha256 of its rows, sorted.
+
+        Parquet bytes differ between two runs that wrote the same rows, so the rows are compared. The
+        state is one row per key (small by nature); an unreadable state gives None (= unknown).
+        """
+        import pyarrow.parquet as pq
+
+        state_dir = self.storage.join(self.sink.staging_dir(txn), STATE)
+        rows: list[str] = []
+        for entry in self.storage.walk_files(state_dir):
+            if entry.rel.endswith(".parquet") and not entry.rel.rsplit("/", 1)[-1].startswith((".", "_")):
+                with self.storage.open(self.storage.join(state_dir, entry.rel), "rb") as f:
+                    rows += [json.dumps(r, sort_keys=True, default=str) for r in pq.read_table(f).to_pylist()]
+        return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest() if rows else None
 
     def _write_report(self, summary: dict[str, Any]) -> None:
         reports, root = storage_for(self.config.reports_url, **self.config.storage_options())
@@ -204,14 +219,10 @@ class IntervalRun:
         reports.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True).encode())
 
 
-def _digest(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:
-    """Checksums of a manifest's state files (None when unknown, which never compares equal)."""
-    if not manifest:
-        return None
-    sums = [f.get("sha256") for f in manifest.get("extras", [])
-            if f["name"].startswith(STATE + "/") and not f["name"].rsplit("/", 1)[-1].startswith((".", "_"))]
-    return tuple(sorted(sums)) if sums and None not in sums else None
+
+def _fingerprint_of(st: Any) -> str | None:
+    return (st.records.get("pre_committed") or {}).get("state_fingerprint") if st else None
 
 
-def _same(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
+def _same(a: str | None, b: str | None) -> bool:
     return a is not None and a == b
