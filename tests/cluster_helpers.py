@@ -1,0 +1,290 @@
+"""Helpers for the deployment-shaped integration tests.
+
+* :class:`StandaloneCluster` - a real Spark standalone cluster (one master, N workers) started from the
+  installed PySpark on 127.0.0.1, each daemon in its own process group so that it is always torn down.
+* :func:`write_like_pv_counts` - a stand-in for the ``write`` phase on S3, for where Spark cannot reach
+  S3 (pip's PySpark has no hadoop-aws jars). It honours ``spark_jobs/pv_counts.py``'s output contract
+  exactly and computes with the independent oracle ``tests/reference_pv.py``.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import reference_pv as ref
+from conftest import free_port
+
+from exactly_once.errors import StorageError
+from exactly_once.storage import Storage, storage_for, to_json
+
+# ---------------------------------------------------------------------------------------------- Spark
+
+SPARK_HOME = Path(sys.executable).resolve().parents[1] / "lib" / "python3.11" / "site-packages" / "pyspark"
+if not SPARK_HOME.is_dir():  # the venv's interpreter may be a symlink to the base Python
+    SPARK_HOME = Path(sys.prefix) / "lib" / "python3.11" / "site-packages" / "pyspark"
+
+
+def get_json(url: str, timeout: float = 5.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback only
+        return json.loads(resp.read())
+
+
+@dataclass
+class StandaloneCluster:
+    """A Spark standalone master + ``workers`` workers on 127.0.0.1 (1 core, 1 GB each)."""
+
+    workdir: Path
+    workers: int = 2
+    port: int = field(default_factory=free_port)
+    webui_port: int = field(default_factory=free_port)
+    worker_ui_ports: list[int] = field(default_factory=list)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    @property
+    def master_json_url(self) -> str:
+        return f"http://127.0.0.1:{self.webui_port}/json/"
+
+    def worker_json_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}/json/" for p in self.worker_ui_ports]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update({
+            "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOG_DIR": str(self.workdir / "logs"), "SPARK_WORKER_DIR": str(self.workdir / "work"),
+            "SPARK_PID_DIR": str(self.workdir / "pids"), "SPARK_NO_DAEMONIZE": "1",
+            "SPARK_DAEMON_MEMORY": "256m", "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        })
+        return env
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(self.workdir / "logs" / f"{name}.out", "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *args], env=self.env(),
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)  # own process group: killed as a whole
+        log.close()
+        self.procs.append(proc)
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.spawn()
+        self.wait_ready(timeout)
+
+    def spawn(self) -> None:
+        """Start the daemons without waiting for them (see :meth:`wait_ready`)."""
+        for sub in ("logs", "work", "pids"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        self._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(self.port), "--webui-port", str(self.webui_port)])
+        for i in range(self.workers):
+            ui = free_port()
+            self.worker_ui_ports.append(ui)
+            self._spawn(f"worker{i + 1}", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                                           "--cores", "1", "--memory", "1g", "--webui-port", str(ui),
+                                           "--work-dir", str(self.workdir / "work" / f"w{i + 1}"),
+                                           self.master_url])
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until the master's JSON says every worker is registered and alive."""
+        deadline = time.time() + timeout
+        state: Any = None
+        while time.time() < deadline:
+            dead = [p.args[1] for p in self.procs if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"Spark daemon(s) exited at start: {dead}; logs in {self.workdir / 'logs'}")
+            try:
+                state = get_json(self.master_json_url, timeout=2)
+                if state.get("aliveworkers") == self.workers:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"Spark cluster not ready after {timeout:.0f}s (last master state: {state}); "
+                           f"logs in {self.workdir / 'logs'}")
+
+    def stop(self) -> None:
+        """Kill every daemon's process group (workers first), then reap them. Never raises."""
+        for proc in reversed(self.procs):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait(10)
+
+    def state(self) -> dict[str, Any]:
+        return get_json(self.master_json_url)
+
+    def worker_states(self) -> list[dict[str, Any]]:
+        return [get_json(u) for u in self.worker_json_urls()]
+
+
+@contextmanager
+def standalone_cluster(workers: int = 2, workdir: Path | None = None,
+                       meanwhile: Callable[[], None] | None = None) -> Iterator[StandaloneCluster]:
+    """Start a cluster, yield it, and always tear it down (even when the start or the body fails).
+
+    ``meanwhile`` runs while the daemons start (e.g. the Airflow DB migration), before waiting for them.
+    """
+    cluster = StandaloneCluster(Path(workdir or tempfile.mkdtemp(prefix="eo-spark-")), workers=workers)
+    try:
+        cluster.spawn()
+        if meanwhile is not None:
+            meanwhile()
+        cluster.wait_ready()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+# ------------------------------------------------------------------------------- write stand-in (S3)
+
+DATA_SCHEMA = pa.schema([("app_id", pa.string()), ("pv", pa.int64()), ("uv", pa.int64()),
+                         ("cumulative_pv", pa.int64())])
+STATE_SCHEMA = pa.schema([("app_id", pa.string()), ("cumulative_pv", pa.int64())])
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def _read_state(store: Storage, state_dir: str) -> dict[str, int]:
+    state: dict[str, int] = {}
+    for entry in store.walk_files(state_dir):
+        if entry.rel.endswith(".parquet") and not entry.rel.startswith(("_", ".")):
+            with store.open(store.join(state_dir, entry.rel), "rb") as f:
+                for row in pq.read_table(f).to_pylist():
+                    state[row["app_id"]] = row["cumulative_pv"]
+    return state
+
+
+def _remove(store: Storage, path: str) -> None:
+    fs = getattr(store, "fs", None)
+    if fs is not None and fs.isfile(path):
+        fs.rm(path)
+    else:
+        store.remove_tree(path)
+
+
+def write_like_pv_counts(spec_url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
+    """The ``write`` phase of ``pv_pipeline`` without Spark, for a staging dir on S3.
+
+    Same contract as ``spark_jobs/pv_counts.py``: reads the spec ``begin`` wrote; deletes a stale
+    ``_counts.json`` first; refuses inputs that changed since they were frozen; reads exactly the
+    frozen inputs and the previous checkpoint's ``_state``; writes only below the staging dir
+    ``data/<partition>/part-0.parquet`` (sorted by ``app_id``), ``_quarantine/part-0.json`` (or removes
+    a stale one), ``_state/part-0.parquet`` and, last, ``_counts.json`` with the job's keys. The numbers
+    come from ``tests/reference_pv.py`` (the job's counting rules, implemented independently).
+    All S3 access uses ``storage_options`` (the connection's credentials), nothing else.
+    """
+    store, spec_key = storage_for(spec_url, **storage_options)
+    spec = store.read_json(spec_key)
+    _, staging = storage_for(spec["staging_dir"], **storage_options)
+    partition = spec["partition"]
+    counts_path = store.join(staging, "_counts.json")
+    if store.exists(counts_path):
+        _remove(store, counts_path)
+
+    with tempfile.TemporaryDirectory(prefix="eo-write-") as tmp:
+        local_files, by_local = [], {}
+        for i, item in enumerate(spec["inputs"]):
+            in_store, key = storage_for(item["path"], **storage_options)
+            meta = in_store.file_meta(key)
+            if meta["size"] != int(item["size"]) or (item.get("etag") and meta.get("etag")
+                                                      and meta["etag"] != item["etag"]):
+                raise StorageError(f"source {item['path']} changed since it was frozen; replay is impossible")
+            local = os.path.join(tmp, f"{i:05d}.jsonl")
+            with open(local, "wb") as f:
+                f.write(in_store.read_bytes(key))
+            local_files.append(local)
+            by_local[local] = item["path"]
+        prev: dict[str, int] = {}
+        if spec.get("prev_state"):
+            state_store, state_dir = storage_for(spec["prev_state"], **storage_options)
+            prev = _read_state(state_store, state_dir)
+        rows, new_state, counts = ref.compute(local_files, prev, partition)
+        bad = [dict(q, file=by_local[q["file"]]) for q in ref.quarantine(local_files)]
+
+    data = pa.Table.from_pylist(rows, schema=DATA_SCHEMA)
+    store.write_atomic(store.join(staging, "data", partition, "part-0.parquet"), _parquet_bytes(data))
+    quarantine = store.join(staging, "_quarantine")
+    if bad:
+        lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in bad)
+        store.write_atomic(store.join(quarantine, "part-0.json"), lines.encode())
+    elif store.exists(quarantine):
+        store.remove_tree(quarantine)
+    state = pa.Table.from_pylist([{"app_id": a, "cumulative_pv": n}
+                                  for a, n in sorted(new_state.items(), key=lambda kv: kv[0].encode())],
+                                 schema=STATE_SCHEMA)
+    store.write_atomic(store.join(staging, "_state", "part-0.parquet"), _parquet_bytes(state))
+    store.write_atomic(counts_path, to_json(counts))
+    return counts
+
+
+# ------------------------------------------------------------------ S3 server that checks credentials
+
+@contextmanager
+def authenticating_s3_server() -> Iterator[dict[str, str]]:
+    """A loopback ``moto_server`` that verifies every request's signature against IAM.
+
+    moto checks credentials only with ``INITIAL_NO_AUTH_ACTION_COUNT``: the first actions (here: create
+    an IAM user, give it a policy, make its access key) run unauthenticated, every later request must be
+    signed with a key moto issued. Yields ``{"endpoint_url", "key", "secret"}`` of that user.
+    """
+    import shutil
+
+    import boto3
+
+    from conftest import need, wait_port
+
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    need(exe is not None, "moto_server is not installed (pip install 'moto[server]')")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        need(wait_port(port), "moto_server did not start")
+        endpoint = f"http://127.0.0.1:{port}"
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="bootstrap", aws_secret_access_key="bootstrap")
+        iam.create_user(UserName="eo-pipeline")
+        iam.put_user_policy(UserName="eo-pipeline", PolicyName="s3", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="eo-pipeline")["AccessKey"]
+        yield {"endpoint_url": endpoint, "key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
