@@ -39,8 +39,11 @@ demo: install
 	@$(BIN)/python -m exactly_once.cli demo
 
 run-interval: install
-	@test -n "$(DAG)" -a -n "$(DATE)" || { echo "usage: make run-interval DAG=<dag_id> DATE=YYYY-MM-DD"; exit 2; }
-	@$(BIN)/python -m exactly_once.cli run-interval --dag "$(DAG)" --date "$(DATE)"
+	@test -n "$(DAG)" -a -n "$(DATE)" || { echo "usage: make run-interval DAG=<dag_id> DATE=YYYY-MM-DD [REPROCESS=1]"; exit 2; }
+	@$(BIN)/python -m exactly_once.cli run-interval --dag "$(DAG)" --date "$(DATE)" $(if $(filter 1,$(REPROCESS)),--reprocess)
+
+chaos: install
+	$(BIN)/python -m exactly_once.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf data .airflow .pytest_cache .hypothesis

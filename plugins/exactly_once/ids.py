@@ -21,7 +21,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _PART_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PART_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
 _TOKEN_FMT = "%Y%m%dT%H%M%SZ"
-_TXN = re.compile(r"(\d{8}T\d{6}Z_\d{8}T\d{6}Z)\.e(\d{6,})")
+_TXN = re.compile(r"([0-9]{8}T[0-9]{6}Z_[0-9]{8}T[0-9]{6}Z)\.e([0-9]{6,})")
 
 
 def check_name(value: str, what: str = "identifier") -> str:
@@ -94,11 +94,14 @@ class Interval:
     @classmethod
     def from_token(cls, token: str) -> "Interval":
         """Parse a token made by :attr:`token`; anything else is refused."""
-        m = re.fullmatch(r"(\d{8}T\d{6}Z)_(\d{8}T\d{6}Z)", token or "")
+        m = re.fullmatch(r"([0-9]{8}T[0-9]{6}Z)_([0-9]{8}T[0-9]{6}Z)", token) if isinstance(token, str) else None
         if not m:
             raise UnsafeIdentifierError(f"not an interval token: {token!r}")
-        parse = lambda s: datetime.strptime(s, _TOKEN_FMT).replace(tzinfo=timezone.utc)  # noqa: E731
-        return cls(parse(m.group(1)), parse(m.group(2)))
+        try:
+            start, end = (datetime.strptime(g, _TOKEN_FMT).replace(tzinfo=timezone.utc) for g in m.groups())
+        except ValueError as exc:  # month 13, 30 February ...
+            raise UnsafeIdentifierError(f"not an interval token: {token!r} ({exc})") from None
+        return cls(start, end)
 
     @property
     def token(self) -> str:

@@ -415,6 +415,8 @@ def redact(url: str) -> str:
     parts = urlsplit(url)
     if parts.username or parts.password:
         return url.replace(parts.netloc, "***@" + (parts.hostname or ""), 1)
+    if ":" in parts.netloc and "@" in url:  # key:se/cret@host - a '/' in the secret ends the netloc early
+        return f"{parts.scheme}://***@{url.rsplit('@', 1)[1]}"
     return url
 
 
@@ -429,7 +431,7 @@ def storage_for(url: str, **options: Any) -> tuple[Storage, str]:
         path = os.path.abspath(parts.path if parts.scheme else url)
         return LocalStorage(), path
     if parts.scheme in ("s3", "s3a"):
-        if parts.username or parts.password:
+        if parts.username or parts.password or ":" in parts.netloc:  # no bucket name holds a ':'
             raise ConfigError(f"credentials in a storage URL are refused ({redact(url)}); use a connection")
         import s3fs  # imported lazily: local runs need no AWS stack
 

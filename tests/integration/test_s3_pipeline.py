@@ -261,10 +261,7 @@ def test_bad_connection_fails_without_revealing_credentials(env, broken, monkeyp
 
 @pytest.mark.parametrize("secret", [
     "s3cr3t-in-the-url",
-    pytest.param("wJalrXUtnFEMI/K7MDENG+bPxRfiCY", marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG (also xfail in tests/unit/test_protocol_safety.py): a '/' in the secret, as real AWS secrets "
-        "have, ends urlsplit's netloc early, so no user-info is found; the URL is accepted and the key and "
-        "secret become the bucket and the path"))),
+    "wJalrXUtnFEMI/K7MDENG+bPxRfiCY",  # a '/' in the secret, as real AWS secrets have
 ])
 def test_credentials_in_the_data_root_url_are_refused(env, secret, monkeypatch):
     monkeypatch.setenv("EO_DATA_ROOT", f"s3://AKIAINURL0000000:{secret}@{env.bucket}/eo")
