@@ -62,7 +62,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from exactly_once.errors import ConfigError, StorageError  # noqa: E402
 from exactly_once.failpoints import failpoint  # noqa: E402
 from exactly_once.ids import check_partition  # noqa: E402
-from exactly_once.storage import Storage, storage_for, to_json  # noqa: E402
+from exactly_once.storage import storage_for, to_json  # noqa: E402
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 MAX_LINE_CHARS = 2_000_000
@@ -206,17 +206,6 @@ def _validate(spark: SparkSession, spec: dict[str, Any]) -> None:
         raise ConfigError(f"prev_state {prev} lies inside the staging dir it would overwrite")
 
 
-def _remove(store: Storage, path: str) -> None:
-    """Delete a file or dir below the staging dir if present (S3 keys need the fs's own ``rm``)."""
-    if not store.exists(path):
-        return
-    fs = getattr(store, "fs", None)
-    if fs is not None and fs.isfile(path):
-        fs.rm(path)
-    else:
-        store.remove_tree(path)
-
-
 def run(spark: SparkSession, spec: dict[str, Any]) -> dict[str, Any]:
     """Compute and stage one interval (see the module docstring); returns the ``_counts.json`` dict.
 
@@ -226,7 +215,7 @@ def run(spark: SparkSession, spec: dict[str, Any]) -> dict[str, Any]:
     inputs, partition, staging = list(spec["inputs"]), spec["partition"], spec["staging_dir"]
     store, root = storage_for(staging)
     counts_path = store.join(root, "_counts.json")
-    _remove(store, counts_path)
+    store.remove_tree(counts_path)
     check_frozen(inputs)
 
     parsed = classify(read_lines(spark, inputs)).persist()
@@ -247,7 +236,7 @@ def run(spark: SparkSession, spec: dict[str, Any]) -> dict[str, Any]:
              .select("file", F.substring("raw", 1, RAW_CHARS).alias("raw"), "reason").coalesce(1)
              .write.mode("overwrite").json(spark_url(_child(staging, "_quarantine"))))
         else:
-            _remove(store, store.join(root, "_quarantine"))
+            store.remove_tree(store.join(root, "_quarantine"))
         failpoint("write.partial")
         (apps.filter("in_state").select("app_id", "cumulative_pv").coalesce(1).sortWithinPartitions("app_id")
          .write.mode("overwrite").parquet(spark_url(_child(staging, "_state"))))

@@ -185,14 +185,6 @@ def _read_state(store: Storage, state_dir: str) -> dict[str, int]:
     return state
 
 
-def _remove(store: Storage, path: str) -> None:
-    fs = getattr(store, "fs", None)
-    if fs is not None and fs.isfile(path):
-        fs.rm(path)
-    else:
-        store.remove_tree(path)
-
-
 def write_like_pv_counts(spec_url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
     """The ``write`` phase of ``pv_pipeline`` without Spark, for a staging dir on S3.
 
@@ -210,7 +202,7 @@ def write_like_pv_counts(spec_url: str, storage_options: dict[str, Any]) -> dict
     partition = spec["partition"]
     counts_path = store.join(staging, "_counts.json")
     if store.exists(counts_path):
-        _remove(store, counts_path)
+        store.remove_tree(counts_path)
 
     with tempfile.TemporaryDirectory(prefix="eo-write-") as tmp:
         local_files, by_local = [], {}

@@ -21,6 +21,8 @@ import random
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
+from .storage import LocalStorage
+
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 OTHER_EVENTS = ("click", "scroll", "purchase")
 _PLUS2 = timezone(timedelta(hours=2))
@@ -103,21 +105,14 @@ def _day_files(day: str, rng: random.Random, *, events: int, app_ids: list[str],
 
 
 def _write_atomic(path: str, data: bytes) -> bool:
-    """Write ``data`` to ``path`` via a hidden temp file + rename; False if it already held ``data``."""
+    """Write ``data`` to ``path`` atomically (temp file + rename); False if it already held ``data``."""
     try:
         with open(path, "rb") as f:
             if f.read() == data:
                 return False
     except FileNotFoundError:
         pass
-    directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    LocalStorage().write_atomic(path, data)
     return True
 
 

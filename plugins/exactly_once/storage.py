@@ -96,7 +96,8 @@ class Storage(ABC):
 
     @abstractmethod
     def remove_tree(self, path: str) -> None:
-        """Delete ``path`` and everything below it without following symlinks; no error if absent."""
+        """Delete ``path`` (a file, or a dir and everything below it) without following symlinks; no
+        error if absent."""
 
     @abstractmethod
     def move_tree(self, src: str, dst: str) -> None:
@@ -324,6 +325,9 @@ class S3Storage(Storage):
 
     def remove_tree(self, path: str) -> None:
         self.fs.invalidate_cache(path)
+        if self.fs.isfile(path):
+            self.fs.rm(path)
+            return
         keys = [posixpath.join(path, e.rel) for e in self.walk_files(path)]
         if keys:
             self.fs.rm(keys)
