@@ -45,5 +45,8 @@ run-interval: install
 chaos: install
 	$(BIN)/python -m exactly_once.chaos $(CHAOS_ARGS)
 
+bench: install
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 clean:
 	rm -rf data .airflow .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Benchmarks: the price of exactly-once, measured side by side (``make bench``; see docs/BENCHMARKS.md)."""

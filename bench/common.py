@@ -1,0 +1,72 @@
+"""Timing helpers and machine facts shared by every section."""
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (ROOT / "plugins", ROOT / "spark_jobs", ROOT):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def stats(samples: list[float]) -> dict[str, Any]:
+    """Median, min, max and the raw samples (seconds, rounded to 0.1 ms)."""
+    s = [round(x, 4) for x in samples]
+    return {"median": round(statistics.median(s), 4) if s else None, "min": min(s, default=None),
+            "max": max(s, default=None), "n": len(s), "samples": s}
+
+
+def clock(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    """Cores, RAM, CPU model, load average now, and the versions that matter."""
+    mem_kb = 0
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()[0]
+    except (OSError, IndexError):
+        java = None
+    return {
+        "cores": os.cpu_count(), "ram_gb": round(mem_kb / 1024 / 1024, 1), "cpu": cpu,
+        "platform": platform.platform(), "python": platform.python_version(), "java": java,
+        "versions": {d: _version(d) for d in ("pyspark", "apache-airflow", "great_expectations", "s3fs",
+                                               "pyarrow", "moto", "apache-airflow-providers-apache-spark")},
+        "loadavg_start": loadavg(),
+    }

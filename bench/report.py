@@ -1,0 +1,243 @@
+"""Tables (markdown) from a results JSON, the commit-vs-files plot, and docs/BENCHMARKS.md."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT
+
+TARGETS = {
+    "write": "two-phase write <= 1.05x plain at 10M rows",
+    "commit": "local commit <= 0.5 s at 1,000 files",
+    "recovery": "recovery <= 10% of a full run",
+    "airflow": "whole-interval time <= 1.3x the naive DAG",
+}
+PLOT = ROOT / "docs" / "img" / "commit_vs_files.png"
+
+
+def _s(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _med(d: dict[str, Any]) -> float | None:
+    return d.get("median") if isinstance(d, dict) else None
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def write_table(sec: dict[str, Any]) -> str:
+    names = ["plain", "v1", "v2", "two_phase", "two_phase_no_checksums"]
+    label = {"plain": "plain overwrite", "v1": "committer v1", "v2": "committer v2",
+             "two_phase": "two-phase (checksums)", "two_phase_no_checksums": "two-phase (no checksums)"}
+    rows = []
+    for size, r in sec["sizes"].items():
+        for n in names:
+            v = r["variants"][n]
+            phases = ""
+            if "write" in v:
+                phases = (f"begin {_s(_med(v['begin']), 3)} / write {_s(_med(v['write']))} / "
+                          f"pre_commit {_s(_med(v['pre_commit']), 3)} / commit {_s(_med(v['commit']), 3)}")
+            rows.append([f"{int(size):,}", label[n], _s(_med(v["total"])),
+                         f"{_s(v['total']['min'])}-{_s(v['total']['max'])}", f"{v['ratio_to_plain']:.3f}x", phases])
+        rows.append([f"{int(size):,}", f"*outputs equal (rows, checksum, files)*", "", "",
+                     "yes" if r["outputs_equal"] else "**NO**",
+                     f"{r['outputs']['plain']['rows']:,} rows, {r['outputs']['plain']['files']} files, "
+                     f"{r['output_bytes'] / 1e6:.1f} MB"])
+    return table(["rows", "variant", "median s", "min-max s", "vs plain", "two-phase phases (median s)"], rows)
+
+
+def commit_table(sec: dict[str, Any]) -> str:
+    rows = []
+    for backend, res in sec["backends"].items():
+        for n, r in res.items():
+            rows.append([backend, f"{int(n):,}", _s(_med(r["commit"]), 3),
+                         f"{_s(r['commit']['min'], 3)}-{_s(r['commit']['max'], 3)}",
+                         _s(_med(r["pre_commit"]), 3), _s(_med(r["stage"]), 2)])
+    return table(["storage", "files", "commit median s", "min-max s", "pre_commit s (no checksums)",
+                  "staging the files s"], rows)
+
+
+def recovery_table(sec: dict[str, Any]) -> str:
+    rows = []
+    for size, r in sec["sizes"].items():
+        f = r["full_run"]
+        rows.append([f"{int(size):,}", _s(_med(f["total"])), _s(_med(f["write"])), _s(_med(f["pre_commit"]), 3),
+                     _s(_med(f["commit"]), 3), _s(_med(r["recover"]), 3), f"{r['ratio']:.1%}",
+                     "yes" if r["all_committed_without_recompute"] else "**NO**"])
+    return table(["rows", "full run s", "of it: write", "pre_commit", "commit", "recover() s",
+                  "recover / full", "committed, no recompute"], rows)
+
+
+def airflow_table(sec: dict[str, Any]) -> str:
+    o, n = sec["ours"], sec["naive"]
+    jo, jn = sec["jvm_starts_per_interval"]["ours"], sec["jvm_starts_per_interval"]["naive"]
+    rows = [["pv_pipeline (exactly-once, 6 tasks)", _s(o["median"], 1), f"{_s(o['min'], 1)}-{_s(o['max'], 1)}",
+             str(o["n"]), f"{sec['ratio']:.2f}x", ",".join(map(str, jo))],
+            ["naive_pv (1 SparkSubmitOperator)", _s(n["median"], 1), f"{_s(n['min'], 1)}-{_s(n['max'], 1)}",
+             str(n["n"]), "1.00x", ",".join(map(str, jn))]]
+    text = table(["DAG", "interval median s", "min-max s", "intervals", "vs naive", "JVM starts per interval"], rows)
+    text += f"\n\nFixed overhead per interval: **{sec['overhead_seconds']:.1f} s** ({sec['events_per_interval']:,} events per interval)."
+    b = sec.get("backfill")
+    if b:
+        text += "\n\n" + table(["backfill", "intervals", "total s", "per interval median s"], [
+            ["pv_pipeline", str(b["ours"]["intervals"]), _s(b["ours"]["total_seconds"], 1),
+             _s(b["ours"]["per_interval"]["median"], 1)],
+            ["naive_pv", str(b["naive"]["intervals"]), _s(b["naive"]["total_seconds"], 1),
+             _s(b["naive"]["per_interval"]["median"], 1)],
+            ["ratio", "", f"{b['ratio']:.2f}x", ""]])
+    tasks = sec.get("task_seconds_median") or {}
+    if tasks.get("ours"):
+        rows = [[f"pv_pipeline: {t}", _s(s, 2)] for t, s in tasks["ours"].items()]
+        rows += [[f"naive_pv: {t}", _s(s, 2)] for t, s in tasks.get("naive", {}).items()]
+        text += "\n\nTask durations as Airflow records them (median s, successful runs of this bench):\n\n"
+        text += table(["task", "median s"], rows)
+    return text
+
+
+def validate_table(sec: dict[str, Any]) -> str:
+    t = (sec.get("first_validate_in_process") or {}).get("timings_ms") or {}
+    rows = [[f"{sec['events']:,} events ({sec['lines']:,} lines, {sec['input_files']} files) -> {sec['rows_out']} rows",
+             _s(_med(sec["write"])), _s(_med(sec["validate"])), f"{sec['share_of_write']:.0%}",
+             _s(_med(sec["gx_import_fresh_process"])), _s((sec.get('first_validate_in_process') or {}).get('seconds'))]]
+    text = table(["pv job input", "write (in-process Spark) s", "validate_staged s", "validate / write",
+                  "GX import (fresh process) s", "first validate in process s"], rows)
+    if t:
+        text += "\n\nInside the first validate_staged call (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in t.items())
+    return text
+
+
+RENDER = {"write": ("1. Spark write path", write_table), "commit": ("2. Commit cost vs number of files", commit_table),
+          "recovery": ("3. Recovery vs a full run", recovery_table),
+          "airflow": ("4. Whole interval through Airflow vs a naive one-task DAG", airflow_table),
+          "validate": ("5. Validate phase vs the write", validate_table)}
+
+
+def verdicts(sections: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    if "write" in sections:
+        sizes = sections["write"]["sizes"]
+        big = max(sizes, key=int)
+        r = sizes[big]["variants"]["two_phase"]["ratio_to_plain"]
+        r2 = sizes[big]["variants"]["two_phase_no_checksums"]["ratio_to_plain"]
+        note = "" if int(big) >= 10_000_000 else f" (measured at {int(big):,} rows, not 10M)"
+        rows.append([TARGETS["write"], f"{r:.3f}x (no checksums {r2:.3f}x){note}", "met" if r <= 1.05 else "missed"])
+    if "commit" in sections:
+        loc = sections["commit"]["backends"]["local"]
+        if "1000" in loc:
+            v = loc["1000"]["commit"]["median"]
+            rows.append([TARGETS["commit"], f"{v:.3f} s", "met" if v <= 0.5 else "missed"])
+    if "recovery" in sections:
+        for size, r in sections["recovery"]["sizes"].items():
+            rows.append([TARGETS["recovery"] + f" ({int(size):,} rows)", f"{r['ratio']:.1%}",
+                         "met" if r["ratio"] <= 0.10 else "missed"])
+    if "airflow" in sections:
+        r = sections["airflow"]["ratio"]
+        rows.append([TARGETS["airflow"], f"{r:.2f}x (+{sections['airflow']['overhead_seconds']:.1f} s)",
+                     "met" if r <= 1.3 else "missed"])
+    return rows
+
+
+def tables(results: dict[str, Any]) -> str:
+    out = []
+    for key, (title, fn) in RENDER.items():
+        if key in results.get("sections", {}):
+            out.append(f"### {title}\n\n{fn(results['sections'][key])}\n")
+    v = verdicts(results.get("sections", {}))
+    if v:
+        out.append("### Targets\n\n" + table(["target", "measured", "verdict"], v) + "\n")
+    return "\n".join(out)
+
+
+def plot(sec: dict[str, Any], path: Path = PLOT) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for backend, res in sec["backends"].items():
+        xs = [int(n) for n in res]
+        ys = [res[n]["commit"]["median"] for n in res]
+        lo = [res[n]["commit"]["median"] - res[n]["commit"]["min"] for n in res]
+        hi = [res[n]["commit"]["max"] - res[n]["commit"]["median"] for n in res]
+        label = "local FS (rename + symlink swap)" if backend == "local" else "S3 via s3fs, moto_server on loopback (copies)"
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
+    ax.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="target: local 0.5 s at 1,000 files")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("files in the transaction")
+    ax.set_ylabel("commit() wall time, s (median, min-max)")
+    ax.set_title("Commit cost vs number of files")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _newest_per_section(results_dir: Path, extra: list[tuple[Path, dict[str, Any]]]) -> dict[str, tuple[str, dict, dict]]:
+    found: list[tuple[str, str, dict[str, Any]]] = []
+    for p in sorted(results_dir.glob("*.json")):
+        try:
+            found.append((p.stem, p.name, json.loads(p.read_text())))
+        except (OSError, ValueError):
+            continue
+    for p, r in extra:
+        if p.parent.resolve() != results_dir.resolve():
+            found.append((r.get("started", p.stem), p.name, r))
+    pick: dict[str, tuple[str, dict, dict]] = {}
+    for _, name, r in sorted(found, key=lambda x: x[0]):
+        if r.get("config", {}).get("no_doc"):
+            continue
+        for key, sec in r.get("sections", {}).items():
+            pick[key] = (name, r, sec)  # newest wins
+    return pick
+
+
+def render_from_results(results_dir: Path, doc: Path, extra: list[tuple[Path, dict[str, Any]]] | None = None) -> None:
+    pick = _newest_per_section(results_dir, extra or [])
+    if not pick:
+        raise SystemExit(f"no results in {results_dir}; run python -m bench first")
+    sections = {k: v[2] for k, v in pick.items()}
+    parts = [(ROOT / "bench" / "doc_head.md").read_text().rstrip() + "\n"]
+    parts.append("## Machine and runs\n")
+    runs = {}
+    for key, (name, r, sec) in pick.items():
+        runs.setdefault(name, (r, []))[1].append(key)
+    m = next(iter(runs.values()))[0]["machine"]
+    v = m["versions"]
+    parts.append(f"{m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, {m['platform']}; Python {m['python']}, "
+                 f"{m['java']}; PySpark {v['pyspark']}, Airflow {v['apache-airflow']} (Spark provider "
+                 f"{v['apache-airflow-providers-apache-spark']}), Great Expectations {v['great_expectations']}, "
+                 f"s3fs {v['s3fs']}, pyarrow {v['pyarrow']}, moto {v['moto']}. The machine is shared: other "
+                 "sessions were running test suites at the same time, so the load average is part of every number.\n")
+    rows = []
+    for name, (r, keys) in runs.items():
+        c = r["config"]
+        rows.append([f"`{name}`", ", ".join(keys), f"`{' '.join(map(str, r.get('argv') or [])) or '(defaults)'}`",
+                     f"{r['machine']['loadavg_start']} -> {r['machine'].get('loadavg_end')}",
+                     f"{r.get('seconds', 0):.0f}", f"{c['reps']} (+{c['warmup']} warm-up)"])
+    parts.append(table(["results file", "sections", "arguments", "load average (1/5/15 min) start -> end",
+                        "run s", "reps"], rows) + "\n")
+    for key, (title, fn) in RENDER.items():
+        if key in sections:
+            parts.append(f"## {title}\n\n{fn(sections[key])}\n")
+            if key == "commit":
+                plot(sections[key])
+                parts.append(f"![commit time vs files](img/{PLOT.name})\n")
+            note = ROOT / "bench" / "notes" / f"{key}.md"
+            if note.exists():
+                parts.append(note.read_text().rstrip() + "\n")
+    parts.append("## Targets\n\n" + table(["target", "measured", "verdict"], verdicts(sections)) + "\n")
+    tail = ROOT / "bench" / "notes" / "targets.md"
+    if tail.exists():
+        parts.append(tail.read_text().rstrip() + "\n")
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text("\n".join(parts))

@@ -1,0 +1,155 @@
+"""``make bench`` / ``python -m bench``: the price of exactly-once, measured side by side.
+
+Sections (``--only`` picks some; default all):
+
+* ``write``    Spark write path: plain overwrite vs FileOutputCommitter v1 / v2 vs the two-phase commit
+* ``commit``   ``commit()`` alone vs number of files, local FS and a loopback S3 server (moto_server)
+* ``recovery`` recovering a transaction that crashed after pre_commit vs a full run
+* ``airflow``  one pv_pipeline interval through Airflow vs a naive one-SparkSubmitOperator DAG (+ backfill)
+* ``validate`` the GX completeness gate on a staged pv output vs the write; GX import time
+
+Results: ``bench/results/<timestamp>.json``; ``docs/BENCHMARKS.md`` (+ ``docs/img/commit_vs_files.png``)
+is rendered from the newest result of each section (``--report-only`` re-renders without measuring).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # python bench/run.py
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, loadavg, machine, say  # noqa: E402
+
+SECTIONS = ("write", "commit", "recovery", "airflow", "validate")
+RESULTS = ROOT / "bench" / "results"
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes, fewer repetitions (a few minutes)")
+    p.add_argument("--only", default=",".join(SECTIONS), help=f"comma list of {SECTIONS}")
+    p.add_argument("--sizes", help="rows for the write/recovery sections (default 1000000,10000000)")
+    p.add_argument("--recovery-sizes", help="rows for the recovery section (default: --sizes)")
+    p.add_argument("--write-files", type=int, help="files per write (Spark partitions), default 8")
+    p.add_argument("--files", help="file counts for the commit section (default 10,100,1000,10000)")
+    p.add_argument("--s3-files", help="file counts for S3 in the commit section (default: --files)")
+    p.add_argument("--reps", type=int, help="timed repetitions (default 3)")
+    p.add_argument("--warmup", type=int, help="warm-up runs per variant (default 1)")
+    p.add_argument("--intervals", type=int, help="Airflow intervals per DAG for the median (default 3)")
+    p.add_argument("--airflow-warmup", type=int, default=1, help="untimed Airflow intervals per DAG first (0 or 1)")
+    p.add_argument("--backfill", type=int, help="Airflow backfill length K (default 30; quick 3; 0 = skip)")
+    p.add_argument("--events", type=int, help="events per interval for the Airflow section (default 20000)")
+    p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
+    p.add_argument("--no-s3", action="store_true", help="commit section: local filesystem only")
+    p.add_argument("--workdir", help="scratch dir (default: a temp dir, deleted unless --keep)")
+    p.add_argument("--keep", action="store_true", help="keep the scratch dir")
+    p.add_argument("--airflow-home", help="AIRFLOW_HOME for the Airflow section (default bench/results/airflow-home)")
+    p.add_argument("--out", help="results JSON path (default bench/results/<timestamp>.json)")
+    p.add_argument("--doc", default=str(ROOT / "docs" / "BENCHMARKS.md"), help="markdown report to (re)write")
+    p.add_argument("--no-doc", action="store_true", help="do not touch docs/")
+    p.add_argument("--report-only", action="store_true", help="re-render the doc from bench/results/*.json")
+    a = p.parse_args(argv)
+    q = a.quick
+    a.sizes = _ints(a.sizes) if a.sizes else ([100_000, 1_000_000] if q else [1_000_000, 10_000_000])
+    a.recovery_sizes = _ints(a.recovery_sizes) if a.recovery_sizes else a.sizes
+    a.files = _ints(a.files) if a.files else ([10, 100, 1000] if q else [10, 100, 1000, 10000])
+    a.s3_files = _ints(a.s3_files) if a.s3_files else a.files
+    a.write_files = a.write_files or 8
+    a.reps = a.reps if a.reps is not None else 3
+    a.warmup = a.warmup if a.warmup is not None else 1
+    a.intervals = a.intervals if a.intervals is not None else 3
+    a.backfill = a.backfill if a.backfill is not None else (3 if q else 30)
+    a.events = a.events or 20_000
+    a.validate_events = a.validate_events or (100_000 if q else 500_000)
+    a.only = [s.strip() for s in a.only.split(",") if s.strip()]
+    bad = set(a.only) - set(SECTIONS)
+    if bad:
+        p.error(f"unknown section(s) {sorted(bad)}; choose from {SECTIONS}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    from bench import report
+
+    if a.report_only:
+        report.render_from_results(RESULTS, Path(a.doc))
+        return 0
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    out_path = Path(a.out) if a.out else RESULTS / f"{stamp}.json"
+    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="eo-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "started": stamp, "argv": sys.argv[1:] if argv is None else argv, "machine": machine(),
+        "config": {k: v for k, v in vars(a).items() if k not in ("doc", "out")}, "sections": {}}
+    say(f"machine: {results['machine']['cores']} cores, {results['machine']['ram_gb']} GB, "
+        f"load {results['machine']['loadavg_start']}; workdir {work}")
+    t0 = time.perf_counter()
+
+    def save() -> None:
+        results["machine"]["loadavg_end"] = loadavg()
+        results["seconds"] = round(time.perf_counter() - t0, 1)
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=2, sort_keys=True, default=str) + "\n")
+
+    try:
+        spark = None
+        if {"write", "recovery", "validate"} & set(a.only):
+            from bench.spark_sections import spark_session
+
+            spark = spark_session()
+        for section in a.only:
+            s0 = time.perf_counter()
+            if section == "write":
+                from bench.spark_sections import write_path
+
+                res = write_path(spark, work, a.sizes, a.write_files, a.reps, a.warmup)
+            elif section == "commit":
+                from bench.commit_files import commit_vs_files
+
+                res = commit_vs_files(work, a.files, a.reps, a.warmup, s3=not a.no_s3, s3_counts=a.s3_files)
+            elif section == "recovery":
+                from bench.spark_sections import recovery
+
+                res = recovery(spark, work, a.recovery_sizes, a.write_files, a.reps, a.warmup)
+            elif section == "validate":
+                from bench.spark_sections import validate_cost
+
+                res = validate_cost(spark, work, a.validate_events, a.reps, a.warmup)
+            else:
+                from bench.airflow_cmp import airflow_compare
+
+                home = Path(a.airflow_home) if a.airflow_home else RESULTS / "airflow-home"
+                res = airflow_compare(work, a.intervals, a.backfill, a.events, home, a.airflow_warmup)
+            res["section_seconds"] = round(time.perf_counter() - s0, 1)
+            results["sections"][section] = res
+            save()
+        if spark is not None:
+            spark.stop()
+    finally:
+        save()
+        if not a.keep and not a.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    say(f"results: {out_path} ({results['seconds']:.0f}s)")
+    print(report.tables(results))
+    if not a.no_doc:
+        report.render_from_results(RESULTS, Path(a.doc), extra=[(out_path, results)])
+        say(f"report: {a.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

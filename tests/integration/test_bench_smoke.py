@@ -1,0 +1,91 @@
+"""Smoke test of the benchmark code paths (``python -m bench``) with tiny sizes.
+
+Checks that every measured section lands in the results JSON with positive numbers, that the two-phase
+output equals the plain write (row count and a checksum over the sorted rows), that recovery committed
+without recomputing, and that the naive baseline DAG parses. No timing thresholds: timings on a shared
+machine are not test material.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import ROOT
+from eo_testing import need
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _positive(node, where: str = "") -> int:
+    """Assert every timing (a stats dict's median / samples) below ``node`` is > 0; return how many."""
+    seen = 0
+    if isinstance(node, dict):
+        if "median" in node and "samples" in node:
+            assert node["median"] > 0 and all(s > 0 for s in node["samples"]), where
+            return 1
+        for k, v in node.items():
+            seen += _positive(v, f"{where}.{k}")
+    return seen
+
+
+def _sorted_rows_digest(path: str) -> tuple[int, str]:
+    table = pq.read_table(path)
+    rows = sorted(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
+    return len(rows), hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
+
+def test_bench_sections_on_tiny_sizes(tmp_path):
+    import shutil
+
+    need(shutil.which("java") is not None, "Java is not installed")
+    out = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--only", "write,commit,recovery,validate", "--sizes", "10000",
+         "--files", "10", "--write-files", "4", "--reps", "1", "--warmup", "0", "--validate-events", "2000",
+         "--workdir", str(tmp_path / "work"), "--out", str(out), "--no-doc"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    sections = res["sections"]
+    assert set(sections) == {"write", "commit", "recovery", "validate"}
+    for name, sec in sections.items():
+        assert _positive(sec, name) > 0, f"no timings in {name}"
+        assert sec["section_seconds"] > 0
+
+    write = sections["write"]["sizes"]["10000"]
+    assert set(write["variants"]) == {"plain", "v1", "v2", "two_phase", "two_phase_no_checksums"}
+    assert all(v["ratio_to_plain"] > 0 for v in write["variants"].values())
+    assert write["outputs_equal"]
+    plain = _sorted_rows_digest(write["outputs"]["plain"]["path"])
+    assert plain[0] == 10000
+    for variant in ("two_phase", "two_phase_no_checksums", "v1", "v2"):
+        assert _sorted_rows_digest(write["outputs"][variant]["path"]) == plain, variant
+        assert write["outputs"][variant]["files"] == write["outputs"]["plain"]["files"] == 4
+
+    commit = sections["commit"]["backends"]
+    assert set(commit) == {"local", "s3"}
+    assert all(commit[b]["10"]["commit"]["median"] > 0 for b in commit)
+
+    rec = sections["recovery"]["sizes"]["10000"]
+    assert rec["all_committed_without_recompute"] and rec["ratio"] > 0
+    assert any("recovered and committed" in a for a in rec["actions"])
+
+    val = sections["validate"]
+    assert val["share_of_write"] > 0 and val["gx_import_fresh_process"]["median"] > 0 and val["rows_out"] > 0
+
+
+def test_naive_baseline_dag_parses(tmp_path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    (tmp_path / "naive_pv.py").symlink_to(ROOT / "bench" / "dags" / "naive_pv.py")
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert bag.import_errors == {}
+    dag = bag.dags["naive_pv"]
+    assert [t.task_id for t in dag.tasks] == ["write"]
+    assert type(dag.tasks[0]).__name__ == "SparkSubmitOperator"
