@@ -1,0 +1,417 @@
+"""Helpers for the pipeline-level fault tests (tests/integration/test_fault_matrix.py, test_bad_inputs.py).
+
+* :func:`stage_write` - the ``write`` task without a JVM: ``spark_jobs/pv_counts.py``'s output contract,
+  computed by the independent oracle ``tests/reference_pv.py``, with ``failpoint("write.partial")`` at the
+  same place as in the Spark job (after the data and the quarantine, before ``_state`` and, last,
+  ``_counts.json``). Works on a local table and on S3 (storage options = the connection's).
+* :class:`Driver` - drives :class:`exactly_once.pipeline.IntervalRun` the way Airflow's tasks do: one
+  phase (task) at a time, each either **in this process** or in a **child process** (so that a ``crash``
+  failpoint - ``os._exit(137)`` - really kills it). The only thing handed from task to task is what XCom
+  carries: the transaction dict and the spec URL.
+* Child processes are forked from a *forkserver* that imported the heavy modules (Great Expectations,
+  pyarrow, s3fs, airflow.sdk) once, so a child costs milliseconds instead of the 10-30 s a cold import of
+  GX takes on a loaded 2-core box. A child is still a separate process: nothing of the parent's memory
+  (s3fs caches, open handles) is shared with it, ``os._exit`` ends it, and its exit code is observed.
+* Readers and checks: :func:`visible_rows` (local: ``pyarrow.dataset`` with hive partitioning AND the
+  exact reader must agree; S3: ``sink.live_files``), :func:`rows_checksum`, :func:`epoch_problems`
+  (every epoch ended COMMITTED+published or ABORTED), plus ``protocol_helpers.leftovers`` /
+  ``log_problems`` re-exported.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for _p in (str(ROOT / "plugins"), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+import reference_pv as ref  # noqa: E402
+from exactly_once.config import PipelineConfig  # noqa: E402
+from exactly_once.errors import (FencedError, StorageError, TransactionAbortedError,  # noqa: E402
+                                 UnsafeIdentifierError, ValidationFailedError)
+from exactly_once.failpoints import failpoint  # noqa: E402
+from exactly_once.ids import Interval, TxnRef  # noqa: E402
+from exactly_once.pipeline import IntervalRun  # noqa: E402
+from exactly_once.storage import LocalStorage, Storage, storage_for, to_json  # noqa: E402
+from exactly_once.transaction import TwoPhaseCommitSink  # noqa: E402
+from exactly_once.txlog import State  # noqa: E402
+from protocol_helpers import leftovers, log_problems  # noqa: E402,F401  (re-exported)
+
+SUITE = str(ROOT / "expectations" / "app_pv.json")
+APPLICATION = str(ROOT / "spark_jobs" / "pv_counts.py")
+COLUMNS = ["app_id", "pv", "uv", "cumulative_pv"]
+DATA_SCHEMA = pa.schema([("app_id", pa.string()), ("pv", pa.int64()), ("uv", pa.int64()),
+                         ("cumulative_pv", pa.int64())])
+STATE_SCHEMA = pa.schema([("app_id", pa.string()), ("cumulative_pv", pa.int64())])
+PHASES = ("begin", "write", "pre_commit", "validate", "commit")
+# errors no retry can fix: the operator aborts the transaction in the failing task and fails it for good
+# (exactly_once.airflow.operators.FINAL, repeated here so that the local runs need no Airflow import)
+FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError)
+FINAL_NAMES = {e.__name__ for e in FINAL}
+Row = tuple
+
+
+# ------------------------------------------------------------------------------ the write stand-in
+def _parquet_bytes(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def _rm(store: Storage, path: str) -> None:
+    fs = getattr(store, "fs", None)
+    if fs is not None and fs.isfile(path):
+        fs.rm(path)
+    elif isinstance(store, LocalStorage) and os.path.isfile(path) and not os.path.islink(path):
+        os.unlink(path)
+    else:
+        store.remove_tree(path)
+
+
+def stage_write(spec_url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
+    """The ``write`` task of ``pv_pipeline`` without Spark (see the module docstring).
+
+    Like the job: deletes a stale ``_counts.json`` first, refuses inputs that changed since they were
+    frozen, reads exactly the frozen inputs and the previous checkpoint's ``_state``, writes only below
+    the staging dir, and writes ``_counts.json`` last. Returns the counts.
+    """
+    store, spec_key = storage_for(spec_url, **storage_options)
+    spec = store.read_json(spec_key)
+    _, staging = storage_for(spec["staging_dir"], **storage_options)
+    partition = spec["partition"]
+    counts_path = store.join(staging, "_counts.json")
+    if store.exists(counts_path):
+        _rm(store, counts_path)
+    with tempfile.TemporaryDirectory(prefix="eo-fault-write-") as tmp:
+        local_files, by_local = [], {}
+        for i, item in enumerate(spec["inputs"]):
+            in_store, key = storage_for(item["path"], **storage_options)
+            meta = in_store.file_meta(key)
+            if meta["size"] != int(item["size"]) or (item.get("etag") and meta.get("etag")
+                                                      and meta["etag"] != item["etag"]):
+                raise StorageError(f"source {item['path']} changed since it was frozen; replay is impossible")
+            local = os.path.join(tmp, f"{i:05d}.jsonl")
+            with open(local, "wb") as f:
+                f.write(in_store.read_bytes(key))
+            local_files.append(local)
+            by_local[local] = item["path"]
+        prev: dict[str, int] = {}
+        if spec.get("prev_state"):
+            state_store, state_dir = storage_for(spec["prev_state"], **storage_options)
+            for entry in state_store.walk_files(state_dir):
+                if entry.rel.endswith(".parquet") and not entry.rel.startswith(("_", ".")):
+                    with state_store.open(state_store.join(state_dir, entry.rel), "rb") as f:
+                        prev.update({r["app_id"]: r["cumulative_pv"] for r in pq.read_table(f).to_pylist()})
+        rows, new_state, counts = ref.compute(local_files, prev, partition)
+        bad = [dict(q, file=by_local[q["file"]]) for q in ref.quarantine(local_files)]
+
+    store.write_atomic(store.join(staging, "data", partition, "part-0.parquet"),
+                       _parquet_bytes(pa.Table.from_pylist(rows, schema=DATA_SCHEMA)))
+    quarantine = store.join(staging, "_quarantine")
+    if bad:
+        lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in bad)
+        store.write_atomic(store.join(quarantine, "part-0.json"), lines.encode())
+    elif store.exists(quarantine):
+        store.remove_tree(quarantine)
+    failpoint("write.partial")  # where the Spark job has it: data written, state and counts not yet
+    state = pa.Table.from_pylist([{"app_id": a, "cumulative_pv": n}
+                                  for a, n in sorted(new_state.items(), key=lambda kv: kv[0].encode())],
+                                 schema=STATE_SCHEMA)
+    store.write_atomic(store.join(staging, "_state", "part-0.parquet"), _parquet_bytes(state))
+    store.write_atomic(counts_path, to_json(counts))
+    return counts
+
+
+# ------------------------------------------------------------------------------------ configuration
+@dataclass(frozen=True)
+class Setup:
+    """Everything a task process needs to build its PipelineConfig (picklable, JSON-able)."""
+
+    root: str
+    start: str
+    reports: str
+    conn_id: str | None = None
+    max_malformed_ratio: float = 0.05
+    suite: str | None = SUITE
+    pipeline: str = "pv_pipeline"
+    sink: str = "app_pv"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def config(self) -> PipelineConfig:
+        return PipelineConfig(pipeline=self.pipeline, sink=self.sink, source="app_logs",
+                              application=APPLICATION, suite=self.suite, stateful=True,
+                              start=date.fromisoformat(self.start),
+                              max_malformed_ratio=self.max_malformed_ratio, root=self.root,
+                              storage_conn_id=self.conn_id)
+
+    def replace(self, **kw: Any) -> "Setup":
+        return Setup(**{**asdict(self), **kw})
+
+
+def _refresh_fs(storage: Storage) -> None:
+    fs = getattr(storage, "fs", None)
+    if fs is not None:
+        fs.invalidate_cache()  # other processes changed the bucket (s3fs instances are cached)
+
+
+def run_phase(setup: Setup, day: str, phase: str, xcom: dict[str, Any], **kw: Any) -> Any:
+    """One task of the DAG for ``day``: ``xcom`` holds what begin returned (``txn``, ``spec``).
+
+    Like ``PhaseOperator.execute``: a FINAL error of a task after begin aborts the transaction in that
+    same task (the teardown repeats it) before the task fails for good.
+    """
+    try:
+        return _run_phase(setup, day, phase, xcom, **kw)
+    except FINAL:
+        if phase not in ("begin", "abort", "recover") and "txn" in xcom:
+            IntervalRun(setup.config(), Interval.daily(day), log=lambda _m: None).abort(
+                TxnRef.from_dict(xcom["txn"]))
+        raise
+
+
+def _run_phase(setup: Setup, day: str, phase: str, xcom: dict[str, Any], **kw: Any) -> Any:
+    cfg = setup.config()
+    run = IntervalRun(cfg, Interval.daily(day), log=lambda _msg: None)
+    _refresh_fs(run.storage)
+    txn = TxnRef.from_dict(xcom["txn"]) if "txn" in xcom else None
+    if phase == "begin":
+        return run.begin(refresh_sources=kw.get("refresh", False), run={"run_id": f"fault__{day}"})
+    if phase == "write":
+        return stage_write(xcom["spec"], cfg.storage_options())
+    if phase == "pre_commit":
+        return run.pre_commit(txn)
+    if phase == "validate":
+        return run.validate(txn)
+    if phase == "commit":
+        return run.commit(txn)
+    if phase == "abort":
+        return run.abort(txn)
+    if phase == "recover":  # a third party (``eo recover``), not a task of this run
+        return run.sink.recover(Interval.daily(day), **kw)
+    raise ValueError(f"unknown phase {phase!r}")
+
+
+# ------------------------------------------------------------------------------------ child processes
+_CTX: Any = None
+PRELOAD = ["great_expectations", "exactly_once.quality", "exactly_once.pipeline", "pyarrow.parquet",
+           "pyarrow.dataset", "s3fs", "airflow.sdk", "reference_pv", "protocol_helpers", "fault_helpers"]
+
+
+def _context() -> Any:
+    global _CTX
+    if _CTX is None:
+        _CTX = multiprocessing.get_context("forkserver")
+        _CTX.set_forkserver_preload(PRELOAD)
+    return _CTX
+
+
+def _child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], failpoints: str | None,
+           kw: dict[str, Any], out: str) -> None:
+    os.environ.update(setup.env)
+    os.environ.pop("EO_FAILPOINTS", None)
+    if failpoints:
+        os.environ["EO_FAILPOINTS"] = failpoints
+    try:
+        result = {"ok": True, "result": run_phase(setup, day, phase, xcom, **kw)}
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        result = {"ok": False, "error": type(exc).__name__, "message": str(exc),
+                  "traceback": traceback.format_exc()}
+    with open(out, "w") as f:
+        json.dump(result, f, default=str)
+
+
+def warm_children() -> None:
+    """Start the forkserver now: it imports the heavy modules while this process does other work."""
+    _context()
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()
+
+
+@dataclass
+class Outcome:
+    """What one task attempt did: ``exit`` is the child's exit code (None when in-process)."""
+
+    phase: str
+    ok: bool
+    result: Any = None
+    error: str | None = None
+    message: str = ""
+    exit: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def crashed(self) -> bool:
+        return self.exit == 137
+
+    @property
+    def final(self) -> bool:
+        """Failed with an error no retry can fix (Airflow: AirflowFailException, no retry)."""
+        return not self.ok and self.error in FINAL_NAMES
+
+
+def in_child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], *, failpoints: str | None = None,
+             timeout: float = 180, **kw: Any) -> Outcome:
+    """Run one task in a fresh child process; ``failpoints`` becomes its ``EO_FAILPOINTS``."""
+    fd, out = tempfile.mkstemp(prefix="eo-fault-", suffix=".json")
+    os.close(fd)
+    os.unlink(out)
+    proc = _context().Process(target=_child, args=(setup, day, phase, xcom, failpoints, kw, out))
+    proc.start()
+    proc.join(timeout)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        raise AssertionError(f"{phase} of {day} hung for {timeout} s")
+    try:
+        with open(out) as f:
+            res = json.load(f)
+        os.unlink(out)
+    except FileNotFoundError:
+        res = {"ok": False, "error": "no result (process died)"}
+    return Outcome(phase, bool(res.get("ok")), res.get("result"), res.get("error"),
+                   res.get("message", "") or res.get("traceback", ""), proc.exitcode)
+
+
+def in_process(setup: Setup, day: str, phase: str, xcom: dict[str, Any], *, failpoints: str | None = None,
+               **kw: Any) -> Outcome:
+    """Run one task in this process (an ``error`` failpoint raises out of it like out of a task)."""
+    old = os.environ.pop("EO_FAILPOINTS", None)
+    if failpoints:
+        os.environ["EO_FAILPOINTS"] = failpoints
+    try:
+        return Outcome(phase, True, run_phase(setup, day, phase, xcom, **kw))
+    except Exception as exc:  # noqa: BLE001
+        return Outcome(phase, False, error=type(exc).__name__, message=str(exc))
+    finally:
+        os.environ.pop("EO_FAILPOINTS", None)
+        if old is not None:
+            os.environ["EO_FAILPOINTS"] = old
+
+
+# ------------------------------------------------------------------------------------ Airflow-like driver
+@dataclass
+class Driver:
+    """Runs DAG runs of ``pv_pipeline`` phase by phase, logging every task attempt in ``attempts``."""
+
+    setup: Setup
+    attempts: list[Outcome] = field(default_factory=list)
+
+    def task(self, day: str, phase: str, xcom: dict[str, Any], *, child: bool = False,
+             failpoints: str | None = None, **kw: Any) -> Outcome:
+        fn = in_child if child else in_process
+        t0 = time.perf_counter()
+        out = fn(self.setup, day, phase, xcom, failpoints=failpoints, **kw)
+        out.seconds = round(time.perf_counter() - t0, 3)
+        self.attempts.append(out)
+        return out
+
+    def clean_run(self, day: str, *, child: bool = False, refresh: bool = False) -> dict[str, Any]:
+        """One DAG run without faults; returns the XCom (txn, spec) and every task's result."""
+        xcom: dict[str, Any] = {}
+        out = self.task(day, "begin", xcom, child=child, refresh=refresh)
+        assert out.ok, out
+        xcom = {"txn": out.result["txn"], "spec": out.result["spec"]}
+        results = {}
+        try:
+            for phase in PHASES[1:]:
+                res = self.task(day, phase, xcom, child=child)
+                assert res.ok, res
+                results[phase] = res.result
+        finally:
+            td = self.task(day, "abort", xcom, child=child)
+            assert td.ok, td
+        results["abort"] = td.result
+        return {**xcom, **results}
+
+
+# ------------------------------------------------------------------------------------ readers / checks
+def sink_of(setup: Setup) -> TwoPhaseCommitSink:
+    sink = setup.config().sink_handle()
+    _refresh_fs(sink.storage)
+    return sink
+
+
+def rows_of(table: pa.Table) -> list[Row]:
+    cols = [table.column(c).to_pylist() for c in COLUMNS]
+    return sorted(zip(*cols))
+
+
+def visible_rows(setup: Setup) -> dict[str, list[Row]]:
+    """``{day: sorted rows}`` a reader sees (days with a live version only). Locally the plain hive reader (``pyarrow.dataset``, which
+    skips ``_``/``.`` names and follows the partition links) and the exact reader must agree."""
+    sink = sink_of(setup)
+    st, table = sink.storage, sink.table
+    exact: dict[str, list[Row]] = {}
+    for name in st.list_names(table):
+        if name.startswith("dt=") and st.live_version(table, name) is not None:
+            rows: list[Row] = []
+            for path in sink.live_files(name):
+                with st.open(path, "rb") as f:
+                    t = pq.read_table(f)
+                assert t.column_names == COLUMNS, t.column_names
+                rows += rows_of(t)
+            exact[name[3:]] = sorted(rows)
+    if isinstance(st, LocalStorage):
+        import pyarrow.dataset as ds
+
+        plain: dict[str, list[Row]] = {}
+        if os.path.isdir(table):
+            for frag in ds.dataset(table, format="parquet", partitioning="hive").get_fragments():
+                part = os.path.relpath(os.path.dirname(frag.path), table)
+                assert part.startswith("dt=") and "/" not in part, f"unexpected file {frag.path}"
+                plain.setdefault(part[3:], []).extend(rows_of(frag.to_table(columns=COLUMNS)))
+        plain = {d: sorted(r) for d, r in plain.items()}
+        assert {d: r for d, r in plain.items() if r} == {d: r for d, r in exact.items() if r}, \
+            f"plain reader {plain} != exact reader {exact}"
+    return exact
+
+
+def rows_checksum(rows: list[Row]) -> str:
+    return hashlib.sha256(json.dumps(sorted(rows), default=str).encode()).hexdigest()
+
+
+def epoch_problems(sink: TwoPhaseCommitSink, interval: Interval) -> list[str]:
+    """Every epoch of ``interval`` ended COMMITTED (and published) or ABORTED; ``[]`` if so."""
+    _refresh_fs(sink.storage)
+    out = []
+    for epoch, st in sink.status(interval).items():
+        if st.state is State.COMMITTED and not st.published:
+            out.append(f"e{epoch}: committed, not published")
+        elif st.state not in (State.COMMITTED, State.ABORTED):
+            out.append(f"e{epoch}: still {st.state.value}")
+    return out
+
+
+def published_records(sink: TwoPhaseCommitSink, interval: Interval) -> dict[int, dict[str, str]]:
+    """``{epoch: {partition: published|already|superseded}}`` from the ``published`` records."""
+    return {e: (st.records.get("published") or {}).get("partitions", {})
+            for e, st in sink.status(interval).items() if st.published}
+
+
+def footprint(sink: TwoPhaseCommitSink, partition: str) -> list[str]:
+    """The physical copies of ``partition``'s data: locally the version dirs under ``_versions/``; on S3
+    the non-hidden objects in the partition prefix (a plain listing reader sees exactly these)."""
+    _refresh_fs(sink.storage)
+    st = sink.storage
+    if isinstance(st, LocalStorage):
+        return st.list_names(st.join(sink.table, "_versions", partition))
+    return [e.rel for e in st.walk_files(st.join(sink.table, partition))
+            if "/" not in e.rel and not e.rel.startswith(("_", "."))]
