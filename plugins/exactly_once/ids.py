@@ -84,12 +84,18 @@ class Interval:
             raise UnsafeIdentifierError(f"empty or reversed interval [{self.start}, {self.end})")
         if self.start.year < 1970 or self.end.year > 9999:
             raise UnsafeIdentifierError(f"interval out of range: [{self.start}, {self.end})")
+        if self.start.microsecond or self.end.microsecond:  # the token has whole seconds only
+            raise UnsafeIdentifierError(f"interval bounds must be whole seconds: [{self.start}, {self.end})")
 
     @classmethod
     def daily(cls, day: date | datetime | str) -> "Interval":
         """The day starting at midnight UTC of ``day``."""
         start = _utc(day).replace(hour=0, minute=0, second=0, microsecond=0)
-        return cls(start, start + timedelta(days=1))
+        try:
+            end = start + timedelta(days=1)
+        except OverflowError:
+            raise UnsafeIdentifierError(f"interval out of range: the day {start.date()}") from None
+        return cls(start, end)
 
     @classmethod
     def from_token(cls, token: str) -> "Interval":
@@ -136,7 +142,7 @@ class TxnRef:
     def __post_init__(self) -> None:
         check_name(self.pipeline, "pipeline id")
         check_name(self.sink, "sink name")
-        if not isinstance(self.epoch, int) or self.epoch < 1:
+        if not isinstance(self.epoch, int) or isinstance(self.epoch, bool) or self.epoch < 1:
             raise UnsafeIdentifierError(f"bad epoch {self.epoch!r}")
 
     @property
@@ -150,7 +156,15 @@ class TxnRef:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TxnRef":
-        return cls(d["pipeline"], d["sink"], Interval.from_token(d["interval"]), int(d["epoch"]))
+        """The transaction a dict from :meth:`to_dict` (e.g. XCom) names; anything else is refused."""
+        if not isinstance(d, dict) or not {"pipeline", "sink", "interval", "epoch"} <= d.keys():
+            raise UnsafeIdentifierError("not a transaction: expected pipeline, sink, interval and epoch")
+        epoch = d["epoch"]
+        if isinstance(epoch, str) and epoch.isascii() and epoch.isdigit():
+            epoch = int(epoch)
+        if not isinstance(epoch, int) or isinstance(epoch, bool):
+            raise UnsafeIdentifierError(f"bad epoch {d['epoch']!r}")
+        return cls(d["pipeline"], d["sink"], Interval.from_token(d["interval"]), epoch)
 
 
 def parse_txn_name(name: str) -> tuple[str, int] | None:

@@ -83,8 +83,16 @@ class IntervalRun:
         return list_positions(landing, root, self.interval.day), False
 
     # ------------------------------------------------------------------ pre_commit
+    def _own(self, txn: TxnRef) -> TxnRef:
+        """``txn`` if it is a transaction of this run's interval (the sink checks pipeline and sink)."""
+        if txn.interval != self.interval:
+            raise TransactionStateError(f"{txn.name} is a transaction of {txn.interval}, not of this run's "
+                                        f"interval {self.interval}")
+        return txn
+
     def counts(self, txn: TxnRef) -> dict[str, Any]:
         """The counts the write job recorded (written last, so their presence means the job finished)."""
+        self._own(txn)
         path = self.storage.join(self.sink.staging_dir(txn), COUNTS)
         try:
             return self.storage.read_json(path)
@@ -97,7 +105,7 @@ class IntervalRun:
 
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
         """Seal the staged output (manifest in the log, with the write job's counts)."""
-        counts = self.counts(txn)
+        counts = self.counts(txn)  # refuses a transaction of another interval
         manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)})
         self.log(f"pre_commit {txn.name}: {manifest['files']} files, {manifest['rows']} rows sealed")
         return {"files": manifest["files"], "rows": manifest["rows"], "counts": counts}
@@ -109,6 +117,7 @@ class IntervalRun:
         Raises ValidationFailedError (one line per failed expectation) when it fails; the transaction
         can then never commit, and the teardown aborts it.
         """
+        self._own(txn)
         if self.config.suite is None:
             return {"passed": True, "skipped": "no suite configured"}
         from .quality import validate_staged  # GX is heavy: imported only by the validate task
@@ -135,7 +144,7 @@ class IntervalRun:
     def commit(self, txn: TxnRef) -> dict[str, Any]:
         """Publish; then report late files of this interval and later intervals made stale."""
         t0 = time.perf_counter()
-        result = self.sink.commit(txn)
+        result = self.sink.commit(self._own(txn))
         summary = {"version": txn.name, "partitions": result.partitions, "files": result.files,
                    "rows": result.rows, "commit_seconds": round(time.perf_counter() - t0, 4),
                    "stale_intervals": self.stale_after(), "late_files": self.late_files()}
@@ -149,7 +158,7 @@ class IntervalRun:
 
     def abort(self, txn: TxnRef) -> str:
         """Teardown: end the transaction without leftovers (roll a decided commit forward instead)."""
-        state = self.sink.abort(txn, keep=self.config.keep_rejected)
+        state = self.sink.abort(self._own(txn), keep=self.config.keep_rejected)
         self.log(f"abort {txn.name}: {state.value}"
                  + (" (nothing to undo)" if state is State.COMMITTED else ", staging removed"))
         return state.value

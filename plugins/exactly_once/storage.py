@@ -13,6 +13,7 @@ Both adapters offer the same operations; the difference that matters is how a pa
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import posixpath
@@ -207,10 +208,19 @@ class LocalStorage(Storage):
         return sorted(out, key=lambda e: e.rel)
 
     def remove_tree(self, path: str) -> None:
-        if os.path.islink(path) or os.path.isfile(path):
-            os.unlink(path)  # a link is removed, never followed
-        elif os.path.isdir(path):
-            shutil.rmtree(path)  # fd-based: does not follow symlinks inside the tree
+        for _ in range(20):  # a concurrent remover or a zombie writer may change the tree under us
+            try:
+                if os.path.islink(path) or os.path.isfile(path):
+                    os.unlink(path)  # a link is removed, never followed
+                elif os.path.isdir(path):
+                    shutil.rmtree(path)  # fd-based: does not follow symlinks inside the tree
+                return
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno != errno.ENOTEMPTY:
+                    raise
+        raise StorageError(f"could not remove {path}: it keeps changing")
 
     def move_tree(self, src: str, dst: str) -> None:
         if not os.path.lexists(src):
@@ -219,7 +229,12 @@ class LocalStorage(Storage):
             self.remove_tree(src)  # an earlier attempt moved it already; src is a leftover
             return
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        os.rename(src, dst)
+        try:
+            os.rename(src, dst)
+        except OSError:
+            if os.path.lexists(src) and not os.path.lexists(dst):
+                raise
+            self.remove_tree(src)  # a concurrent finisher moved it first
 
     def open(self, path: str, mode: str = "rb") -> Any:
         return open(path, mode)
@@ -236,11 +251,19 @@ class LocalStorage(Storage):
             raise StorageError(f"{link} is a plain directory not managed by exactly-once; move it away")
         if os.path.isdir(staged) and not os.path.islink(staged) and not os.path.lexists(vdir):
             os.makedirs(os.path.dirname(vdir), exist_ok=True)
-            os.rename(staged, vdir)  # atomic; a leftover `staged` after this is a zombie's, left for abort
+            try:
+                os.rename(staged, vdir)  # atomic; a leftover `staged` after this is a zombie's, left for abort
+            except OSError:
+                if not os.path.isdir(vdir):
+                    raise  # else: a concurrent finisher of the same commit renamed it first
         for f in files:
             p = os.path.join(vdir, f["name"])
             if not os.path.isfile(p) or os.path.islink(p) or os.stat(p).st_size != f["size"]:
                 raise StorageError(f"staged file {f['name']} of {version} is missing or altered")
+        listed = {f["name"] for f in files}
+        for entry in self.walk_files(vdir) if os.path.isdir(vdir) else []:
+            if entry.rel not in listed and not any(is_hidden(s) for s in entry.rel.split("/")):
+                os.unlink(os.path.join(vdir, entry.rel))  # written after pre_commit: not this version
         self.write_atomic(os.path.join(vdir, MANIFEST), to_json({"version": version, "files": files}))
         hook("commit.mid_publish")
         current = self.live_version(table, partition)
@@ -248,10 +271,9 @@ class LocalStorage(Storage):
             return "already"
         if supersedes(current, version):
             return "superseded"
+        os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
         rel = os.path.relpath(vdir, os.path.dirname(link))
-        tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.{version}.link")
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
+        tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.{uuid.uuid4().hex}.link")
         os.symlink(rel, tmp)
         os.replace(tmp, link)  # the atomic switch for plain readers
         self._fsync_dir(os.path.dirname(link))
@@ -340,7 +362,11 @@ class S3Storage(Storage):
 
     def move_tree(self, src: str, dst: str) -> None:
         entries = self.walk_files(src)
-        self._copy((self.join(src, e.rel), self.join(dst, e.rel)) for e in entries)
+        try:
+            self._copy((self.join(src, e.rel), self.join(dst, e.rel)) for e in entries)
+        except FileNotFoundError:
+            if self.walk_files(src):  # else a concurrent finisher moved it first
+                raise
         self.remove_tree(src)
 
     def open(self, path: str, mode: str = "rb") -> Any:
@@ -372,9 +398,18 @@ class S3Storage(Storage):
             if present.get(lf["name"]) != f["size"] and staged_sizes.get(f["name"]) != f["size"]:
                 raise StorageError(f"staged file {f['name']} of {version} is missing or altered")
         half = len(todo) // 2
-        self._copy(todo[:half])
-        hook("commit.mid_publish")  # some files copied, manifest not switched: its readers see the old
-        self._copy(todo[half:])
+        try:
+            self._copy(todo[:half])
+            hook("commit.mid_publish")  # some files copied, manifest not switched: its readers see the old
+            self._copy(todo[half:])
+        except FileNotFoundError:  # staging moved away: another finisher completed this publish
+            now = self._manifest(live)
+            if now and (now["version"] == version or supersedes(now["version"], version)):
+                return "already" if now["version"] == version else "superseded"
+            raise
+        now = self._manifest(live)  # re-read: a newer version may have gone live while we copied
+        if now and supersedes(now["version"], version):
+            return "superseded"
         was_live = bool(current and current["version"] == version)
         self.write_atomic(self.join(live, MANIFEST), to_json({"version": version, "files": live_files}))
         self.write_atomic(self.join(live, SUCCESS), version.encode())

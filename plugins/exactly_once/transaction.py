@@ -133,7 +133,12 @@ class TwoPhaseCommitSink:
         if st.manifest is not None:
             return st.manifest
         self._refuse_if_fenced(txn)
-        manifest = self._build_manifest(txn)
+        try:
+            manifest = self._build_manifest(txn)
+        except OSError as exc:  # FileNotFoundError & co: the staging vanished - an abort raced us?
+            if self._status(txn).state is State.ABORTED:
+                raise TransactionAbortedError(f"{txn.name} was aborted while pre-committing") from exc
+            raise StorageError(f"{txn.name}: staged output changed during pre_commit: {exc}") from exc
         self.storage.write_atomic(self.storage.join(self.staging_dir(txn), MANIFEST), to_json(manifest))
         self.log.append(txn.interval, txn.epoch, "pre_committed", {"manifest": manifest, **(extra or {})})
         failpoint("pre_commit.after")
@@ -313,7 +318,10 @@ class TwoPhaseCommitSink:
         return State(rec["state"]) if rec else state
 
     def _validation_ok(self, st: EpochStatus) -> bool:
-        return not self.require_validation or bool((st.validation or {}).get("passed"))
+        passed = (st.validation or {}).get("passed")
+        if passed is False:  # a recorded failing verdict blocks the commit, required gate or not
+            return False
+        return not self.require_validation or passed is True
 
     def _check_validated(self, txn: TxnRef, st: EpochStatus) -> None:
         if not self._validation_ok(st):
@@ -363,7 +371,12 @@ class TwoPhaseCommitSink:
         manifest = st.manifest or {}
         failpoint("commit.before_publish")
         results = {}
-        for part, files in manifest.get("partitions", {}).items():
+        parts = dict(manifest.get("partitions", {}))
+        for epoch, other in self.log.statuses(txn.interval).items():
+            if epoch < txn.epoch and other.state is State.COMMITTED:
+                for part in (other.manifest or {}).get("partitions", {}):
+                    parts.setdefault(part, [])  # no longer produced: publish an empty version of it
+        for part, files in parts.items():
             staged = self.storage.join(self.data_dir(txn), part)
             results[part] = self.storage.publish_partition(staged, self.table, part, txn.name, files,
                                                            failpoint)

@@ -110,9 +110,6 @@ def test_zombie_of_an_older_epoch_never_publishes(table_url, stage, error):
 
 
 # ------------------------------------------------------------------------ one commit, two finishers
-@pytest.mark.xfail(strict=False, reason="BUG (flaky, pinned down deterministically by test_protocol_"
-                   "interleavings.py::test_two_finishers_of_one_commit): the finisher that loses a "
-                   "check-then-rename/copy race dies with FileNotFoundError instead of returning")
 def test_same_pre_committed_txn_finished_by_two_processes_publishes_once(table_url, tmp_path):
     sink = open_sink(table_url)
     commit_version(sink, IV, {PART: [make_rows("prior", 3)]})

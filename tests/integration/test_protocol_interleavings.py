@@ -17,11 +17,6 @@ IV = Interval.daily("2026-01-01")
 PART = f"dt={IV.day}"
 
 
-def known_bug(request, reason, where=("local", "s3")):
-    """Mark the running parametrization as a strict xfail for a library bug described in ``reason``."""
-    storage = request.node.callspec.params.get("table_url")
-    if storage in where:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def assert_clean(sink, part, rows, txn):
@@ -47,9 +42,6 @@ def _inject_finisher(monkeypatch, sink, txn, point, other):
 def test_two_finishers_of_one_commit(table_url, monkeypatch, request, point):
     """A commits; while it moves the files, a recovery in another process finishes the same commit.
     A must then find the work done and return - not die halfway with FileNotFoundError."""
-    known_bug(request, "BUG: LocalStorage.publish_partition/move_tree check-then-rename and "
-              "S3Storage.move_tree/publish_partition list-then-copy are not race-safe: the finisher that "
-              "loses raises FileNotFoundError (should treat 'already moved by the other finisher' as done)")
     sink = open_sink(table_url)
     commit_version(sink, IV, {PART: [make_rows("prior", 2)]})
     rows = make_rows("new", 12, start=100)
@@ -69,8 +61,6 @@ def test_two_finishers_of_one_commit(table_url, monkeypatch, request, point):
 def test_pre_commit_racing_an_abort_of_the_same_txn(table_url, monkeypatch, request):
     """While A lists and checksums its staged files, a newer attempt begins and aborts A (deleting its
     staging). A's pre_commit must end in a protocol error (aborted/fenced), never a raw I/O error."""
-    known_bug(request, "BUG: pre_commit does not re-check the outcome when its staged files vanish under "
-              "it (a concurrent abort): FileNotFoundError escapes instead of TransactionAbortedError")
     sink = open_sink(table_url)
     a = sink.begin(IV)
     write_output(sink, a, {PART: split(make_rows("A", 8), 4)})
@@ -91,9 +81,6 @@ def test_pre_commit_racing_an_abort_of_the_same_txn(table_url, monkeypatch, requ
 def test_begin_while_a_fenced_attempt_is_still_writing(table_url, monkeypatch, request):
     """B's begin aborts A (older, open) while A's writer is still adding files. B must begin anyway;
     A's late files are A's teardown's business, and nothing of A ever becomes visible."""
-    known_bug(request, "BUG: LocalStorage.remove_tree is shutil.rmtree, which raises OSError(ENOTEMPTY) "
-              "when a writer adds a file during the deletion: the NEWER attempt's begin fails",
-              where=("local",))
     sink = open_sink(table_url)
     a = sink.begin(IV)
     write_output(sink, a, {PART: split(make_rows("A", 8), 4)})
@@ -124,13 +111,6 @@ def test_slow_publisher_of_an_older_commit_never_overwrites_a_newer_one(table_ur
     """A decided COMMITTED and stalls in the middle of publishing (GC pause, slow copy) - either its first
     publish, or a retried commit task re-running the publish after a lost acknowledgement. Meanwhile the
     next attempt rolls A forward, commits B and publishes it. When A resumes, B must stay live and whole."""
-    if stalled == "first_publish":
-        known_bug(request, "BUG: S3Storage.publish_partition copies from staging it listed before the stall; "
-                  "the roll-forward by another process moved it away -> FileNotFoundError", where=("s3",))
-    else:
-        known_bug(request, "BUG: S3Storage.publish_partition decides 'superseded' from a manifest read "
-                  "BEFORE copying; a stalled older publisher then overwrites the newer _MANIFEST.json and "
-                  "deletes the newer version's files as stale", where=("s3",))
     sink = open_sink(table_url)
     a = sink.begin(IV)
     write_output(sink, a, {PART: split(make_rows("A", 8), 4)})

@@ -243,17 +243,11 @@ def test_reprocessing_one_interval_leaves_others_alone(sink):
     assert log_problems(sink, other) == []
 
 
-def xfail_locally(request, sink, reason):
-    """Known library bug on the local filesystem only (see the report); S3 must pass."""
-    if is_local(sink):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 LATE = "dt=2025-12-31"  # late events of the previous day: one interval's output spans two partitions
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a reprocessed interval that no longer produces a partition "
-                   "(or produces no rows) leaves the previous version of that partition live")
 @pytest.mark.parametrize("new_output", ["empty", "fewer_partitions"])
 def test_reprocessing_that_drops_a_partition_does_not_keep_the_old_rows(sink, new_output):
     first = {PART: [make_rows("day", 3)], LATE: [make_rows("late", 2)]}
@@ -275,8 +269,6 @@ def test_one_interval_publishes_several_partitions(sink):
 
 
 def test_nested_partition_is_published(sink, request):
-    xfail_locally(request, sink, "BUG: LocalStorage.publish_partition does not create the parent dir of a "
-                  "nested partition link (dt=X/h=am): symlink() raises FileNotFoundError")
     nested = f"{PART}/h=am"
     txn = commit_version(sink, IV, {nested: [make_rows("am", 3)]})
     assert_exact_version(sink, nested, make_rows("am", 3), txn)
@@ -285,8 +277,6 @@ def test_nested_partition_is_published(sink, request):
 
 def test_file_added_to_staging_after_pre_commit_is_never_published(sink, request):
     """The manifest is the version: a late file from a zombie writer must not become visible."""
-    xfail_locally(request, sink, "BUG: local publish renames the whole staged partition dir, so a file "
-                  "written after pre_commit (not in the manifest) is visible to plain readers")
     txn = sink.begin(IV)
     rows = staged(sink, txn, make_rows("a", 4))
     sink.pre_commit(txn)
@@ -356,8 +346,6 @@ def test_recovery_commits_only_a_passing_validation(vsink, verdict):
     assert_idle(vsink)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: without require_validation a recorded FAILING verdict is "
-                   "ignored: commit() and recover() publish a transaction the gate rejected")
 @pytest.mark.parametrize("how", ["commit", "recover"])
 def test_failing_verdict_is_never_committed_even_if_validation_is_optional(sink, how):
     txn = _pre_committed(sink)
