@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,10 @@ def airflow_table(sec: dict[str, Any]) -> str:
             ["naive_pv (1 SparkSubmitOperator)", _s(n["median"], 1), f"{_s(n['min'], 1)}-{_s(n['max'], 1)}",
              str(n["n"]), "1.00x", ",".join(map(str, jn))]]
     text = table(["DAG", "interval median s", "min-max s", "intervals", "vs naive", "JVM starts per interval"], rows)
-    text += f"\n\nFixed overhead per interval: **{sec['overhead_seconds']:.1f} s** ({sec['events_per_interval']:,} events per interval)."
+    text += (f"\n\nFixed overhead per interval: **{sec['overhead_seconds']:.1f} s** as the difference of the medians "
+             f"({sec['events_per_interval']:,} events per interval). Paired (same interval, run back to back) "
+             f"ratios ours/naive: {', '.join(f'{r:.2f}x' for r in _paired(sec))} - median "
+             f"**{statistics.median(_paired(sec)):.2f}x**.")
     b = sec.get("backfill")
     if b:
         text += "\n\n" + table(["backfill", "intervals", "total s", "per interval median s"], [
@@ -97,6 +101,10 @@ def airflow_table(sec: dict[str, Any]) -> str:
         text += "\n\nTask durations as Airflow records them (median s, successful runs of this bench):\n\n"
         text += table(["task", "median s"], rows)
     return text
+
+
+def _paired(sec: dict[str, Any]) -> list[float]:
+    return [o / n for o, n in zip(sec["ours"]["samples"], sec["naive"]["samples"]) if n]
 
 
 def validate_table(sec: dict[str, Any]) -> str:
@@ -137,8 +145,11 @@ def verdicts(sections: dict[str, Any]) -> list[list[str]]:
                          "met" if r["ratio"] <= 0.10 else "missed"])
     if "airflow" in sections:
         r = sections["airflow"]["ratio"]
-        rows.append([TARGETS["airflow"], f"{r:.2f}x (+{sections['airflow']['overhead_seconds']:.1f} s)",
-                     "met" if r <= 1.3 else "missed"])
+        p = statistics.median(_paired(sections["airflow"]))
+        verdict = "met" if max(r, p) <= 1.3 else ("missed" if min(r, p) > 1.3 else
+                                                  "not shown (the two estimates disagree; noise)")
+        rows.append([TARGETS["airflow"], f"{r:.2f}x by medians (+{sections['airflow']['overhead_seconds']:.1f} s), "
+                     f"{p:.2f}x paired", verdict])
     return rows
 
 
@@ -223,7 +234,9 @@ def render_from_results(results_dir: Path, doc: Path, extra: list[tuple[Path, di
         c = r["config"]
         rows.append([f"`{name}`", ", ".join(keys), f"`{' '.join(map(str, r.get('argv') or [])) or '(defaults)'}`",
                      f"{r['machine']['loadavg_start']} -> {r['machine'].get('loadavg_end')}",
-                     f"{r.get('seconds', 0):.0f}", f"{c['reps']} (+{c['warmup']} warm-up)"])
+                     f"{r.get('seconds', 0):.0f}",
+                     f"{c['intervals']} intervals per DAG (+{c.get('airflow_warmup', 1)} warm-up)" if keys == ["airflow"]
+                     else f"{c['reps']} (+{c['warmup']} warm-up)"])
     parts.append(table(["results file", "sections", "arguments", "load average (1/5/15 min) start -> end",
                         "run s", "reps"], rows) + "\n")
     for key, (title, fn) in RENDER.items():
