@@ -286,19 +286,19 @@ class ChaosRun:
         (self.out / "logs").mkdir(parents=True, exist_ok=True)
         self.db = MetaDB(f"eo_chaos_{self.id}")
         self.db.admin('CREATE DATABASE "{db}"')
-        error, runs = None, {}
+        error, self.runs = None, {}
         try:
             self.stack = Stack(self.out, self.env(), f"EO_CHAOS_RUN={self.id}".encode(), self.log)
             try:
                 self._setup()
-                runs = self._drive()
+                self._drive()
             except Exception as exc:  # noqa: BLE001 - reported; the components are stopped either way
                 error = f"{type(exc).__name__}: {exc}"
                 self.log(f"ERROR {error}")
             finally:
                 self.stack.stop()
                 self.log("all components stopped")
-            report = self._report(runs, error)
+            report = self._report(self.runs, error)
         finally:
             self.db.drop()
         (self.out / "chaos-report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
@@ -329,21 +329,20 @@ class ChaosRun:
         self.airflow("unpause", ["dags", "unpause", DAG_ID])
         self.log(f"backfill of {len(self.days)} days created, {DAG_ID} unpaused")
 
-    def _drive(self) -> dict[str, str]:
+    def _drive(self) -> None:
         end = self.t0 + self.deadline
         next_kill = time.time() + self.min_gap * (0.5 + self.rng.random())
-        runs: dict[str, str] = {}
         while time.time() < end:
-            now_runs = {start.astimezone(timezone.utc).date().isoformat(): state for start, state in self.db.query(
+            runs = {start.astimezone(timezone.utc).date().isoformat(): state for start, state in self.db.query(
                 "select data_interval_start, state from dag_run where dag_id = %s and run_type = 'backfill'",
                 (DAG_ID,))}
-            if now_runs != runs:
-                self.log("runs: " + ", ".join(f"{d}={s}" for d, s in sorted(now_runs.items())))
-                runs = now_runs
+            if runs != self.runs:
+                self.log("runs: " + ", ".join(f"{d}={s}" for d, s in sorted(runs.items())))
+                self.runs = runs
             zombie = self.stack.procs.get("zombie")
             if (len(runs) == len(self.days) and all(s in FINAL for s in runs.values())
                     and (zombie is None or zombie.poll() is not None)):
-                return runs
+                return
             if dead := [n for n, p in self.stack.procs.items() if p.poll() is not None and n != "zombie"]:
                 raise RuntimeError(f"component(s) {dead} exited; see {self.out}/logs")
             if self.race_day is not None and self.race is None:
@@ -353,7 +352,7 @@ class ChaosRun:
                     and sum(s in FINAL for s in runs.values()) >= spread and self._kill_one()):
                 next_kill = time.time() + self.min_gap * (1 + self.rng.random())
             time.sleep(1)
-        raise TimeoutError(f"deadline of {self.deadline:.0f}s reached; runs: {runs}")
+        raise TimeoutError(f"deadline of {self.deadline:.0f}s reached; runs: {self.runs}")
 
     def _task_of(self, pid: int, procs: dict[int, tuple[int, str]]) -> dict[str, Any]:
         """The task instance a process works for: its own title or its nearest ancestor's."""
@@ -401,7 +400,9 @@ class ChaosRun:
         data_root = self.out / "data"
         table = data_root / "warehouse" / SINK
         sink = TwoPhaseCommitSink.at(str(table), pipeline=DAG_ID, sink=SINK, require_validation=True)
-        recovered = sink.recover() if table.exists() else []  # what Airflow's own retries left to do
+        # What Airflow's retries and teardowns left to do. After an unfinished run (every process is stopped
+        # now) an OPEN epoch has no owner any more: take it over, as `recover` does with a stale timeout.
+        recovered = sink.recover(stale_after=0 if error else None) if table.exists() else []
         violations, summary = check_table(data_root, self.days)
         try:
             violations += self.verify(data_root, self.days) if self.verify else []
