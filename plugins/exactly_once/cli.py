@@ -79,7 +79,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"exactly-once demo: pv_pipeline over {len(days)} days ({days[0]} .. {days[-1]})")
     print(f"  data root: {redact(root)}  (EO_DATA_ROOT)")
     info = generate(f"{root}/landing", days)
-    print(f"  generated sample app logs with duplicates and malformed lines: {info.get('files', '?')} files")
+    print(f"  generated sample app logs: {len(info['files'])} files, {sum(info['lines'].values())} lines, incl. "
+          f"{sum(info['duplicates'].values())} duplicates and {sum(info['malformed'].values())} malformed lines")
     print("  each day = one Airflow DAG run (airflow dags test): begin -> spark write -> pre_commit -> "
           "validate -> commit, abort as teardown")
     failed = 0
