@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -22,14 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-import reference_pv as ref
 from conftest import free_port
+from fault_helpers import stage_write
 
-from exactly_once.errors import StorageError
-from exactly_once.storage import Storage, storage_for, to_json
 
 # ---------------------------------------------------------------------------------------------- Spark
 
@@ -164,83 +159,10 @@ def standalone_cluster(workers: int = 2, workdir: Path | None = None,
 
 # ------------------------------------------------------------------------------- write stand-in (S3)
 
-DATA_SCHEMA = pa.schema([("app_id", pa.string()), ("pv", pa.int64()), ("uv", pa.int64()),
-                         ("cumulative_pv", pa.int64())])
-STATE_SCHEMA = pa.schema([("app_id", pa.string()), ("cumulative_pv", pa.int64())])
+# The write phase without Spark (for S3, where this machine's Spark cannot reach): one implementation,
+# shared with the fault matrix - see fault_helpers.stage_write.
+write_like_pv_counts = stage_write
 
-
-def _parquet_bytes(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
-
-
-def _read_state(store: Storage, state_dir: str) -> dict[str, int]:
-    state: dict[str, int] = {}
-    for entry in store.walk_files(state_dir):
-        if entry.rel.endswith(".parquet") and not entry.rel.startswith(("_", ".")):
-            with store.open(store.join(state_dir, entry.rel), "rb") as f:
-                for row in pq.read_table(f).to_pylist():
-                    state[row["app_id"]] = row["cumulative_pv"]
-    return state
-
-
-def write_like_pv_counts(spec_url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
-    """The ``write`` phase of ``pv_pipeline`` without Spark, for a staging dir on S3.
-
-    Same contract as ``spark_jobs/pv_counts.py``: reads the spec ``begin`` wrote; deletes a stale
-    ``_counts.json`` first; refuses inputs that changed since they were frozen; reads exactly the
-    frozen inputs and the previous checkpoint's ``_state``; writes only below the staging dir
-    ``data/<partition>/part-0.parquet`` (sorted by ``app_id``), ``_quarantine/part-0.json`` (or removes
-    a stale one), ``_state/part-0.parquet`` and, last, ``_counts.json`` with the job's keys. The numbers
-    come from ``tests/reference_pv.py`` (the job's counting rules, implemented independently).
-    All S3 access uses ``storage_options`` (the connection's credentials), nothing else.
-    """
-    store, spec_key = storage_for(spec_url, **storage_options)
-    spec = store.read_json(spec_key)
-    _, staging = storage_for(spec["staging_dir"], **storage_options)
-    partition = spec["partition"]
-    counts_path = store.join(staging, "_counts.json")
-    if store.exists(counts_path):
-        store.remove_tree(counts_path)
-
-    with tempfile.TemporaryDirectory(prefix="eo-write-") as tmp:
-        local_files, by_local = [], {}
-        for i, item in enumerate(spec["inputs"]):
-            in_store, key = storage_for(item["path"], **storage_options)
-            meta = in_store.file_meta(key)
-            if meta["size"] != int(item["size"]) or (item.get("etag") and meta.get("etag")
-                                                      and meta["etag"] != item["etag"]):
-                raise StorageError(f"source {item['path']} changed since it was frozen; replay is impossible")
-            local = os.path.join(tmp, f"{i:05d}.jsonl")
-            with open(local, "wb") as f:
-                f.write(in_store.read_bytes(key))
-            local_files.append(local)
-            by_local[local] = item["path"]
-        prev: dict[str, int] = {}
-        if spec.get("prev_state"):
-            state_store, state_dir = storage_for(spec["prev_state"], **storage_options)
-            prev = _read_state(state_store, state_dir)
-        rows, new_state, counts = ref.compute(local_files, prev, partition)
-        bad = [dict(q, file=by_local[q["file"]]) for q in ref.quarantine(local_files)]
-
-    data = pa.Table.from_pylist(rows, schema=DATA_SCHEMA)
-    store.write_atomic(store.join(staging, "data", partition, "part-0.parquet"), _parquet_bytes(data))
-    quarantine = store.join(staging, "_quarantine")
-    if bad:
-        lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in bad)
-        store.write_atomic(store.join(quarantine, "part-0.json"), lines.encode())
-    elif store.exists(quarantine):
-        store.remove_tree(quarantine)
-    state = pa.Table.from_pylist([{"app_id": a, "cumulative_pv": n}
-                                  for a, n in sorted(new_state.items(), key=lambda kv: kv[0].encode())],
-                                 schema=STATE_SCHEMA)
-    store.write_atomic(store.join(staging, "_state", "part-0.parquet"), _parquet_bytes(state))
-    store.write_atomic(counts_path, to_json(counts))
-    return counts
-
-
-# ------------------------------------------------------------------ S3 server that checks credentials
 
 @contextmanager
 def authenticating_s3_server() -> Iterator[dict[str, str]]:
