@@ -415,3 +415,31 @@ def footprint(sink: TwoPhaseCommitSink, partition: str) -> list[str]:
         return st.list_names(st.join(sink.table, "_versions", partition))
     return [e.rel for e in st.walk_files(st.join(sink.table, partition))
             if "/" not in e.rel and not e.rel.startswith(("_", "."))]
+
+
+class Pipe:
+    """A pv_pipeline on a fresh root: landing files are written here, phases run in this process."""
+
+    def __init__(self, setup: Setup, fs: Any = None) -> None:
+        self.setup, self.fs = setup, fs
+
+    def cfg(self, **kw: Any) -> "Pipe":
+        return Pipe(self.setup.replace(**kw), self.fs)
+
+    def land(self, day: str, lines: list[str], name: str = "part-000.jsonl", hour: int = 0) -> str:
+        rel = f"landing/app_logs/dt={day}/hour={hour:02d}/{name}"
+        data = "".join(line + "\n" for line in lines).encode()
+        if self.fs is None:
+            path = Path(self.setup.root) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            return str(path)
+        key = f"{self.setup.root[len('s3://'):]}/{rel}"
+        self.fs.pipe_file(key, data)
+        return key
+
+    def run(self, day: str) -> dict[str, Any]:
+        return Driver(self.setup).clean_run(day)
+
+    def sink(self):
+        return sink_of(self.setup)

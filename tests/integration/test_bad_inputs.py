@@ -38,7 +38,7 @@ import reference_pv as ref
 from conftest import make_bucket
 import pyarrow as pa
 import pyarrow.parquet as pq
-from fault_helpers import (Driver, Setup, epoch_problems, leftovers, log_problems, sink_of, stage_write,
+from fault_helpers import (Driver, Pipe, Setup, epoch_problems, leftovers, log_problems, sink_of, stage_write,
                            visible_rows)
 
 from exactly_once.errors import UnsafeIdentifierError, ValidationFailedError
@@ -55,34 +55,6 @@ def ev(i: int | str, app: Any = "app-a", user: Any = "u1", event: Any = "page_vi
        ts: Any = f"{D1}T10:00:00Z", **extra: Any) -> str:
     return json.dumps({"event_id": f"e{i}", "app_id": app, "user_id": user, "event": event, "ts": ts, **extra},
                       ensure_ascii=False)
-
-
-class Pipe:
-    """A pv_pipeline on a fresh root: landing files are written here, phases run in this process."""
-
-    def __init__(self, setup: Setup, fs: Any = None) -> None:
-        self.setup, self.fs = setup, fs
-
-    def cfg(self, **kw: Any) -> "Pipe":
-        return Pipe(self.setup.replace(**kw), self.fs)
-
-    def land(self, day: str, lines: list[str], name: str = "part-000.jsonl", hour: int = 0) -> str:
-        rel = f"landing/app_logs/dt={day}/hour={hour:02d}/{name}"
-        data = "".join(line + "\n" for line in lines).encode()
-        if self.fs is None:
-            path = Path(self.setup.root) / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            return str(path)
-        key = f"{self.setup.root[len('s3://'):]}/{rel}"
-        self.fs.pipe_file(key, data)
-        return key
-
-    def run(self, day: str) -> dict[str, Any]:
-        return Driver(self.setup).clean_run(day)
-
-    def sink(self):
-        return sink_of(self.setup)
 
 
 @pytest.fixture
@@ -139,17 +111,22 @@ BAD = {  # line -> the reason it is quarantined with
 }
 
 
+def run_to_validate(drv: Driver, day: str) -> tuple[dict[str, Any], Any]:
+    """begin -> write -> pre_commit as Airflow tasks, then validate; returns the XCom and the verdict."""
+    began = drv.task(day, "begin", {})
+    xcom = {"txn": began.result["txn"], "spec": began.result["spec"]}
+    for phase in ("write", "pre_commit"):
+        assert drv.task(day, phase, xcom).ok
+    return xcom, drv.task(day, "validate", xcom)
+
+
 @pytest.mark.parametrize("threshold,passes", [(0.4, True), (0.39, False)], ids=["at-threshold", "over"])
 def test_bad_lines_are_quarantined_and_counted_and_the_gate_decides_by_threshold(pipe, threshold, passes):
     lines = GOOD[:3] + list(BAD) + GOOD[3:]  # 4 malformed of 10 lines: a ratio of exactly 0.4
     src = pipe.land(D1, lines)
     p = pipe.cfg(max_malformed_ratio=threshold)
     drv = Driver(p.setup)
-    began = drv.task(D1, "begin", {})
-    xcom = {"txn": began.result["txn"], "spec": began.result["spec"]}
-    for phase in ("write", "pre_commit"):
-        assert drv.task(D1, phase, xcom).ok
-    verdict = drv.task(D1, "validate", xcom)
+    xcom, verdict = run_to_validate(drv, D1)
     sink = p.sink()
     st = sink.status(Interval.daily(D1))[1]
     counts = st.records["pre_committed"]["counts"]
@@ -467,11 +444,7 @@ def test_secret_rotated_mid_transaction_and_failing_gate_on_s3_never_leak(reques
         # (1) the gate fails on S3
         gated = pipe.cfg(max_malformed_ratio=0.1)
         drv = Driver(gated.setup)
-        began = drv.task(D1, "begin", {})
-        xcom = {"txn": began.result["txn"], "spec": began.result["spec"]}
-        for phase in ("write", "pre_commit"):
-            assert drv.task(D1, phase, xcom).ok
-        verdict = drv.task(D1, "validate", xcom)
+        xcom, verdict = run_to_validate(drv, D1)
         assert verdict.error == "ValidationFailedError", verdict
         texts["gate error"] = verdict.message
         assert drv.task(D1, "abort", xcom).result == "ABORTED"
