@@ -28,7 +28,7 @@ U+FFFD). Reasons, first match wins:
 
 1. ``not_json`` - not exactly one JSON value (RFC 8259: no NaN, comments, trailing commas or trailing
    content; blank lines included), duplicate keys in any object, or beyond the parser's limits: a line
-   over 2,000,000 chars, nesting deeper than 999, a number with more than 1000 digits, a key over
+   over 2,000,000 chars, arrays/objects nested deeper than 64, a number with more than 1000 digits, a key over
    50,000 UTF-16 units;
 2. ``not_object`` - valid JSON but not an object;
 3. for each field of ``event_id, app_id, user_id, event, ts`` in this order: ``missing:<f>`` (absent),
@@ -66,6 +66,10 @@ from exactly_once.storage import storage_for, to_json  # noqa: E402
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 MAX_LINE_CHARS = 2_000_000
+# Deepest nesting the parser is given. It recurses once per level on the task thread's stack, and a
+# StackOverflowError there is fatal to the executor (in local mode, to the driver too): at Jackson's own
+# limit (1000) a 1 MiB default stack overflows. 64 levels use about 64 KiB (as System.Text.Json's default).
+MAX_DEPTH = 64
 RAW_CHARS = 10_000
 PAGE_VIEW = "page_view"
 STATE_SCHEMA = "app_id string, cumulative_pv long"
@@ -127,6 +131,21 @@ def _field_kind(f: str) -> Column:
             .when(F.length(f"_s_{f}") == 0, "empty"))
 
 
+def too_deep(raw: Column) -> Column:
+    """True if the JSON text ``raw`` nests arrays/objects more than ``MAX_DEPTH`` levels, found without recursion.
+
+    Only lines with more than ``MAX_DEPTH`` of ``[``/``{`` (an upper bound of the depth) pay for the exact
+    answer: escapes, then everything but quotes and brackets, then strings are removed, and ``MAX_DEPTH``
+    passes each delete the innermost ``[]``/``{}`` pairs; what is left is deeper (or not JSON at all).
+    Every regex is a plain scan (no repeated group), so Java's matcher does not recurse either.
+    """
+    skeleton = F.regexp_replace(F.regexp_replace(F.regexp_replace(raw, r"(?s)\\.", ""),
+                                                 r'[^"\[\]{}]+', ""), r'"[^"]*+"', "")
+    peeled = F.aggregate(F.sequence(F.lit(1), F.lit(MAX_DEPTH)), skeleton,
+                         lambda acc, _: F.regexp_replace(acc, r"\[]|\{}", ""))
+    return F.when(F.regexp_count(raw, F.lit(r"[\[{]")) > MAX_DEPTH, F.length(peeled) > 0).otherwise(False)
+
+
 def classify(lines: DataFrame) -> DataFrame:
     """Add ``reason`` (null for a valid line), the five fields as strings, and ``ts_us`` (valid lines).
 
@@ -137,7 +156,7 @@ def classify(lines: DataFrame) -> DataFrame:
     once per line (the optimizer does not collapse projections that would duplicate expensive work).
     """
     raw = F.col("raw")
-    fits = F.length(raw) <= MAX_LINE_CHARS
+    fits = (F.length(raw) <= MAX_LINE_CHARS) & ~too_deep(raw)
     step = lines.select(
         "file", "raw",
         F.when(fits, F.try_parse_json(F.concat(F.lit('{"x":'), raw, F.lit("}")))).alias("_w1"),

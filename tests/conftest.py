@@ -81,13 +81,21 @@ def table_url(request, tmp_path):
     return f"s3://{make_bucket(s3)}/warehouse/t"
 
 
+SMALL_STACK = "320k"
+
+
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark session for the whole test run (a JVM start costs seconds)."""
+    """One local Spark session for the whole test run (a JVM start costs seconds).
+
+    Its threads get a third of the JVM's default 1 MiB stack, so input that makes Spark recurse (deeply
+    nested JSON: ``pv_counts.MAX_DEPTH``) fails here long before it could on a default deployment.
+    """
     need(shutil.which("java") is not None, "Java is not installed")
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[2]").appName("eo-tests")
+               .config("spark.driver.extraJavaOptions", f"-Xss{SMALL_STACK}")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")

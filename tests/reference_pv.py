@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 MAX_LINE_CHARS = 2_000_000   # longer lines are beyond the parser: not_json
-MAX_DEPTH = 999              # deepest nesting of arrays/objects a line may have
+MAX_DEPTH = 64               # deepest nesting of arrays/objects a line may have
 MAX_DIGITS = 1000            # digits a number literal may have
 MAX_KEY_UNITS = 50_000       # UTF-16 code units an object key may have
 RAW_CHARS = 10_000

@@ -176,8 +176,12 @@ def _edge_lines() -> list[bytes]:
                 b'{"a":1},"y":2', b"{'a':1}", b'{"a":NaN}', b'{"a":1,}', b'{"a":"tab\there"}', b"\xff",
                 b'{"event_id":"x","event_id":"y","app_id":"A","user_id":"u","event":"page_view","ts":"2026-01-01T10:00:00Z"}',
                 "\ufeff".encode() + ev("bom"), b"x" * 1_000_000, deep(1000), with_number("n1", 1001),
-                b'{"' + b"k" * 50_001 + b'":1}', b"[" + b" " * 2_000_000 + b"]"]
-    limits_ok = [deep(999), b'{"' + b"k" * 50_000 + b'":1}', with_number("n2", 1000),
+                b'{"' + b"k" * 50_001 + b'":1}', b"[" + b" " * 2_000_000 + b"]",
+                deep(65), b'{"a":' * 65 + b"1" + b"}" * 65, b'{"s":"]]","a":[' * 33 + b"]}" * 33,
+                deep(999_999)]  # nesting past MAX_DEPTH never reaches the (recursive) parser
+    limits_ok = [deep(64), b'{"a":' * 64 + b"1" + b"}" * 64, b'{"s":"]]","a":[' * 32 + b"]}" * 32,
+                 ev("nest", pad='\\"' + "[{" * 100, arr=[[i] for i in range(100)]),
+                 b'{"' + b"k" * 50_000 + b'":1}', with_number("n2", 1000),
                  ev("big", pad="x" * 1_000_000),
                  b'{"event_id":"s","app_id":"x\\ud800","user_id":"u","event":"page_view","ts":"2026-01-01T10:00:00Z"}',
                  b'{"event_id":"e\xff","app_id":"bytes","user_id":"u","event":"page_view","ts":"2026-01-01T10:00:00Z"}']
@@ -197,7 +201,7 @@ def test_edge_cases_match_reference(spark, job, tmp_path):
     counts = job.run(spark, spec)
     check_against_reference(spec, counts, {"old-app": 40, "A": 2})
     assert set(counts["malformed_by_reason"]) == ALL_REASONS
-    assert counts["malformed_by_reason"]["not_json"] == 21 + 1  # + the blank line before the final \n
+    assert counts["malformed_by_reason"]["not_json"] == 25 + 1  # + the blank line before the final \n
     rows = {r["app_id"]: r for r in read_data(spec["staging_dir"], "dt=2026-01-01")}
     assert {"../x", "a/b", "%2e%2e", "ünï", "应用", "😀 app", " ", "x?", "early", "B", "Y"} <= set(rows)
     assert not {"late", "C", "Z", "clicks-only"} & set(rows)
