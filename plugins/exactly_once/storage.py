@@ -6,23 +6,23 @@ Both adapters offer the same operations; the difference that matters is how a pa
   renamed (atomic) to ``<table>/_versions/<partition>/<txn>/``, then the partition path
   ``<table>/<partition>`` - a symlink - is swapped to it with one ``rename(2)`` of a new link over the
   old one. A reader resolves the link once and sees the old or the new version, never a mix.
-* :class:`S3Storage` - copies have no atomic rename, so data files get per-transaction names
-  (``<txn>--<file>``), are copied next to the live ones, then ``_MANIFEST.json`` (one PUT, atomic) is
-  switched to name the new set, then the old files are deleted. The commit point itself is elsewhere:
-  the exclusive create (``If-None-Match: *``) of the transaction's outcome record in the log.
+* :class:`~exactly_once.storage_s3.S3Storage` (module ``storage_s3``) - no atomic rename, so data
+  files get per-transaction names (``<txn>--<file>``), are copied next to the live ones, then
+  ``_MANIFEST.json`` is switched to name the new set with one conditional PUT, then older files are
+  deleted. The commit point itself is elsewhere: the exclusive create (``If-None-Match: *``) of the
+  transaction's outcome record in the log.
 """
 from __future__ import annotations
 
 import errno
 import json
 import os
-import posixpath
 import shutil
 import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from .errors import ConfigError, StorageError, UnsafeIdentifierError
@@ -304,151 +304,6 @@ class LocalStorage(Storage):
         return [os.path.join(link, f["name"]) for f in m["files"]]
 
 
-class S3Storage(Storage):
-    """S3 through s3fs: exclusive create is ``PutObject`` with ``If-None-Match: *``; publish copies."""
-
-    def __init__(self, fs: Any, display_root: str = "s3://") -> None:
-        self.fs = fs
-        self.display_root = display_root
-
-    def read_bytes(self, path: str) -> bytes:
-        return self.fs.cat_file(path)
-
-    def exists(self, path: str) -> bool:
-        return self.fs.exists(path)
-
-    def list_names(self, path: str) -> list[str]:
-        try:
-            return sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(path, refresh=True))
-        except FileNotFoundError:
-            return []
-
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        try:
-            self.fs.pipe_file(path, data, mode="create")
-        except FileExistsError:
-            return False
-        return True
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        self.fs.pipe_file(path, data)  # a single PUT replaces the object atomically
-
-    def makedirs(self, path: str) -> None:
-        return None
-
-    def walk_files(self, path: str) -> list[FileEntry]:
-        try:
-            found = self.fs.find(path, detail=True, withdirs=False)
-        except FileNotFoundError:
-            return []
-        base = path.rstrip("/") + "/"
-        return sorted((FileEntry(p[len(base):], int(info["size"])) for p, info in found.items()
-                       if p.startswith(base)), key=lambda e: e.rel)
-
-    def remove_tree(self, path: str) -> None:
-        self.fs.invalidate_cache(path)
-        if self.fs.isfile(path):
-            self.fs.rm(path)
-            return
-        keys = [posixpath.join(path, e.rel) for e in self.walk_files(path)]
-        if keys:
-            self.fs.rm(keys)
-        self.fs.invalidate_cache(path)
-
-    def _copy(self, pairs: Iterable[tuple[str, str]]) -> None:
-        pairs = list(pairs)
-        if pairs:
-            self.fs.copy([s for s, _ in pairs], [d for _, d in pairs])  # batched, concurrent
-
-    def move_tree(self, src: str, dst: str) -> None:
-        entries = self.walk_files(src)
-        try:
-            self._copy((self.join(src, e.rel), self.join(dst, e.rel)) for e in entries)
-        except FileNotFoundError:
-            if self.walk_files(src):  # else a concurrent finisher moved it first
-                raise
-        self.remove_tree(src)
-
-    def open(self, path: str, mode: str = "rb") -> Any:
-        return self.fs.open(path, mode)
-
-    def file_meta(self, path: str) -> dict[str, Any]:
-        info = self.fs.info(path)
-        return {"size": int(info["size"]), "mtime": None, "etag": str(info.get("ETag", "")).strip('"')}
-
-    def _manifest(self, live: str) -> dict[str, Any] | None:
-        try:
-            return json.loads(self.fs.cat_file(self.join(live, MANIFEST)))
-        except FileNotFoundError:
-            return None
-
-    def publish_partition(self, staged: str, table: str, partition: str, version: str,
-                          files: list[dict[str, Any]], hook: Hook) -> str:
-        live = self.join(table, partition)
-        self.fs.invalidate_cache(live)
-        current = self._manifest(live)
-        if current and supersedes(current["version"], version):
-            return "superseded"
-        live_files = [dict(f, name=f"{version}--{f['name']}") for f in files]
-        present = {e.rel: e.size for e in self.walk_files(live)}
-        todo = [(self.join(staged, f["name"]), self.join(live, lf["name"]))
-                for f, lf in zip(files, live_files) if present.get(lf["name"]) != f["size"]]
-        staged_sizes = {e.rel: e.size for e in self.walk_files(staged)} if todo else {}
-        for f, lf in zip(files, live_files):
-            if present.get(lf["name"]) != f["size"] and staged_sizes.get(f["name"]) != f["size"]:
-                raise StorageError(f"staged file {f['name']} of {version} is missing or altered")
-        half = len(todo) // 2
-        try:
-            self._copy(todo[:half])
-            hook("commit.mid_publish")  # some files copied, manifest not switched: its readers see the old
-            self._copy(todo[half:])
-        except FileNotFoundError:  # staging moved away: another finisher completed this publish
-            now = self._manifest(live)
-            if now and (now["version"] == version or supersedes(now["version"], version)):
-                return "already" if now["version"] == version else "superseded"
-            raise
-        now = self._manifest(live)  # re-read: a newer version may have gone live while we copied
-        if now and supersedes(now["version"], version):
-            return "superseded"
-        was_live = bool(current and current["version"] == version)
-        self.write_atomic(self.join(live, MANIFEST), to_json({"version": version, "files": live_files}))
-        self.write_atomic(self.join(live, SUCCESS), version.encode())
-        keep = {lf["name"] for lf in live_files}
-        stale = [self.join(live, e.rel) for e in self.walk_files(live)
-                 if "/" not in e.rel and not is_hidden(e.rel) and e.rel not in keep]
-        if stale:
-            self.fs.rm(stale)
-        return "already" if was_live and not todo else "published"
-
-    def sweep(self, table: str, min_age: float) -> list[str]:
-        gone: list[str] = []
-        now = time.time()
-        found = self.fs.find(table, detail=True, withdirs=False) if self.exists(table) else {}
-        base = table.rstrip("/") + "/"
-        for path in [p for p in found if p.endswith("/" + MANIFEST) and not is_hidden(p[len(base):])]:
-            live = path.rsplit("/", 1)[0]
-            keep = {f["name"] for f in json.loads(self.fs.cat_file(path))["files"]}
-            for p, info in found.items():
-                name = p[len(live) + 1:]
-                if (p.startswith(live + "/") and "/" not in name and not is_hidden(name) and name not in keep
-                        and now - info["LastModified"].timestamp() >= min_age):
-                    self.fs.rm(p)
-                    gone.append(p)
-        return gone
-
-    def live_version(self, table: str, partition: str) -> str | None:
-        m = self._manifest(self.join(table, partition))
-        return m["version"] if m else None
-
-    def live_files(self, table: str, partition: str) -> list[str]:
-        live = self.join(table, partition)
-        m = self._manifest(live)
-        return [self.join(live, f["name"]) for f in m["files"]] if m else []
-
-    def url(self, path: str) -> str:
-        return f"s3://{path}"
-
-
 def redact(url: str) -> str:
     """``url`` with any user-info (``key:secret@``) replaced by ``***@``; safe to log."""
     parts = urlsplit(url)
@@ -481,5 +336,7 @@ def storage_for(url: str, **options: Any) -> tuple[Storage, str]:
         client_kwargs.setdefault("region_name", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
         fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, **options)
         root = (parts.netloc + parts.path).rstrip("/")
+        from .storage_s3 import S3Storage  # noqa: PLC0415 - with s3fs, only for s3:// URLs
+
         return S3Storage(fs), root
     raise ConfigError(f"unsupported storage URL scheme {parts.scheme!r} in {redact(url)}")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -35,6 +36,7 @@ from .ids import Interval, TxnRef, check_name, check_partition
 from .storage import MANIFEST, Storage, is_hidden, storage_for, to_json
 from .txlog import EpochStatus, State, TxLog
 
+MANIFEST_THREADS = 8  # concurrent file reads while building a manifest (checksums, parquet footers)
 Validator = Callable[[TxnRef, dict[str, Any]], tuple[bool, dict[str, Any]]]
 
 
@@ -333,7 +335,8 @@ class TwoPhaseCommitSink:
         return any(self.storage.live_version(self.table, p) == txn.name for p in parts)
 
     def _build_manifest(self, txn: TxnRef) -> dict[str, Any]:
-        staging, partitions, extras = self.staging_dir(txn), {}, []
+        staging = self.staging_dir(txn)
+        todo: list[tuple[str | None, str, str, int]] = []  # (partition or None for extras, path, name, size)
         for entry in self.storage.walk_files(staging):  # refuses symlinks
             top, _, rest = entry.rel.partition("/")
             if top == "data":
@@ -342,10 +345,23 @@ class TwoPhaseCommitSink:
                     continue  # _SUCCESS, .crc and committer temp files are never published
                 if not part:
                     raise StorageError(f"{txn.name}: data file {rest!r} is not inside a partition dir")
-                partitions.setdefault(check_partition(part), []).append(
-                    self._describe(self.storage.join(staging, entry.rel), name, entry.size))
+                todo.append((check_partition(part), self.storage.join(staging, entry.rel), name, entry.size))
             elif entry.rel != MANIFEST:
-                extras.append(self._describe(self.storage.join(staging, entry.rel), entry.rel, entry.size))
+                todo.append((None, self.storage.join(staging, entry.rel), entry.rel, entry.size))
+        # Reading every byte (sha256) and every parquet footer is I/O plus hashing that releases the GIL:
+        # a few threads make it ~N times faster on a multi-core machine and on S3 (one request per read).
+        if any(t[2].endswith(".parquet") for t in todo):
+            import pyarrow.parquet  # noqa: F401 - imported once here, not concurrently by the workers
+
+        with ThreadPoolExecutor(max_workers=max(1, min(MANIFEST_THREADS, len(todo)))) as pool:
+            described = list(pool.map(lambda t: self._describe(t[1], t[2], t[3]), todo))
+        partitions: dict[str, list[dict[str, Any]]] = {}
+        extras = []
+        for (part, *_), desc in zip(todo, described):
+            if part is None:
+                extras.append(desc)
+            else:
+                partitions.setdefault(part, []).append(desc)
         rows = [f["rows"] for fs in partitions.values() for f in fs]
         return {"txn": txn.to_dict(), "version": txn.name, "partitions": partitions, "extras": extras,
                 "files": len(rows), "rows": None if None in rows else sum(rows)}

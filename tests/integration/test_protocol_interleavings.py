@@ -129,3 +129,28 @@ def test_slow_publisher_of_an_older_commit_never_overwrites_a_newer_one(table_ur
     assert {e: s.state for e, s in sink.status(IV).items()} == {a.epoch: State.COMMITTED,
                                                                b.epoch: State.COMMITTED}
     assert_clean(sink, PART, b_rows, b)
+
+
+@pytest.mark.parametrize("table_url", ["s3"], indirect=True)
+@pytest.mark.parametrize("step", ["put_manifest", "_delete_older"])
+def test_s3_publisher_overtaken_at_the_manifest_switch_or_the_cleanup(table_url, monkeypatch, step):
+    """S3 only (locally the switch is one rename). A has copied its files and read the manifest's ETag;
+    right then - or after its switch, right before it deletes older files - B commits and publishes
+    whole. A's conditional PUT must lose (412) and A must report "superseded"; A's cleanup must never
+    delete B's files. Either way B stays live and complete."""
+    sink = open_sink(table_url)
+    assert not is_local(sink)
+    a = sink.begin(IV)
+    write_output(sink, a, {PART: split(make_rows("A", 8), 4)})
+    sink.pre_commit(a)
+    b_rows = make_rows("B", 6, start=600)
+    other = open_sink(table_url)
+    fired = interleave(monkeypatch, sink.storage, step, lambda *args: True,
+                       lambda: commit_version(other, IV, {PART: split(b_rows, 3)}))
+    result = sink.commit(a)
+    monkeypatch.undo()
+    assert fired["fired"]
+    b = fired["result"]
+    assert b.epoch == a.epoch + 1
+    assert result.partitions[PART] == ("superseded" if step == "put_manifest" else "published")
+    assert_clean(sink, PART, b_rows, b)

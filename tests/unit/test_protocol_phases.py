@@ -95,6 +95,27 @@ def test_pre_commit_manifest_lists_sizes_rows_checksums_and_is_idempotent(sink):
     assert_idle(sink)
 
 
+def test_pre_commit_describes_many_files_concurrently_with_the_serial_result(sink, monkeypatch):
+    """The manifest is built by a thread pool; it must equal the one-thread manifest, in the same order."""
+    from exactly_once import transaction
+
+    txn = sink.begin(IV)
+    rows = make_rows("m", 300)
+    write_output(sink, txn, {PART: split(rows, 20), "dt=2026-01-01-extra": split(make_rows("x", 40), 7)})
+    manifest = sink.pre_commit(txn)
+    assert manifest["files"] == 27 and manifest["rows"] == 340
+    names = [f["name"] for f in manifest["partitions"][PART]]
+    assert names == sorted(names) and len(names) == 20
+    monkeypatch.setattr(transaction, "MANIFEST_THREADS", 1)
+    assert sink._build_manifest(txn) == manifest  # same sizes, rows, sha256 per file, same order
+    for f in manifest["partitions"][PART]:
+        with sink.storage.open(sink.storage.join(sink.data_dir(txn), PART, f["name"]), "rb") as fh:
+            assert f["sha256"] == hashlib.sha256(fh.read()).hexdigest()
+    sink.commit(txn)
+    assert_exact_version(sink, PART, rows, txn)
+    assert_idle(sink)
+
+
 def test_data_file_directly_under_data_dir_is_refused(sink):
     txn = sink.begin(IV)
     write_parquet(sink, sink.storage.join(sink.data_dir(txn), "loose.parquet"), make_rows("a", 2))
