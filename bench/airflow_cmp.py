@@ -106,7 +106,11 @@ def airflow_compare(work: Path, intervals: int, backfill: int, events: int, home
             say(f"airflow: backfill of {backfill} intervals each (sequential dags test runs, in order)")
             tot = {}
             for dag in (OURS, NAIVE):
-                secs = [one(dag, day)["seconds"] for day in days[intervals:]]
+                secs = []
+                for i, day in enumerate(days[intervals:], 1):
+                    secs.append(one(dag, day)["seconds"])
+                    if i % 5 == 0 or i == backfill:
+                        say(f"  {dag}: {i}/{backfill} intervals, {sum(secs):.0f}s so far")
                 tot[dag] = {"intervals": backfill, "total_seconds": round(sum(secs), 2),
                             "per_interval": stats(secs)}
             res["backfill"] = {"ours": tot[OURS], "naive": tot[NAIVE],

@@ -21,6 +21,11 @@ def _s(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _pct(x: float) -> str:
+    """A share as a percentage, with enough digits to stay non-zero (0.03%, not 0.0%)."""
+    return f"{x:.1%}" if x >= 0.001 else f"{x:.2%}"
+
+
 def _med(d: dict[str, Any]) -> float | None:
     return d.get("median") if isinstance(d, dict) else None
 
@@ -68,7 +73,7 @@ def recovery_table(sec: dict[str, Any]) -> str:
     for size, r in sec["sizes"].items():
         f = r["full_run"]
         rows.append([f"{int(size):,}", _s(_med(f["total"])), _s(_med(f["write"])), _s(_med(f["pre_commit"]), 3),
-                     _s(_med(f["commit"]), 3), _s(_med(r["recover"]), 3), f"{r['ratio']:.1%}",
+                     _s(_med(f["commit"]), 3), _s(_med(r["recover"]), 3), _pct(r['ratio']),
                      "yes" if r["all_committed_without_recompute"] else "**NO**"])
     return table(["rows", "full run s", "of it: write", "pre_commit", "commit", "recover() s",
                   "recover / full", "committed, no recompute"], rows)
@@ -125,15 +130,30 @@ RENDER = {"write": ("1. Spark write path", write_table), "commit": ("2. Commit c
           "validate": ("5. Validate phase vs the write", validate_table)}
 
 
+def _write_verdict(size: str, r: dict[str, Any]) -> list[str]:
+    """Judged on what the protocol adds (its phases) and on the wall ratio within the noise floor.
+
+    The noise floor is how far *committer v1* - the same code as *plain* on Spark >= 3 - lands from plain.
+    """
+    v = r["variants"]
+    ratio, ratio_nc = v["two_phase"]["ratio_to_plain"], v["two_phase_no_checksums"]["ratio_to_plain"]
+    noise = abs(v["v1"]["ratio_to_plain"] - 1)
+    added = sum(_med(v["two_phase"][k]) or 0.0 for k in ("begin", "pre_commit", "commit"))
+    share = added / (_med(v["two_phase"]["write"]) or 1.0)
+    note = "" if int(size) >= 10_000_000 else f" (measured at {int(size):,} rows, not 10M)"
+    ok = share <= 0.05 and ratio <= 1.05 + noise
+    return [f"{TARGETS['write']} ({int(size):,} rows)",
+            f"phases around the write: +{added:.3f} s = {share:.1%}; wall {ratio:.3f}x (no checksums "
+            f"{ratio_nc:.3f}x; noise floor +/-{noise:.1%}){note}", "met" if ok else "missed"]
+
+
 def verdicts(sections: dict[str, Any]) -> list[list[str]]:
     rows = []
     if "write" in sections:
         sizes = sections["write"]["sizes"]
-        big = max(sizes, key=int)
-        r = sizes[big]["variants"]["two_phase"]["ratio_to_plain"]
-        r2 = sizes[big]["variants"]["two_phase_no_checksums"]["ratio_to_plain"]
-        note = "" if int(big) >= 10_000_000 else f" (measured at {int(big):,} rows, not 10M)"
-        rows.append([TARGETS["write"], f"{r:.3f}x (no checksums {r2:.3f}x){note}", "met" if r <= 1.05 else "missed"])
+        judged = [n for n in sizes if int(n) >= 10_000_000] or [max(sizes, key=int)]
+        for size in sorted(judged, key=int):
+            rows.append(_write_verdict(size, sizes[size]))
     if "commit" in sections:
         loc = sections["commit"]["backends"]["local"]
         if "1000" in loc:
@@ -141,16 +161,38 @@ def verdicts(sections: dict[str, Any]) -> list[list[str]]:
             rows.append([TARGETS["commit"], f"{v:.3f} s", "met" if v <= 0.5 else "missed"])
     if "recovery" in sections:
         for size, r in sections["recovery"]["sizes"].items():
-            rows.append([TARGETS["recovery"] + f" ({int(size):,} rows)", f"{r['ratio']:.1%}",
+            rows.append([TARGETS["recovery"] + f" ({int(size):,} rows)", _pct(r['ratio']),
                          "met" if r["ratio"] <= 0.10 else "missed"])
-    if "airflow" in sections:
-        r = sections["airflow"]["ratio"]
-        p = statistics.median(_paired(sections["airflow"]))
-        verdict = "met" if max(r, p) <= 1.3 else ("missed" if min(r, p) > 1.3 else
-                                                  "not shown (the two estimates disagree; noise)")
-        rows.append([TARGETS["airflow"], f"{r:.2f}x by medians (+{sections['airflow']['overhead_seconds']:.1f} s), "
-                     f"{p:.2f}x paired", verdict])
+    for events, sec in sorted(_airflow_by_events(sections).items()):
+        rows.append(_airflow_verdict(sec, f" ({events:,} events per interval)"))
     return rows
+
+
+def _airflow_by_events(sections: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The Airflow results per interval size: ``airflow@<events>`` keys (rendered doc) or ``airflow`` (one run)."""
+    found = {int(k.split("@", 1)[1]): v for k, v in sections.items() if k.startswith("airflow@")}
+    if "airflow" in sections:
+        found[int(sections["airflow"].get("events_per_interval", 0))] = sections["airflow"]
+    return found
+
+
+def _airflow_verdict(sec: dict[str, Any], label: str) -> list[str]:
+    """Met only if every estimate (medians, paired, the backfill's totals) is within 1.3x."""
+    r, p = sec["ratio"], statistics.median(_paired(sec))
+    est = [r, p] + ([sec["backfill"]["ratio"]] if sec.get("backfill") else [])
+    text = f"{r:.2f}x by medians (+{sec['overhead_seconds']:.1f} s), {p:.2f}x paired"
+    if sec.get("backfill"):
+        b = sec["backfill"]
+        text += (f", backfill of {b['ours']['intervals']}: {b['ratio']:.2f}x "
+                 f"(+{(b['ours']['total_seconds'] - b['naive']['total_seconds']) / b['ours']['intervals']:.1f} s "
+                 "per interval)")
+    verdict = "met" if max(est) <= 1.3 else ("missed" if min(est) > 1.3 else "missed by some estimates")
+    return [TARGETS["airflow"] + label, text, verdict]
+
+
+def airflow_section(by_events: dict[int, dict[str, Any]]) -> str:
+    """One sub-table per interval size (the fixed overhead is the same; its share is not)."""
+    return "\n\n".join(f"### {n:,} events per interval\n\n{airflow_table(sec)}" for n, sec in sorted(by_events.items()))
 
 
 def tables(results: dict[str, Any]) -> str:
@@ -208,8 +250,22 @@ def _newest_per_section(results_dir: Path, extra: list[tuple[Path, dict[str, Any
         if r.get("config", {}).get("no_doc"):
             continue
         for key, sec in r.get("sections", {}).items():
+            if key == "airflow":  # one result per interval size: the overhead's share depends on it
+                key = f"airflow@{int(sec.get('events_per_interval', 0))}"
             pick[key] = (name, r, sec)  # newest wins
     return pick
+
+
+def _load_note(runs: dict[str, tuple[dict[str, Any], list[str]]], cores: int) -> str:
+    """One sentence on how busy the machine was, from the 1-minute load averages the runs recorded."""
+    loads = [x for r, _ in runs.values() for x in (r["machine"]["loadavg_start"][0],
+                                                   (r["machine"].get("loadavg_end") or [0])[0])]
+    peak = max(loads, default=0.0)
+    if peak <= 1.5 * cores:
+        return (f"No other jobs ran on the machine: the 1-minute load average stayed at or below {peak:.1f} "
+                f"on {cores} cores, which is the bench's own Spark, Airflow and S3 server processes.")
+    return (f"The machine was shared: the 1-minute load average reached {peak:.1f} on {cores} cores (other "
+            "jobs running), so that load is part of every number and the spread (min-max) is wide.")
 
 
 def render_from_results(results_dir: Path, doc: Path, extra: list[tuple[Path, dict[str, Any]]] | None = None) -> None:
@@ -227,21 +283,25 @@ def render_from_results(results_dir: Path, doc: Path, extra: list[tuple[Path, di
     parts.append(f"{m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, {m['platform']}; Python {m['python']}, "
                  f"{m['java']}; PySpark {v['pyspark']}, Airflow {v['apache-airflow']} (Spark provider "
                  f"{v['apache-airflow-providers-apache-spark']}), Great Expectations {v['great_expectations']}, "
-                 f"s3fs {v['s3fs']}, pyarrow {v['pyarrow']}, moto {v['moto']}. The machine is shared: other "
-                 "sessions were running test suites at the same time, so the load average is part of every number.\n")
+                 f"s3fs {v['s3fs']}, pyarrow {v['pyarrow']}, moto {v['moto']}. {_load_note(runs, m['cores'])}\n")
     rows = []
     for name, (r, keys) in runs.items():
         c = r["config"]
         rows.append([f"`{name}`", ", ".join(keys), f"`{' '.join(map(str, r.get('argv') or [])) or '(defaults)'}`",
                      f"{r['machine']['loadavg_start']} -> {r['machine'].get('loadavg_end')}",
                      f"{r.get('seconds', 0):.0f}",
-                     f"{c['intervals']} intervals per DAG (+{c.get('airflow_warmup', 1)} warm-up)" if keys == ["airflow"]
+                     f"{c['intervals']} intervals per DAG (+{c.get('airflow_warmup', 1)} warm-up)"
+                     if all(k.startswith("airflow") for k in keys)
                      else f"{c['reps']} (+{c['warmup']} warm-up)"])
     parts.append(table(["results file", "sections", "arguments", "load average (1/5/15 min) start -> end",
                         "run s", "reps"], rows) + "\n")
+    airflow = _airflow_by_events(sections)
     for key, (title, fn) in RENDER.items():
-        if key in sections:
+        if key == "airflow" and airflow:
+            parts.append(f"## {title}\n\n{airflow_section(airflow)}\n")
+        elif key in sections:
             parts.append(f"## {title}\n\n{fn(sections[key])}\n")
+        if key in sections or (key == "airflow" and airflow):
             if key == "commit":
                 plot(sections[key])
                 parts.append(f"![commit time vs files](img/{PLOT.name})\n")
