@@ -5,6 +5,7 @@ Tests that need a service skip with a reason when it is missing, unless ``EO_REQ
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -99,6 +100,9 @@ def spark():
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
                .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
+    # py4j logs every closed connection at INFO, also from finalizers at interpreter exit, after pytest
+    # closed its streams ("--- Logging error ---"); its warnings and errors still show.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     yield session
     session.stop()
 
