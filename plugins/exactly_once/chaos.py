@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .ids import Interval
-from .localrun import BIN, airflow_env, logical_date_for
+from .localrun import BIN, airflow_env, logical_date_for, scheduler_env
 from .sample_data import generate
 from .transaction import TwoPhaseCommitSink
 from .txlog import State
@@ -252,7 +252,7 @@ class ChaosRun:
                 "AIRFLOW_HOME": str(self.out / "airflow-home"), "EO_DATA_ROOT": str(self.out / "data"),
                 "EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2",
                 "EO_CHAOS_RUN": self.id, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db.url,
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "2",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "2", **scheduler_env(),
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
                 "AIRFLOW__API__PORT": str(self.api_port), "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}", "AIRFLOW__API__WORKERS": "1",

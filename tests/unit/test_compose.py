@@ -275,6 +275,20 @@ def test_doc_connections_match_the_environment(services):
     assert s3["extra"]["endpoint_url"] == "http://minio:9000"
 
 
+def test_the_scheduler_forks_tasks_from_a_preloaded_server(services):
+    """The compose scheduler uses the settings the chaos run exercises under a real scheduler, and every
+    preloaded module exists here (``multiprocessing`` skips a misspelt one silently)."""
+    import importlib.util
+
+    from exactly_once.localrun import SCHEDULER_PRELOAD, scheduler_env
+
+    env = env_of(services["airflow-scheduler"])
+    assert {k: env.get(k) for k in scheduler_env()} == scheduler_env()
+    assert "great_expectations" in SCHEDULER_PRELOAD
+    for module in SCHEDULER_PRELOAD:
+        assert importlib.util.find_spec(module) is not None, module
+
+
 def test_spark_connection_resolves_to_the_cluster(services, monkeypatch):
     """The provider's own parser turns AIRFLOW_CONN_SPARK_DEFAULT into master spark://spark-master:7077."""
     pytest.importorskip("airflow.providers.apache.spark")
