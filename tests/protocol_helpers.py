@@ -265,8 +265,8 @@ def log_problems(sink: TwoPhaseCommitSink, interval: Interval, *, idle: bool = T
 
     Every epoch has an open record; the outcome is COMMITTED or ABORTED; committed epochs were
     pre-committed; ``published`` only for COMMITTED; the live version of every partition a committed
-    epoch wrote is a committed epoch, and no committed epoch that wrote the partition and is newer than
-    it has been published. When ``idle``: every committed epoch is published and no committed epoch
+    epoch wrote is a committed epoch (or none yet, while none of them is published), and no committed
+    epoch that wrote the partition and is newer than it has been published. When ``idle``: every committed epoch is published and no committed epoch
     that wrote the partition is newer than the live one.
     """
     refresh(sink)
@@ -294,6 +294,8 @@ def log_problems(sink: TwoPhaseCommitSink, interval: Interval, *, idle: bool = T
                 committed.setdefault(part, []).append(epoch)
     for part, epochs in committed.items():
         live = sink.storage.live_version(sink.table, part)
+        if live is None and not idle and not any(statuses[e].published for e in epochs):
+            continue  # decided, not yet published, nothing older: readers still see no version
         parsed = parse_txn_name(live or "")
         if parsed is None or parsed[0] != interval.token:
             problems.append(f"{part}: live version {live} is not a committed epoch of {interval.token}")

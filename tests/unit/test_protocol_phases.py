@@ -204,6 +204,27 @@ def test_abort_after_commit_is_a_no_op(sink):
     assert_idle(sink)
 
 
+def test_abort_rolls_a_decided_but_unpublished_first_commit_forward(sink):
+    """Hypothesis found it: the first commit of a partition dies after the decision, before the publish.
+    Readers still see no version (the state before it), the log is consistent; abort finishes it."""
+    from protocol_helpers import exact_reader_rows, failpoints
+
+    txn = sink.begin(IV)
+    rows = staged(sink, txn, make_rows("a", 5))
+    sink.pre_commit(txn)
+    with failpoints("commit.before_publish=error"), pytest.raises(Exception, match="before_publish"):
+        sink.commit(txn)
+    st = sink.status(IV)[txn.epoch]
+    assert st.state is State.COMMITTED and not st.published
+    assert sink.storage.live_version(sink.table, PART) is None and exact_reader_rows(sink, PART) == []
+    assert log_problems(sink, IV, idle=False) == []
+    assert log_problems(sink, IV) == [f"e{txn.epoch}: committed but never published",
+                                      f"{PART}: live version None is not a committed epoch of {IV.token}"]
+    assert sink.abort(txn) is State.COMMITTED
+    assert_exact_version(sink, PART, rows, txn)
+    assert_idle(sink)
+
+
 def test_abort_keep_moves_staging_aside(sink):
     txn = sink.begin(IV)
     staged(sink, txn, make_rows("a", 3))
