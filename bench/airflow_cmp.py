@@ -4,6 +4,7 @@ Both run with ``airflow dags test`` (``exactly_once.localrun.run_interval``) in 
 same AIRFLOW_HOME (SQLite), a temporary DAGs folder holding symlinks to ``dags/pv_pipeline.py`` and
 ``bench/dags/naive_pv.py`` (so both runs parse the same two files), the same landing data, local Spark.
 Intervals alternate ours / naive. Per-task durations come from Airflow's own task_instance table.
+A backfill under the real scheduler is the ``backfill`` section (``bench/backfill.py``).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def _task_durations(home: Path, dag_id: str, since: str) -> dict[str, float]:
     return {t: round(statistics.median(v), 3) for t, v in sorted(by.items())}
 
 
-def airflow_compare(work: Path, intervals: int, backfill: int, events: int, home: Path,
+def airflow_compare(work: Path, intervals: int, events: int, home: Path,
                     warmup: int = 1) -> dict[str, Any]:
     data = work / "airflow_data"
     shutil.rmtree(data, ignore_errors=True)
@@ -61,7 +62,7 @@ def airflow_compare(work: Path, intervals: int, backfill: int, events: int, home
     (dags / "pv_pipeline.py").symlink_to(ROOT / "dags" / "pv_pipeline.py")
     (dags / "naive_pv.py").symlink_to(ROOT / "bench" / "dags" / "naive_pv.py")
     start = date(2030, 1, 1)
-    days = [(start + timedelta(days=i)).isoformat() for i in range(intervals + backfill)]
+    days = [(start + timedelta(days=i)).isoformat() for i in range(intervals)]
     say(f"airflow: generating {len(days)} days x {events:,} events")
     generate(str(data / "landing"), days, events_per_day=events, apps=50, users=max(300, events // 10))
     extra = {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "EO_DATA_ROOT": str(data),
@@ -90,7 +91,7 @@ def airflow_compare(work: Path, intervals: int, backfill: int, events: int, home
             one(NAIVE, warm_day)
         since = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
         ours, naive = [], []
-        for day in days[:intervals]:
+        for day in days:
             ours.append(one(OURS, day))
             naive.append(one(NAIVE, day))
             say(f"  {day}: ours {ours[-1]['seconds']:.1f}s, naive {naive[-1]['seconds']:.1f}s")
@@ -102,20 +103,6 @@ def airflow_compare(work: Path, intervals: int, backfill: int, events: int, home
             "loadavg": [loadavg()]}
         res["ratio"] = round(res["ours"]["median"] / res["naive"]["median"], 3)
         res["overhead_seconds"] = round(res["ours"]["median"] - res["naive"]["median"], 3)
-        if backfill:
-            say(f"airflow: backfill of {backfill} intervals each (sequential dags test runs, in order)")
-            tot = {}
-            for dag in (OURS, NAIVE):
-                secs = []
-                for i, day in enumerate(days[intervals:], 1):
-                    secs.append(one(dag, day)["seconds"])
-                    if i % 5 == 0 or i == backfill:
-                        say(f"  {dag}: {i}/{backfill} intervals, {sum(secs):.0f}s so far")
-                tot[dag] = {"intervals": backfill, "total_seconds": round(sum(secs), 2),
-                            "per_interval": stats(secs)}
-            res["backfill"] = {"ours": tot[OURS], "naive": tot[NAIVE],
-                               "ratio": round(tot[OURS]["total_seconds"] / tot[NAIVE]["total_seconds"], 3)}
-            res["loadavg"].append(loadavg())
         res["task_seconds_median"] = {"ours": _task_durations(home, OURS, since),
                                       "naive": _task_durations(home, NAIVE, since)}
         say(f"  ours {res['ours']['median']:.1f}s vs naive {res['naive']['median']:.1f}s ({res['ratio']}x)")

@@ -8,6 +8,8 @@ from typing import Any
 
 from bench.common import ROOT
 
+OURS, NAIVE = "pv_pipeline", "naive_pv"
+
 TARGETS = {
     "write": "two-phase write <= 1.05x plain at 10M rows",
     "commit": "local commit <= 0.5 s at 1,000 files",
@@ -91,14 +93,6 @@ def airflow_table(sec: dict[str, Any]) -> str:
              f"({sec['events_per_interval']:,} events per interval). Paired (same interval, run back to back) "
              f"ratios ours/naive: {', '.join(f'{r:.2f}x' for r in _paired(sec))} - median "
              f"**{statistics.median(_paired(sec)):.2f}x**.")
-    b = sec.get("backfill")
-    if b:
-        text += "\n\n" + table(["backfill", "intervals", "total s", "per interval median s"], [
-            ["pv_pipeline", str(b["ours"]["intervals"]), _s(b["ours"]["total_seconds"], 1),
-             _s(b["ours"]["per_interval"]["median"], 1)],
-            ["naive_pv", str(b["naive"]["intervals"]), _s(b["naive"]["total_seconds"], 1),
-             _s(b["naive"]["per_interval"]["median"], 1)],
-            ["ratio", "", f"{b['ratio']:.2f}x", ""]])
     tasks = sec.get("task_seconds_median") or {}
     if tasks.get("ours"):
         rows = [[f"pv_pipeline: {t}", _s(s, 2)] for t, s in tasks["ours"].items()]
@@ -106,6 +100,28 @@ def airflow_table(sec: dict[str, Any]) -> str:
         text += "\n\nTask durations as Airflow records them (median s, successful runs of this bench):\n\n"
         text += table(["task", "median s"], rows)
     return text
+
+
+def backfill_table(sec: dict[str, Any]) -> str:
+    """Totals, per-interval medians and the per-task breakdown of the scheduler backfill."""
+    o, n = sec["pv_pipeline"], sec["naive_pv"]
+    rows = [[name, str(r["intervals"]), _s(r["total_seconds"], 1), _s(r["per_interval"]["median"], 1),
+             f"{_s(r['per_interval']['min'], 1)}-{_s(r['per_interval']['max'], 1)}",
+             _s(r["between_tasks"]["median"], 1), ratio, ",".join(map(str, sorted(set(r["jvm_starts_per_run"]))))]
+            for name, r, ratio in (("pv_pipeline (exactly-once, 6 tasks)", o, f"{sec['ratio']:.2f}x"),
+                                   ("naive_pv (1 SparkSubmitOperator)", n, "1.00x"))]
+    text = table(["DAG", "intervals", "total s", "per interval median s", "min-max s",
+                  "between tasks s (median per run)", "vs naive (totals)", "JVM starts per run"], rows)
+    text += (f"\n\n{sec['events_per_interval']:,} events per interval, days {sec['days'][0]} .. {sec['days'][1]} "
+             f"(the first is the untimed warm-up). Overhead per interval: **{sec['overhead_per_interval']:.1f} s** "
+             f"(totals), ratio of the per-interval medians {sec['ratio_of_medians']:.2f}x. Published table == the "
+             f"naive outputs, row for row: **{'yes' if sec['outputs_equal'] else 'NO'}** "
+             f"({sec['rows_compared']:,} rows).")
+    tasks = sorted(set(o["tasks"]) | set(n["tasks"]))
+    rows = [[f"{dag}: {t}", _s(r["tasks"][t]["duration"], 2), _s(r["tasks"][t]["queued"], 2)]
+            for dag, r in ((OURS, o), (NAIVE, n)) for t in tasks if t in r["tasks"]]
+    text += "\n\nTasks (median s over the timed runs, from `task_instance`):\n\n"
+    return text + table(["task", "running", "queued -> running"], rows)
 
 
 def _paired(sec: dict[str, Any]) -> list[float]:
@@ -127,7 +143,8 @@ def validate_table(sec: dict[str, Any]) -> str:
 RENDER = {"write": ("1. Spark write path", write_table), "commit": ("2. Commit cost vs number of files", commit_table),
           "recovery": ("3. Recovery vs a full run", recovery_table),
           "airflow": ("4. Whole interval through Airflow vs a naive one-task DAG", airflow_table),
-          "validate": ("5. Validate phase vs the write", validate_table)}
+          "backfill": ("5. A backfill under the real scheduler", backfill_table),
+          "validate": ("6. Validate phase vs the write", validate_table)}
 
 
 def _write_verdict(size: str, r: dict[str, Any]) -> list[str]:
@@ -163,8 +180,14 @@ def verdicts(sections: dict[str, Any]) -> list[list[str]]:
         for size, r in sections["recovery"]["sizes"].items():
             rows.append([TARGETS["recovery"] + f" ({int(size):,} rows)", _pct(r['ratio']),
                          "met" if r["ratio"] <= 0.10 else "missed"])
-    for events, sec in sorted(_airflow_by_events(sections).items()):
-        rows.append(_airflow_verdict(sec, f" ({events:,} events per interval)"))
+    rows += [_airflow_verdict(sec) for _, sec in sorted(_airflow_by_events(sections).items())]
+    if "backfill" in sections:
+        b = sections["backfill"]
+        ok = max(b["ratio"], b["ratio_of_medians"]) <= 1.3 and b["outputs_equal"]
+        rows.append([f"{TARGETS['airflow']} (a backfill of {b['intervals']} under the scheduler, "
+                     f"{b['events_per_interval']:,} events per interval)",
+                     f"{b['ratio']:.2f}x by totals (+{b['overhead_per_interval']:.1f} s per interval), "
+                     f"{b['ratio_of_medians']:.2f}x by medians", "met" if ok else "missed"])
     return rows
 
 
@@ -176,17 +199,12 @@ def _airflow_by_events(sections: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return found
 
 
-def _airflow_verdict(sec: dict[str, Any], label: str) -> list[str]:
-    """Met only if every estimate (medians, paired, the backfill's totals) is within 1.3x."""
+def _airflow_verdict(sec: dict[str, Any]) -> list[str]:
+    """Met only if both estimates (ratio of the medians, median of the paired ratios) are within 1.3x."""
     r, p = sec["ratio"], statistics.median(_paired(sec))
-    est = [r, p] + ([sec["backfill"]["ratio"]] if sec.get("backfill") else [])
     text = f"{r:.2f}x by medians (+{sec['overhead_seconds']:.1f} s), {p:.2f}x paired"
-    if sec.get("backfill"):
-        b = sec["backfill"]
-        text += (f", backfill of {b['ours']['intervals']}: {b['ratio']:.2f}x "
-                 f"(+{(b['ours']['total_seconds'] - b['naive']['total_seconds']) / b['ours']['intervals']:.1f} s "
-                 "per interval)")
-    verdict = "met" if max(est) <= 1.3 else ("missed" if min(est) > 1.3 else "missed by some estimates")
+    verdict = "met" if max(r, p) <= 1.3 else ("missed" if min(r, p) > 1.3 else "missed by some estimates")
+    label = f" (one `airflow dags test` each, {sec['events_per_interval']:,} events per interval)"
     return [TARGETS["airflow"] + label, text, verdict]
 
 
@@ -268,6 +286,15 @@ def _load_note(runs: dict[str, tuple[dict[str, Any], list[str]]], cores: int) ->
             "jobs running), so that load is part of every number and the spread (min-max) is wide.")
 
 
+def _reps(section: str, c: dict[str, Any]) -> str:
+    """How many timed samples a section of a run took (its config), for the runs table."""
+    if section.startswith("airflow"):
+        return f"{c['intervals']} intervals per DAG (+{c.get('airflow_warmup', 1)} warm-up)"
+    if section == "backfill":
+        return f"{c['backfill']} intervals per DAG (+1 warm-up)"
+    return f"{c['reps']} (+{c['warmup']} warm-up)"
+
+
 def render_from_results(results_dir: Path, doc: Path, extra: list[tuple[Path, dict[str, Any]]] | None = None) -> None:
     pick = _newest_per_section(results_dir, extra or [])
     if not pick:
@@ -289,10 +316,7 @@ def render_from_results(results_dir: Path, doc: Path, extra: list[tuple[Path, di
         c = r["config"]
         rows.append([f"`{name}`", ", ".join(keys), f"`{' '.join(map(str, r.get('argv') or [])) or '(defaults)'}`",
                      f"{r['machine']['loadavg_start']} -> {r['machine'].get('loadavg_end')}",
-                     f"{r.get('seconds', 0):.0f}",
-                     f"{c['intervals']} intervals per DAG (+{c.get('airflow_warmup', 1)} warm-up)"
-                     if all(k.startswith("airflow") for k in keys)
-                     else f"{c['reps']} (+{c['warmup']} warm-up)"])
+                     f"{r.get('seconds', 0):.0f}", "; ".join(sorted({_reps(k, c) for k in keys}))])
     parts.append(table(["results file", "sections", "arguments", "load average (1/5/15 min) start -> end",
                         "run s", "reps"], rows) + "\n")
     airflow = _airflow_by_events(sections)

@@ -5,7 +5,8 @@ Sections (``--only`` picks some; default all):
 * ``write``    Spark write path: plain overwrite vs FileOutputCommitter v1 / v2 vs the two-phase commit
 * ``commit``   ``commit()`` alone vs number of files, local FS and a loopback S3 server (moto_server)
 * ``recovery`` recovering a transaction that crashed after pre_commit vs a full run
-* ``airflow``  one pv_pipeline interval through Airflow vs a naive one-SparkSubmitOperator DAG (+ backfill)
+* ``airflow``  one pv_pipeline interval through Airflow (``airflow dags test``) vs a naive one-task DAG
+* ``backfill`` a K-interval ``airflow backfill create`` of both DAGs under the real scheduler (PostgreSQL)
 * ``validate`` the GX completeness gate on a staged pv output vs the write; GX import time
 
 Results: ``bench/results/<timestamp>.json``; ``docs/BENCHMARKS.md`` (+ ``docs/img/commit_vs_files.png``)
@@ -28,7 +29,7 @@ if __package__ in (None, ""):  # python bench/run.py
 
 from bench.common import ROOT, loadavg, machine, say  # noqa: E402
 
-SECTIONS = ("write", "commit", "recovery", "airflow", "validate")
+SECTIONS = ("write", "commit", "recovery", "airflow", "backfill", "validate")
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -49,8 +50,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, help="warm-up runs per variant (default 1)")
     p.add_argument("--intervals", type=int, help="Airflow intervals per DAG for the median (default 3)")
     p.add_argument("--airflow-warmup", type=int, default=1, help="untimed Airflow intervals per DAG first (0 or 1)")
-    p.add_argument("--backfill", type=int, help="Airflow backfill length K (default 30; quick 3; 0 = skip)")
-    p.add_argument("--events", type=int, help="events per interval for the Airflow section (default 20000)")
+    p.add_argument("--backfill", type=int, help="intervals of the scheduler backfill (default 30; quick 3)")
+    p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
     p.add_argument("--no-s3", action="store_true", help="commit section: local filesystem only")
     p.add_argument("--workdir", help="scratch dir (default: a temp dir, deleted unless --keep)")
@@ -129,11 +130,15 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.spark_sections import validate_cost
 
                 res = validate_cost(spark, work, a.validate_events, a.reps, a.warmup)
+            elif section == "backfill":
+                from bench.backfill import backfill_compare
+
+                res = backfill_compare(work, a.backfill, a.events)
             else:
                 from bench.airflow_cmp import airflow_compare
 
                 home = Path(a.airflow_home) if a.airflow_home else RESULTS / "airflow-home"
-                res = airflow_compare(work, a.intervals, a.backfill, a.events, home, a.airflow_warmup)
+                res = airflow_compare(work, a.intervals, a.events, home, a.airflow_warmup)
             res["section_seconds"] = round(time.perf_counter() - s0, 1)
             results["sections"][section] = res
             save()

@@ -1,95 +1,43 @@
 """Chaos run under the real Airflow scheduler: ``python -m exactly_once.chaos --days 10 --kills 12 --seed 7``.
 
-A throw-away deployment - a fresh PostgreSQL metadata DB (``eo_chaos_<id>`` on 127.0.0.1:5432, dropped at
-the end), AIRFLOW_HOME and EO_DATA_ROOT under the run dir - runs ``airflow api-server``, ``scheduler``
-(LocalExecutor) and ``dag-processor`` as separate processes and backfills ``pv_pipeline`` over N days of
-sample data (``--max-active-runs 1``: the pipeline is stateful). Meanwhile a seeded killer ``kill -9``s
-task processes at random moments: the LocalExecutor worker supervising a task, the task runner, the
-Spark driver JVM or the job's Python driver. When every backfill run is final, everything is stopped,
-``recover`` runs and the invariants are checked on the data (:func:`check_table`, plus an optional
-``verify(data_root, days)`` callback: the tests pass the pure-Python reference). The JSON report
-(``<run dir>/chaos-report.json``) has the seed, the kills, the task retries (``try_number`` in the
-metadata DB), run states, intervals committed, violations and the wall time. ``race_day`` also starts a
-second attempt of that interval (``airflow dags test``, own SQLite home, same data root) while the
-scheduler's write task of that day runs: exactly one of the two may publish.
+A throw-away :class:`~exactly_once.deployment.Deployment` - a fresh PostgreSQL metadata DB, api-server,
+scheduler (LocalExecutor) and dag-processor as separate processes, AIRFLOW_HOME and EO_DATA_ROOT under the
+run dir - backfills ``pv_pipeline`` over N days of sample data (``airflow backfill create``,
+``--max-active-runs 1``: the pipeline is stateful). Meanwhile a seeded killer ``kill -9``s task processes
+at random moments: the LocalExecutor worker supervising a task, the task runner, the Spark driver JVM or
+the job's Python driver. When every backfill run is final, everything is stopped, ``recover`` runs and the
+invariants are checked on the data (:func:`check_table`, plus an optional ``verify(data_root, days)``
+callback: the tests pass the pure-Python reference). The JSON report (``<run dir>/chaos-report.json``) has
+the seed, the kills, the task retries (``try_number`` in the metadata DB), run states, intervals committed,
+violations and the wall time. ``race_day`` also starts a second attempt of that interval (``airflow dags
+test``, own SQLite home, same data root) while the scheduler's write task of that day runs: exactly one of
+the two may publish.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
 import random
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from unittest import mock
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from .deployment import FINAL, PG, Deployment, descendants, processes, send_signal
 from .ids import Interval
-from .localrun import BIN, airflow_env, logical_date_for, scheduler_env
+from .localrun import BIN, logical_date_for
 from .sample_data import generate
 from .transaction import TwoPhaseCommitSink
 from .txlog import State
 
 DAG_ID, SINK = "pv_pipeline", "app_pv"
-PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
-FINAL = ("success", "failed")
+__all__ = ["PG", "ChaosRun", "check_table", "classify", "main"]
 Verify = Callable[[Path, list[str]], list[str]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def processes() -> dict[int, tuple[int, str]]:
-    """``{pid: (ppid, cmdline)}`` of every process we can read, from /proc (no psutil needed)."""
-    out = {}
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError, ValueError):
-            continue
-        out[int(d)] = (ppid, cmd)
-    return out
-
-
-def descendants(roots: list[int], procs: dict[int, tuple[int, str]]) -> list[int]:
-    found, todo = [], list(roots)
-    while todo:
-        pid = todo.pop()
-        kids = [p for p, (pp, _) in procs.items() if pp == pid]
-        found += kids
-        todo += kids
-    return found
-
-
-def _environ(pid: int) -> bytes:
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
-        return f.read()
-    return b""
-
-
-def _signal(pid: int, sig: int, group: bool = False) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        (os.killpg if group else os.kill)(pid, sig)
 
 
 def classify(cmd: str) -> str | None:
@@ -103,75 +51,6 @@ def classify(cmd: str) -> str | None:
     if "pv_counts.py" in cmd and "java" not in cmd.split(" ", 1)[0]:
         return "spark_python"
     return None
-
-
-class Stack:
-    """The Airflow components, each its own process group; ``stop`` ends them all (SIGTERM, then SIGKILL)."""
-
-    def __init__(self, run_dir: Path, env: dict[str, str], marker: bytes, log: Callable[[str], None]):
-        self.run_dir, self.env, self.marker, self.log = run_dir, env, marker, log
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        with open(self.run_dir / "logs" / f"{name}.log", "ab") as out:
-            proc = subprocess.Popen(args, env=env or self.env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.procs[name] = proc
-        self.log(f"started {name} (pid {proc.pid})")
-        return proc
-
-    def pids(self) -> list[int]:
-        """Every live process of this run: the components' trees plus orphans carrying our marker."""
-        procs = processes()
-        roots = [p.pid for p in self.procs.values() if p.poll() is None]
-        tree = set(roots) | set(descendants(roots, procs))
-        return sorted(tree | {p for p in procs if p not in tree and self.marker in _environ(p)})
-
-    def stop(self, grace: float = 20.0) -> None:
-        everyone = self.pids()
-        for p in self.procs.values():
-            if p.poll() is None:
-                _signal(p.pid, signal.SIGTERM, group=True)
-        end = time.time() + grace
-        while time.time() < end and any(p.poll() is None for p in self.procs.values()):
-            time.sleep(0.3)
-        for pid in set(everyone) | set(self.pids()):  # what ignored SIGTERM, and orphans
-            _signal(pid, signal.SIGKILL, group=True)
-            _signal(pid, signal.SIGKILL)
-        for p in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(10)
-
-
-class MetaDB:
-    """A fresh PostgreSQL database for Airflow's metadata (psycopg2, trust auth as ``postgres``)."""
-
-    def __init__(self, name: str):
-        self.name, self._conn = name, None
-        self.url = f"postgresql+psycopg2://{PG['user']}@{PG['host']}:{PG['port']}/{name}"
-
-    def _connect(self, dbname: str) -> Any:
-        import psycopg2
-
-        conn = psycopg2.connect(dbname=dbname, connect_timeout=5, **PG)
-        conn.autocommit = True
-        return conn
-
-    def admin(self, sql: str) -> None:
-        with contextlib.closing(self._connect("postgres")) as conn:
-            conn.cursor().execute(sql.format(db=self.name))
-
-    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        if self._conn is None or self._conn.closed:
-            self._conn = self._connect(self.name)
-        with self._conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall()
-
-    def drop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-        self.admin('DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
 
 
 def check_table(data_root: Path, days: list[str]) -> tuple[list[str], dict[str, Any]]:
@@ -234,9 +113,9 @@ class ChaosRun:
         self.out = Path(out) if out else Path(tempfile.mkdtemp(prefix="eo-chaos-"))
         self.events_per_day, self.min_gap, self.retries = events_per_day, min_gap, retries
         self.race_day, self.verify = race_day, verify
-        self.rng, self.id, self.t0 = random.Random(seed), uuid.uuid4().hex[:10], time.time()
+        self.rng, self.t0 = random.Random(seed), time.time()
         self._log = log or (lambda m: print(m, flush=True))
-        today = datetime.now(timezone.utc).date()  # the last day is yesterday: see _setup
+        today = datetime.now(timezone.utc).date()  # the last day is yesterday: Deployment.backfill
         self.days = [(today - timedelta(days=days - i)).isoformat() for i in range(days)]
         self.kills: list[dict[str, Any]] = []
         self.race: dict[str, Any] | None = None  # set when the second attempt (race_day) starts
@@ -244,51 +123,11 @@ class ChaosRun:
     def log(self, msg: str) -> None:
         self._log(f"[chaos {time.time() - self.t0:7.1f}s] {msg}")
 
-    def env(self) -> dict[str, str]:
-        self.api_port = free_port()
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "EO_"))}
-        with mock.patch.dict(os.environ, base, clear=True):  # no stray settings of the caller's
-            return airflow_env({
-                "AIRFLOW_HOME": str(self.out / "airflow-home"), "EO_DATA_ROOT": str(self.out / "data"),
-                "EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2",
-                "EO_CHAOS_RUN": self.id, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db.url,
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "2", **scheduler_env(),
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
-                "AIRFLOW__API__PORT": str(self.api_port), "AIRFLOW__API__HOST": "127.0.0.1",
-                "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}", "AIRFLOW__API__WORKERS": "1",
-                "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex, "AIRFLOW__API__SECRET_KEY": uuid.uuid4().hex,
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),  # others may run a scheduler
-                "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",  # a killed supervisor's task
-                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
-                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
-                "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "15",
-                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "300",  # parse once: CPU is scarce
-                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "300", "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
-            })
-
-    def airflow(self, name: str, args: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> None:
-        with open(self.out / "logs" / f"{name}.log", "ab") as f:
-            code = subprocess.run([str(BIN / "airflow"), *args], env=env or self.stack.env, stdout=f,
-                                  stderr=subprocess.STDOUT, timeout=timeout).returncode
-        if code != 0:
-            raise RuntimeError(f"airflow {' '.join(args)} failed (exit {code}); see {self.out}/logs/{name}.log")
-
-    def wait(self, what: str, cond: Callable[[], bool], timeout: float) -> None:
-        end = time.time() + timeout
-        while not cond():
-            if time.time() > end:
-                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}; logs in {self.out}/logs")
-            time.sleep(1)
-
     def run(self) -> dict[str, Any]:
-        (self.out / "logs").mkdir(parents=True, exist_ok=True)
-        self.db = MetaDB(f"eo_chaos_{self.id}")
-        self.db.admin('CREATE DATABASE "{db}"')
+        settings = {"EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2"}
+        self.deploy = Deployment(self.out, purpose="chaos", settings=settings, log=self.log)
         error, self.runs = None, {}
         try:
-            self.stack = Stack(self.out, self.env(), f"EO_CHAOS_RUN={self.id}".encode(), self.log)
             try:
                 self._setup()
                 self._drive()
@@ -296,55 +135,38 @@ class ChaosRun:
                 error = f"{type(exc).__name__}: {exc}"
                 self.log(f"ERROR {error}")
             finally:
-                self.stack.stop()
-                self.log("all components stopped")
+                self.deploy.stop_components()
             report = self._report(self.runs, error)
         finally:
-            self.db.drop()
+            self.deploy.db.drop()
         (self.out / "chaos-report.json").write_text(json.dumps(report, indent=2, sort_keys=True))
         self.log(f"report: {self.out / 'chaos-report.json'}")
         return report
 
     def _setup(self) -> None:
         generate(str(self.out / "data" / "landing"), self.days, seed=self.seed, events_per_day=self.events_per_day)
-        self.log(f"landing data for {self.days[0]} .. {self.days[-1]}; metadata DB {self.db.name}")
-        self.airflow("db-migrate", ["db", "migrate"])
-        env, py = self.stack.env, [str(BIN / "airflow")]
-        self.stack.start("api-server", [*py, "api-server", "-H", "127.0.0.1", "-p", str(self.api_port), "-w", "1"])
-        self.stack.start("scheduler", [*py, "scheduler"])
-        self.stack.start("dag-processor", [*py, "dag-processor"])
+        self.log(f"landing data for {self.days[0]} .. {self.days[-1]}; metadata DB {self.deploy.db.name}")
         if self.race_day is not None:  # the second attempt: its own Airflow (SQLite), the same data
-            self.zombie_env = {k: v for k, v in env.items() if k != "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
+            self.zombie_env = {k: v for k, v in self.deploy.env.items() if k != "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
                                and not k.startswith(("AIRFLOW__CORE__EXECUT", "AIRFLOW__API"))}
             self.zombie_env.update({"AIRFLOW_HOME": str(self.out / "zombie-home"), "EO_RETRIES": "0"})
-            self.airflow("zombie-db-migrate", ["db", "migrate"], env=self.zombie_env)
-        self.wait("the api-server", lambda: port_open(self.api_port), 300)
-        self.wait("pv_pipeline to be parsed", lambda: bool(self.db.query(
-            "select 1 from serialized_dag where dag_id = %s", (DAG_ID,))), 300)
-        # Backfill first, unpause after: with catchup=False the scheduler would otherwise create a run for
-        # the latest interval (yesterday); that logical date is then already taken by the backfill.
-        self.airflow("backfill", ["backfill", "create", "--dag-id", DAG_ID, "--from-date", self.days[0],
-                                  "--to-date", self.days[-1], "--max-active-runs", "1",
-                                  "--reprocess-behavior", "none"])
-        self.airflow("unpause", ["dags", "unpause", DAG_ID])
-        self.log(f"backfill of {len(self.days)} days created, {DAG_ID} unpaused")
+            self.deploy.airflow("zombie-db-migrate", ["db", "migrate"], env=self.zombie_env)
+        self.deploy.start([DAG_ID])
+        self.deploy.backfill(DAG_ID, self.days[0], self.days[-1])
 
     def _drive(self) -> None:
         end = self.t0 + self.deadline
         next_kill = time.time() + self.min_gap * (0.5 + self.rng.random())
         while time.time() < end:
-            runs = {start.astimezone(timezone.utc).date().isoformat(): state for start, state in self.db.query(
-                "select data_interval_start, state from dag_run where dag_id = %s and run_type = 'backfill'",
-                (DAG_ID,))}
+            runs = self.deploy.runs(DAG_ID)
             if runs != self.runs:
                 self.log("runs: " + ", ".join(f"{d}={s}" for d, s in sorted(runs.items())))
                 self.runs = runs
-            zombie = self.stack.procs.get("zombie")
+            zombie = self.deploy.stack.procs.get("zombie")
             if (len(runs) == len(self.days) and all(s in FINAL for s in runs.values())
                     and (zombie is None or zombie.poll() is not None)):
                 return
-            if dead := [n for n, p in self.stack.procs.items() if p.poll() is not None and n != "zombie"]:
-                raise RuntimeError(f"component(s) {dead} exited; see {self.out}/logs")
+            self.deploy.check_alive()
             if self.race_day is not None and self.race is None:
                 self._maybe_start_race()
             spread = len(self.kills) * len(self.days) // max(self.kills_budget, 1)  # kill i waits for i*N/K runs
@@ -359,7 +181,7 @@ class ChaosRun:
         while pid in procs:
             ppid, cmd = procs[pid]
             if classify(cmd) in ("supervisor", "task_runner"):
-                for task_id, run_id, tries, state in self.db.query(
+                for task_id, run_id, tries, state in self.deploy.db.query(
                         "select task_id, run_id, try_number, state from task_instance where id::text = %s",
                         (cmd.rsplit(" ", 1)[-1],)):
                     return {"task_id": task_id, "run_id": run_id, "try": tries, "state": state}
@@ -369,7 +191,7 @@ class ChaosRun:
     def _kill_one(self) -> bool:
         """``kill -9`` one task process of the scheduler's (seeded choice of kind, then of process)."""
         procs, found = processes(), {}
-        for pid in descendants([self.stack.procs["scheduler"].pid], procs):
+        for pid in descendants([self.deploy.stack.procs["scheduler"].pid], procs):
             kind = classify(procs[pid][1])
             task = self._task_of(pid, procs) if kind else {}
             # only running tasks (a worker killed while its task is queued stalls it for task_queued_timeout),
@@ -382,17 +204,17 @@ class ChaosRun:
             return False  # nothing (eligible) running right now: try again at the next tick
         kind = self.rng.choice(sorted(found))
         pid, task = self.rng.choice(sorted(found[kind], key=lambda c: c[0]))
-        _signal(pid, signal.SIGKILL)
+        send_signal(pid, signal.SIGKILL)
         self.kills.append({"at": round(time.time() - self.t0, 1), "kind": kind, "pid": pid, **task})
         self.log(f"kill -9 {pid} ({kind}) of {task.get('task_id')} {task.get('run_id')} try {task.get('try')}")
         return True
 
     def _maybe_start_race(self) -> None:
         day = self.days[self.race_day]
-        if self.db.query("select 1 from task_instance ti join dag_run dr using (dag_id, run_id) where ti.dag_id = %s "
+        if self.deploy.db.query("select 1 from task_instance ti join dag_run dr using (dag_id, run_id) where ti.dag_id = %s "
                          "and ti.task_id = %s and ti.state = 'running' and dr.data_interval_start = %s::timestamptz",
                          (DAG_ID, f"{SINK}.write", f"{day}T00:00:00+00:00")):
-            self.stack.start("zombie", [str(BIN / "airflow"), "dags", "test", DAG_ID, logical_date_for(day)],
+            self.deploy.stack.start("zombie", [str(BIN / "airflow"), "dags", "test", DAG_ID, logical_date_for(day)],
                              env=self.zombie_env)
             self.race = {"day": day, "started_at": round(time.time() - self.t0, 1)}
 
@@ -408,11 +230,11 @@ class ChaosRun:
             violations += self.verify(data_root, self.days) if self.verify else []
         except Exception as exc:  # noqa: BLE001 - a failing check is a violation, not a crash
             violations.append(f"verify: {type(exc).__name__}: {exc}")
-        tis = self.db.query("select task_id, run_id, try_number, state from task_instance where dag_id = %s",
+        tis = self.deploy.db.query("select task_id, run_id, try_number, state from task_instance where dag_id = %s",
                             (DAG_ID,))
         retries = {t: sum(n - 1 for task, _, n, _ in tis if task == t and n > 1) for t, _, n, _ in tis if n > 1}
         if self.race is not None:
-            zombie = self.stack.procs.get("zombie")
+            zombie = self.deploy.stack.procs.get("zombie")
             sts = sink.status(Interval.daily(self.race["day"]))
             self.race.update({"exit_code": zombie.returncode if zombie else None, "epochs": {
                 e: {"state": st.state.value, "run_id": st.records.get("open", {}).get("meta", {}).get(

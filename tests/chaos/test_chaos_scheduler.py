@@ -19,7 +19,8 @@ from conftest import need
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from pv_checks import expected_rows, visible_rows  # noqa: E402
 
-from exactly_once.chaos import PG, ChaosRun  # noqa: E402
+from exactly_once.chaos import ChaosRun  # noqa: E402
+from exactly_once.deployment import postgres_problem  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -34,12 +35,8 @@ def reference_check(root, days: list[str]) -> list[str]:
 @pytest.fixture
 def services():
     need(shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME")), "Java is not installed")
-    try:
-        import psycopg2
-
-        psycopg2.connect(dbname="postgres", connect_timeout=3, **PG).close()
-    except Exception as exc:  # noqa: BLE001
-        need(False, f"PostgreSQL is not reachable on {PG['host']}:{PG['port']} as {PG['user']}: {exc}")
+    problem = postgres_problem()
+    need(problem is None, problem or "")
 
 
 def show(report: dict) -> str:

@@ -2,14 +2,15 @@
 
 Checks that every measured section lands in the results JSON with positive numbers, that the two-phase
 output equals the plain write (row count and a checksum over the sorted rows), that recovery committed
-without recomputing, and that the naive baseline DAG parses. No timing thresholds: timings on a shared
-machine are not test material.
+without recomputing, that the scheduler backfill of both DAGs publishes the same rows, and that the naive
+baseline DAG parses. No timing thresholds: timings on a shared machine are not test material.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -17,6 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT
 from eo_testing import need
+
+from exactly_once.deployment import postgres_problem
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -39,19 +42,21 @@ def _sorted_rows_digest(path: str) -> tuple[int, str]:
     return len(rows), hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
-def test_bench_sections_on_tiny_sizes(tmp_path):
-    import shutil
-
+def _bench(tmp_path, *args: str, timeout: float = 600) -> dict:
+    """Run ``python -m bench <args>`` into a scratch dir; return the results JSON."""
     need(shutil.which("java") is not None, "Java is not installed")
     out = tmp_path / "results.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--only", "write,commit,recovery,validate", "--sizes", "10000",
-         "--files", "10", "--write-files", "4", "--reps", "1", "--warmup", "0", "--validate-events", "2000",
-         "--workdir", str(tmp_path / "work"), "--out", str(out), "--no-doc"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "bench", *args, "--workdir", str(tmp_path / "work"),
+                           "--out", str(out), "--no-doc"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_bench_sections_on_tiny_sizes(tmp_path):
+    res = _bench(tmp_path, "--only", "write,commit,recovery,validate", "--sizes", "10000", "--files", "10",
+                 "--write-files", "4", "--reps", "1", "--warmup", "0", "--validate-events", "2000")
     sections = res["sections"]
     assert set(sections) == {"write", "commit", "recovery", "validate"}
     for name, sec in sections.items():
@@ -78,6 +83,33 @@ def test_bench_sections_on_tiny_sizes(tmp_path):
 
     val = sections["validate"]
     assert val["share_of_write"] > 0 and val["gx_import_fresh_process"]["median"] > 0 and val["rows_out"] > 0
+
+
+@pytest.mark.airflow
+@pytest.mark.timeout(1200)
+def test_backfill_section_under_the_scheduler(tmp_path):
+    problem = postgres_problem()
+    need(problem is None, problem or "")
+    res = _bench(tmp_path, "--only", "backfill", "--backfill", "2", "--events", "300", timeout=1100)
+    sec = res["sections"]["backfill"]
+    assert sec["outputs_equal"] and sec["rows_compared"] > 0  # 3 days, both DAGs, row for row
+    for dag, tasks in (("pv_pipeline", {"begin", "write", "pre_commit", "validate", "commit", "abort"}),
+                       ("naive_pv", {"write"})):
+        r = sec[dag]
+        assert r["intervals"] == 2 and r["per_interval"]["n"] == 2, r
+        assert {t.split(".")[-1] for t in r["tasks"]} == tasks, r["tasks"]
+        assert r["jvm_starts_per_run"] == [1, 1, 1], r  # one Spark application per interval, warm-up included
+        assert r["total_seconds"] > 0 and r["between_tasks"]["n"] == 2
+    assert sec["ratio"] > 0 and sec["ratio_of_medians"] > 0
+    # the run's Airflow metadata DB is dropped, and no process of the deployment outlives the section
+    import psycopg2
+
+    from exactly_once.deployment import PG, marked_pids
+
+    with psycopg2.connect(dbname="postgres", connect_timeout=3, **PG) as conn, conn.cursor() as cur:
+        cur.execute("select 1 from pg_database where datname = %s", (sec["deployment"]["metadata_db"],))
+        assert cur.fetchall() == []
+    assert marked_pids(f"EO_DEPLOYMENT_ID={sec['deployment']['id']}".encode()) == set()
 
 
 def test_naive_baseline_dag_parses(tmp_path):
