@@ -14,6 +14,7 @@ Both adapters offer the same operations; the difference that matters is how a pa
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -222,6 +223,16 @@ class LocalStorage(Storage):
                     raise
         raise StorageError(f"could not remove {path}: it keeps changing")
 
+    def _walk_settled(self, path: str) -> list[FileEntry]:
+        """``walk_files`` of a dir that a concurrent finisher of the same commit may be writing into:
+        its manifest's temp file can vanish between the listing and the stat - list again."""
+        for _ in range(20):
+            try:
+                return self.walk_files(path)
+            except FileNotFoundError:
+                continue
+        raise StorageError(f"could not list {path}: it keeps changing")
+
     def move_tree(self, src: str, dst: str) -> None:
         if not os.path.lexists(src):
             return
@@ -261,9 +272,10 @@ class LocalStorage(Storage):
             if not os.path.isfile(p) or os.path.islink(p) or os.stat(p).st_size != f["size"]:
                 raise StorageError(f"staged file {f['name']} of {version} is missing or altered")
         listed = {f["name"] for f in files}
-        for entry in self.walk_files(vdir) if os.path.isdir(vdir) else []:
+        for entry in self._walk_settled(vdir) if os.path.isdir(vdir) else []:
             if entry.rel not in listed and not any(is_hidden(s) for s in entry.rel.split("/")):
-                os.unlink(os.path.join(vdir, entry.rel))  # written after pre_commit: not this version
+                with contextlib.suppress(FileNotFoundError):  # a concurrent finisher removed it first
+                    os.unlink(os.path.join(vdir, entry.rel))  # written after pre_commit: not this version
         self.write_atomic(os.path.join(vdir, MANIFEST), to_json({"version": version, "files": files}))
         hook("commit.mid_publish")
         current = self.live_version(table, partition)

@@ -9,6 +9,7 @@ import pytest
 
 from exactly_once import FencedError, Interval, State, TransactionAbortedError
 from exactly_once import transaction as transaction_module
+from exactly_once.storage import MANIFEST
 from protocol_helpers import (assert_exact_version, commit_version, interleave, is_local, leftovers,
                               log_problems, make_rows, open_sink, split, table_url,  # noqa: F401
                               write_output, write_parquet)
@@ -54,6 +55,29 @@ def test_two_finishers_of_one_commit(table_url, monkeypatch, request, point):
     monkeypatch.undo()
     assert fired["fired"] and fired["result"] == [f"{txn.name}: commit finished (rolled forward)"]
     assert set(result.partitions.values()) <= {"published", "already"}
+    assert_clean(sink, PART, rows, txn)
+
+
+def test_two_finishers_meet_in_the_version_dir(tmp_path, monkeypatch):
+    """Local: while A lists the published version dir (to drop files written after pre_commit), B -
+    finishing the same commit - writes that dir's manifest: B's temp file is in A's listing and renamed
+    away before A stats it (seen once in CI as a FileNotFoundError). A must list again and finish."""
+    sink = open_sink(str(tmp_path / "table"))
+    commit_version(sink, IV, {PART: [make_rows("prior", 2)]})
+    rows = make_rows("new", 12, start=100)
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: split(rows, 4)})
+    sink.pre_commit(txn)
+    vdir = sink.storage.join(sink.table, "_versions", PART, txn.name)
+    b_tmp = os.path.join(vdir, ".tmp-" + "b" * 32)
+    started = interleave(monkeypatch, os, "walk", lambda path, *a: path == vdir,
+                         lambda: open(b_tmp, "xb").close())
+    renamed = interleave(monkeypatch, os, "stat", lambda path, *a: path == b_tmp,
+                         lambda: os.replace(b_tmp, os.path.join(vdir, MANIFEST)))
+    result = sink.commit(txn)
+    monkeypatch.undo()
+    assert started["fired"] and renamed["fired"]
+    assert set(result.partitions.values()) == {"published"}
     assert_clean(sink, PART, rows, txn)
 
 
