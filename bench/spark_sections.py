@@ -171,7 +171,7 @@ def recovery(spark: Any, work: Path, sizes: list[int], files: int, reps: int, wa
             # a retry: a fresh sink object (nothing cached) recovers the interval - no Spark involved
             again = TwoPhaseCommitSink.at(str(base / "crashed"), pipeline="bench", sink="t")
             t_rec, actions = clock(lambda: again.recover(iv))
-            live = again.storage.live_version(again.table, f"dt={day}")
+            live = again.live_version(f"dt={day}")
             return {"recover": t_rec, "write_before_crash": t_write, "actions": actions,
                     "committed_without_recompute": live == txn.name}
 

@@ -361,7 +361,7 @@ def visible_rows(setup: Setup) -> dict[str, list[Row]]:
     st, table = sink.storage, sink.table
     exact: dict[str, list[Row]] = {}
     for name in st.list_names(table):
-        if name.startswith("dt=") and st.live_version(table, name) is not None:
+        if name.startswith("dt=") and sink.live_version(name) is not None:
             rows: list[Row] = []
             for path in sink.live_files(name):
                 with st.open(path, "rb") as f:
@@ -412,7 +412,7 @@ def footprint(sink: TwoPhaseCommitSink, partition: str) -> list[str]:
     _refresh_fs(sink.storage)
     st = sink.storage
     if isinstance(st, LocalStorage):
-        return st.list_names(st.join(sink.table, "_versions", partition))
+        return st.list_names(st.join(sink.home, "_versions", partition))
     return [e.rel for e in st.walk_files(st.join(sink.table, partition))
             if "/" not in e.rel and not e.rel.startswith(("_", "."))]
 

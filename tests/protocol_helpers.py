@@ -46,9 +46,9 @@ if str(PLUGINS) not in sys.path:
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from exactly_once import Interval, State, TwoPhaseCommitSink, TxnRef  # noqa: E402
+from exactly_once import Interval, Manifest, State, TwoPhaseCommitSink, TxnRef  # noqa: E402
 from exactly_once.errors import ExactlyOnceError  # noqa: E402
-from exactly_once.ids import parse_txn_name  # noqa: E402
+from exactly_once.ids import parse_txn_name, version_of  # noqa: E402
 from exactly_once.storage import LocalStorage, is_hidden  # noqa: E402
 
 Row = tuple[int, str]
@@ -187,10 +187,10 @@ def sha256_of(sink: TwoPhaseCommitSink, path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def manifest_of(sink: TwoPhaseCommitSink, interval: Interval, epoch: int) -> dict[str, Any]:
+def manifest_of(sink: TwoPhaseCommitSink, interval: Interval, epoch: int) -> Manifest:
     rec = sink.log.read(interval, epoch, "pre_committed")
     assert rec is not None, f"epoch {epoch} of {interval} was never pre-committed"
-    return rec["manifest"]
+    return Manifest.from_dict(rec["manifest"])
 
 
 def assert_exact_version(sink: TwoPhaseCommitSink, partition: str, expected: Sequence[Row],
@@ -200,20 +200,20 @@ def assert_exact_version(sink: TwoPhaseCommitSink, partition: str, expected: Seq
     seen = visible_rows(sink, partition)
     assert seen == sorted(expected), f"{partition}: reader sees {seen}, expected {sorted(expected)}"
     assert rows_checksum(seen) == rows_checksum(expected)
-    live = sink.storage.live_version(sink.table, partition)
+    live = sink.live_version(partition)
     if not expected and txn is None:
         assert live is None, f"{partition}: expected nothing live, found {live}"
         return
     if txn is None:
         return
     assert live == txn.name, f"{partition}: live version {live}, expected {txn.name}"
-    files = manifest_of(sink, txn.interval, txn.epoch)["partitions"][partition]
+    files = manifest_of(sink, txn.interval, txn.epoch).partitions[partition]
     live_paths = sink.live_files(partition)
     assert len(live_paths) == len(files)
     for path, entry in zip(live_paths, files):
-        assert path.endswith(entry["name"]), (path, entry)
-        assert sha256_of(sink, path) == entry["sha256"], f"{path} differs from its manifest entry"
-    assert sum(f["rows"] for f in files) == len(expected)
+        assert path.endswith(f"{txn.name}--{entry.name}"), (path, entry)
+        assert sha256_of(sink, path) == entry.sha256, f"{path} differs from its manifest entry"
+    assert sum(f.rows for f in files) == len(expected)
 
 
 # ------------------------------------------------------------------------------- idle-state checks
@@ -222,8 +222,8 @@ def leftovers(sink: TwoPhaseCommitSink) -> list[str]:
     checkpoints of transactions that did not commit, and (S3) data files no manifest names."""
     refresh(sink)
     st, table = sink.storage, sink.table
-    found = [f"_staging/{n}" for n in st.list_names(st.join(table, "_staging"))]
-    for name in st.list_names(st.join(table, "_checkpoints")):
+    found = [f"_staging/{n}" for n in st.list_names(st.join(sink.home, "_staging"))]
+    for name in st.list_names(st.join(sink.home, "_checkpoints")):
         parsed = parse_txn_name(name)
         if parsed is None:
             found.append(f"_checkpoints/{name} (not a transaction)")
@@ -232,18 +232,20 @@ def leftovers(sink: TwoPhaseCommitSink) -> list[str]:
         if status.state is not State.COMMITTED:
             found.append(f"_checkpoints/{name} ({status.state.value})")
     if is_local(sink):
-        for dirpath, dirnames, filenames in os.walk(table):
-            for name in dirnames + filenames:
-                if name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".link")):
-                    found.append(os.path.relpath(os.path.join(dirpath, name), table))
+        for root in (table, sink.home):
+            for dirpath, dirnames, filenames in os.walk(root):
+                for name in dirnames + filenames:
+                    if name.startswith(".tmp-") or (name.startswith(".") and name.endswith(".link")):
+                        found.append(os.path.relpath(os.path.join(dirpath, name), root))
     else:
         found += stray_data_files(sink)
     return found
 
 
-def stray_data_files(sink: TwoPhaseCommitSink) -> list[str]:
+def stray_data_files(sink: TwoPhaseCommitSink, *, grace: bool = True) -> list[str]:
     """S3: non-hidden files inside partitions that the partition's manifest does not name (a plain
-    listing reader would see them: superseded or half-published versions)."""
+    listing reader would see them). With ``grace``, files of a committed version older than the live one
+    are allowed: superseded versions are kept until gc (the grace period for exact readers)."""
     st, table = sink.storage, sink.table
     live_by_dir: dict[str, set[str]] = {}
     stray = []
@@ -254,9 +256,19 @@ def stray_data_files(sink: TwoPhaseCommitSink) -> list[str]:
         part = "/".join(segs[:-1])
         if part not in live_by_dir:
             live_by_dir[part] = set(sink.live_files(part)) if part else set()
-        if st.join(table, entry.rel) not in live_by_dir[part]:
-            stray.append(entry.rel)
+        if st.join(table, entry.rel) in live_by_dir[part]:
+            continue
+        if grace and _superseded_committed(sink, version_of(segs[-1]), sink.live_version(part) if part else None):
+            continue
+        stray.append(entry.rel)
     return stray
+
+
+def _superseded_committed(sink: TwoPhaseCommitSink, version: str | None, live: str | None) -> bool:
+    parsed, live_parsed = parse_txn_name(version or ""), parse_txn_name(live or "")
+    if not parsed or not live_parsed or parsed[0] != live_parsed[0] or parsed[1] >= live_parsed[1]:
+        return False
+    return sink.log.status(Interval.from_token(parsed[0]), parsed[1]).state is State.COMMITTED
 
 
 def log_problems(sink: TwoPhaseCommitSink, interval: Interval, *, idle: bool = True,
@@ -290,10 +302,10 @@ def log_problems(sink: TwoPhaseCommitSink, interval: Interval, *, idle: bool = T
                 problems.append(f"e{epoch}: committed without a passing validation")
             if idle and not st.published:
                 problems.append(f"e{epoch}: committed but never published")
-            for part in st.manifest["partitions"]:
+            for part in st.manifest.partitions:
                 committed.setdefault(part, []).append(epoch)
     for part, epochs in committed.items():
-        live = sink.storage.live_version(sink.table, part)
+        live = sink.live_version(part)
         if live is None and not idle and not any(statuses[e].published for e in epochs):
             continue  # decided, not yet published, nothing older: readers still see no version
         parsed = parse_txn_name(live or "")
@@ -417,7 +429,7 @@ def _child_main(spec: dict[str, Any]) -> int:
                     result = f"write failed: {type(exc).__name__}"
             elif name == "pre_commit":
                 assert txn is not None
-                result = sink.pre_commit(txn)["files"]
+                result = sink.pre_commit(txn).files
             elif name == "validate":
                 assert txn is not None
                 result = sink.record_validation(txn, op["passed"], {})

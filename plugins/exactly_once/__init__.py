@@ -2,15 +2,16 @@
 
 The protocol is :class:`~exactly_once.transaction.TwoPhaseCommitSink`; see ``docs/PROTOCOL.md``.
 """
-from .errors import (ConfigError, ExactlyOnceError, FailpointError, FencedError, OrderingError,
-                     StorageError, TransactionAbortedError, TransactionStateError, UnsafeIdentifierError,
-                     ValidationFailedError)
+from .errors import (ConfigError, ExactlyOnceError, FailpointError, FencedError, InputChangedError,
+                     OrderingError, OwnershipError, StorageError, TransactionAbortedError,
+                     TransactionStateError, UnsafeIdentifierError, ValidationFailedError)
 from .ids import Interval, TxnRef
+from .manifest import Manifest, ManifestFile
 from .transaction import CommitResult, TwoPhaseCommitSink
 from .txlog import State
 
 __all__ = [
-    "CommitResult", "ConfigError", "ExactlyOnceError", "FailpointError", "FencedError", "Interval",
-    "OrderingError", "State", "StorageError", "TransactionAbortedError", "TransactionStateError",
+    "CommitResult", "ConfigError", "ExactlyOnceError", "FailpointError", "FencedError", "InputChangedError",
+    "Interval", "Manifest", "ManifestFile", "OrderingError", "OwnershipError", "State", "StorageError", "TransactionAbortedError", "TransactionStateError",
     "TwoPhaseCommitSink", "TxnRef", "UnsafeIdentifierError", "ValidationFailedError",
 ]

@@ -81,7 +81,7 @@ def check_table(data_root: Path, days: list[str]) -> tuple[list[str], dict[str, 
             bad, chain_ok = bad + [f"{day}: not committed"], False
             continue
         committed_days += 1
-        name, live = sink.ref(iv, done[-1]).name, sink.storage.live_version(sink.table, f"dt={day}")
+        name, live = sink.ref(iv, done[-1]).name, sink.live_version(f"dt={day}")
         bad += [f"{day}: live version {live} is not the newest committed {name}"] if live != name else []
         files = (sts[done[-1]].manifest or {}).get("partitions", {}).get(f"dt={day}", [])
         part = table / f"dt={day}"

@@ -40,3 +40,12 @@ class FailpointError(ExactlyOnceError):
 
 class ConfigError(ExactlyOnceError):
     """Configuration (environment, connection, pipeline settings) is missing or invalid."""
+
+
+class OwnershipError(ExactlyOnceError):
+    """A table or partition belongs to another pipeline or interval (DESIGN §3 "Partition ownership")."""
+
+
+class InputChangedError(ExactlyOnceError):
+    """The predecessor state a stateful interval read was replaced before it could commit; re-run the
+    interval (a new attempt reads the new state)."""

@@ -171,3 +171,15 @@ def parse_txn_name(name: str) -> tuple[str, int] | None:
     """``(interval token, epoch)`` of a transaction name, or None if ``name`` is not one."""
     m = _TXN.fullmatch(name)
     return (m.group(1), int(m.group(2))) if m else None
+
+
+def published_name(version: str, name: str) -> str:
+    """The name a file of ``version`` gets where readers see it: unique per version, so a reader that
+    planned its paths on one version can never read another version's bytes under the same name."""
+    return f"{version}--{name}"
+
+
+def version_of(published: str) -> str | None:
+    """The version (transaction name) a file named by :func:`published_name` belongs to, else None."""
+    head, sep, _ = published.partition("--")
+    return head if sep and parse_txn_name(head) else None

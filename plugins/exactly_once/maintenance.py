@@ -5,54 +5,99 @@ decided commits and aborts attempts older than ``stale_after``), then removes
 
 * staging dirs of ABORTED or COMMITTED-and-published transactions (and orphans with no log record);
 * checkpoints that are not their interval's current committed version;
-* superseded versions / stray files no live version references, older than ``min_age`` (so a reader
-  that resolved the old version a moment ago can still finish);
-* log records of finished, superseded epochs - except each epoch's ``outcome`` and ``published``
-  records, which stay as tombstones (a zombie of that epoch stays fenced, recovery sees it finished) -
-  again only when older than ``min_age``.
+* superseded versions (their data in the target) - only once a *newer* version of the interval has
+  been published for ``min_age`` seconds, so a reader that resolved the old version just before the
+  switch can still finish; the time comes from the log (the newer epoch's ``published`` record), never
+  from file mtimes;
+* log records of superseded epochs on the same condition - except each epoch's ``outcome`` and
+  ``published`` records, which stay as tombstones (a zombie of that epoch stays fenced, recovery sees it
+  finished, and a later publish still knows every partition the interval ever had).
+
+One broken interval never stops the others: its failure is reported under ``failed``.
 """
 from __future__ import annotations
 
+import logging
 import time
+from typing import Callable
 
+from .errors import ExactlyOnceError
 from .ids import Interval, parse_txn_name
 from .transaction import TwoPhaseCommitSink
-from .txlog import State
+from .txlog import EpochStatus, State
 
-COMPACTABLE = ("open", "pre_committed", "validated")  # outcome + published stay: tiny tombstones
+log = logging.getLogger(__name__)
+COMPACTABLE = ("open", "pre_committed", "validated", "intent")  # outcome + published stay: tombstones
 
 
-def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0, stale_after: float = 6 * 3600.0) -> dict[str, list[str]]:
-    """Collect garbage of one sink; returns what was removed, by kind."""
+def retired_at(statuses: dict[int, EpochStatus], epoch: int) -> float | None:
+    """When epoch ``epoch``'s version stopped being live: the first publish of a newer committed epoch of
+    the interval (every newer publish covers every partition an older epoch had). None: still current."""
+    times = [st.published_at for e, st in statuses.items()
+             if e > epoch and st.state is State.COMMITTED and st.published_at is not None]
+    return min(times) if times else None  # type: ignore[type-var]
+
+
+def garbage_judge(sink: TwoPhaseCommitSink, min_age: float, now: float) -> Callable[[str], bool]:
+    """``version name -> bool``: True when the log says a newer version has been live for ``min_age``."""
+    cache: dict[str, dict[int, EpochStatus]] = {}
+
+    def judge(version: str) -> bool:
+        parsed = parse_txn_name(version)
+        if parsed is None:
+            return False
+        token, epoch = parsed
+        if token not in cache:
+            cache[token] = sink.status(Interval.from_token(token))
+        since = retired_at(cache[token], epoch)
+        return since is not None and now - since >= min_age
+
+    return judge
+
+
+def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
+       stale_after: float = 6 * 3600.0) -> dict[str, list[str]]:
+    """Collect garbage of one sink; returns what was removed, by kind (and ``failed`` intervals)."""
     report: dict[str, list[str]] = {"recovered": sink.recover(stale_after=stale_after), "staging": [],
-                                    "checkpoints": [], "versions": [], "log_records": []}
+                                    "checkpoints": [], "versions": [], "log_records": [], "failed": []}
     storage, now = sink.storage, time.time()
     for iv in sink.log.intervals():
-        statuses = sink.status(iv)
-        newest = max(statuses, default=0)
-        current = sink.committed(iv)
-        for epoch, st in statuses.items():
-            txn = sink.ref(iv, epoch)
-            finished = st.state is State.ABORTED or (st.state is State.COMMITTED and st.published)
-            if not finished:
-                continue
-            for kind, path in (("staging", sink.staging_dir(txn)), ("checkpoints", sink.checkpoint_dir(txn))):
-                if kind == "checkpoints" and current and current[0] == txn:
-                    continue
-                if storage.exists(path):
-                    storage.remove_tree(path)
-                    report[kind].append(path)
-            if epoch != newest and not (current and current[0] == txn) and now - st.started_at >= min_age:
-                for kind in COMPACTABLE:
-                    if kind in st.records:
-                        sink.log.remove(iv, epoch, kind)
-                        report["log_records"].append(f"{txn.name}.{kind}")
-    staging_root = storage.join(sink.table, "_staging")
+        try:
+            _collect_interval(sink, iv, min_age, now, report)
+        except (ExactlyOnceError, OSError) as exc:
+            log.error("gc %s/%s %s failed: %s", sink.pipeline, sink.sink, iv, exc)
+            report["failed"].append(f"{iv.token}: {type(exc).__name__}: {exc}")
+    staging_root = storage.join(sink.home, "_staging")
     for name in storage.list_names(staging_root):
         parsed = parse_txn_name(name)
         if parsed and not sink.status(Interval.from_token(parsed[0])).get(parsed[1]):
             path = storage.join(staging_root, name)
             storage.remove_tree(path)
             report["staging"].append(path)
-    report["versions"] = storage.sweep(sink.table, min_age)
+    report["versions"] = sink.target.sweep(garbage_judge(sink, min_age, now))
     return report
+
+
+def _collect_interval(sink: TwoPhaseCommitSink, iv: Interval, min_age: float, now: float,
+                      report: dict[str, list[str]]) -> None:
+    statuses = sink.status(iv)
+    current = sink.committed(iv)
+    for epoch, st in statuses.items():
+        txn = sink.ref(iv, epoch)
+        finished = st.state is State.ABORTED or (st.state is State.COMMITTED and st.published)
+        if not finished:
+            continue
+        for kind, path in (("staging", sink.staging_dir(txn)), ("checkpoints", sink.checkpoint_dir(txn))):
+            if kind == "checkpoints" and current and current[0] == txn:
+                continue
+            if sink.storage.exists(path):
+                sink.storage.remove_tree(path)
+                report[kind].append(path)
+        since = retired_at(statuses, epoch) if st.state is State.COMMITTED else st.started_at
+        superseded = st.state is State.ABORTED or (current is not None and current[0] != txn)
+        if superseded and since is not None and now - since >= min_age and \
+                any(e > epoch and s.published for e, s in statuses.items()):
+            for kind in COMPACTABLE:
+                if kind in st.records:
+                    sink.log.remove(iv, epoch, kind)
+                    report["log_records"].append(f"{txn.name}.{kind}")

@@ -107,8 +107,8 @@ class IntervalRun:
         """Seal the staged output (manifest in the log, with the write job's counts)."""
         counts = self.counts(txn)  # refuses a transaction of another interval
         manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)})
-        self.log(f"pre_commit {txn.name}: {manifest['files']} files, {manifest['rows']} rows sealed")
-        return {"files": manifest["files"], "rows": manifest["rows"], "counts": counts}
+        self.log(f"pre_commit {txn.name}: {manifest.files} files, {manifest.rows} rows sealed")
+        return {"files": manifest.files, "rows": manifest.rows, "counts": counts}
 
     # ------------------------------------------------------------------ validate
     def validate(self, txn: TxnRef) -> dict[str, Any]:

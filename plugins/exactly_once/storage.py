@@ -1,25 +1,16 @@
-"""Storage adapters: the few primitives the protocol needs, on a local filesystem and on S3 (s3fs).
+"""Storage adapters: the few I/O primitives the protocol needs, on a local filesystem and on S3 (s3fs).
 
-Both adapters offer the same operations; the difference that matters is how a partition is published:
-
-* :class:`LocalStorage` (POSIX; HDFS has the same rename semantics) - the staged partition dir is
-  renamed (atomic) to ``<table>/_versions/<partition>/<txn>/``, then the partition path
-  ``<table>/<partition>`` - a symlink - is swapped to it with one ``rename(2)`` of a new link over the
-  old one. A reader resolves the link once and sees the old or the new version, never a mix.
-* :class:`~exactly_once.storage_s3.S3Storage` (module ``storage_s3``) - no atomic rename, so data
-  files get per-transaction names (``<txn>--<file>``), are copied next to the live ones, then
-  ``_MANIFEST.json`` is switched to name the new set with one conditional PUT, then older files are
-  deleted. The commit point itself is elsewhere: the exclusive create (``If-None-Match: *``) of the
-  transaction's outcome record in the log.
+Both adapters offer the same operations (read, list, exclusive create, atomic replace, walk, remove,
+move); how a version is *published* on top of them is a publish target's business
+(:mod:`exactly_once.targets`). :class:`LocalStorage` is POSIX (HDFS has the same rename semantics);
+:class:`~exactly_once.storage_s3.S3Storage` lives in ``storage_s3``.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import shutil
-import time
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -62,6 +53,7 @@ class Storage(ABC):
     """Primitives over one filesystem. Paths are plain strings (absolute local paths or ``bucket/key``)."""
 
     display_root: str = ""
+    can_rename: bool = False  # an atomic rename of a directory exists (POSIX, HDFS), not on S3
 
     def join(self, base: str, *parts: str) -> str:
         """Join ``parts`` under ``base``, refusing anything that would escape it."""
@@ -112,27 +104,6 @@ class Storage(ABC):
     def file_meta(self, path: str) -> dict[str, Any]:
         """``{"size": int, "mtime": float | None, "etag": str | None}`` of a file."""
 
-    @abstractmethod
-    def publish_partition(self, staged: str, table: str, partition: str, version: str,
-                          files: list[dict[str, Any]], hook: Hook) -> str:
-        """Make ``version`` (the staged files ``files`` of ``partition``) the live one. Idempotent.
-
-        Returns ``"published"``, ``"already"`` (it was live) or ``"superseded"`` (a newer epoch of the same
-        interval is live; nothing is changed). Raises StorageError if the staged files are not as listed.
-        """
-
-    @abstractmethod
-    def live_version(self, table: str, partition: str) -> str | None:
-        """The transaction name whose version of ``partition`` is live, or None."""
-
-    @abstractmethod
-    def live_files(self, table: str, partition: str) -> list[str]:
-        """Exact list of the live data files of ``partition`` (what an exact reader should read)."""
-
-    @abstractmethod
-    def sweep(self, table: str, min_age: float) -> list[str]:
-        """Delete data that no live version references and that is older than ``min_age`` seconds:
-        superseded version dirs (local), stray files next to a live manifest (S3). Returns what went."""
 
     def url(self, path: str) -> str:
         """A URL for ``path`` that Spark and people understand (never with credentials)."""
@@ -143,6 +114,7 @@ class LocalStorage(Storage):
     """Local POSIX filesystem: exclusive create by ``link(2)``, publish by ``rename(2)`` + symlink swap."""
 
     display_root = "file://"
+    can_rename = True
 
     def read_bytes(self, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -241,11 +213,19 @@ class LocalStorage(Storage):
             return
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         try:
-            os.rename(src, dst)
+            self.rename(src, dst)
         except OSError:
             if os.path.lexists(src) and not os.path.lexists(dst):
                 raise
             self.remove_tree(src)  # a concurrent finisher moved it first
+
+    def rename(self, src: str, dst: str) -> None:
+        """``rename(2)`` made durable: both parent directories are fsync'ed, so a crash after it
+        returns cannot bring the old name back."""
+        os.rename(src, dst)
+        self._fsync_dir(os.path.dirname(dst))
+        if os.path.dirname(src) != os.path.dirname(dst):
+            self._fsync_dir(os.path.dirname(src))
 
     def open(self, path: str, mode: str = "rb") -> Any:
         return open(path, mode)
@@ -254,66 +234,6 @@ class LocalStorage(Storage):
         st = os.stat(path)
         return {"size": st.st_size, "mtime": st.st_mtime, "etag": None}
 
-    def publish_partition(self, staged: str, table: str, partition: str, version: str,
-                          files: list[dict[str, Any]], hook: Hook) -> str:
-        vdir = self.join(table, "_versions", partition, version)
-        link = self.join(table, partition)
-        if os.path.lexists(link) and not os.path.islink(link):
-            raise StorageError(f"{link} is a plain directory not managed by exactly-once; move it away")
-        if os.path.isdir(staged) and not os.path.islink(staged) and not os.path.lexists(vdir):
-            os.makedirs(os.path.dirname(vdir), exist_ok=True)
-            try:
-                os.rename(staged, vdir)  # atomic; a leftover `staged` after this is a zombie's, left for abort
-            except OSError:
-                if not os.path.isdir(vdir):
-                    raise  # else: a concurrent finisher of the same commit renamed it first
-        for f in files:
-            p = os.path.join(vdir, f["name"])
-            if not os.path.isfile(p) or os.path.islink(p) or os.stat(p).st_size != f["size"]:
-                raise StorageError(f"staged file {f['name']} of {version} is missing or altered")
-        listed = {f["name"] for f in files}
-        for entry in self._walk_settled(vdir) if os.path.isdir(vdir) else []:
-            if entry.rel not in listed and not any(is_hidden(s) for s in entry.rel.split("/")):
-                with contextlib.suppress(FileNotFoundError):  # a concurrent finisher removed it first
-                    os.unlink(os.path.join(vdir, entry.rel))  # written after pre_commit: not this version
-        self.write_atomic(os.path.join(vdir, MANIFEST), to_json({"version": version, "files": files}))
-        hook("commit.mid_publish")
-        current = self.live_version(table, partition)
-        if current == version:
-            return "already"
-        if supersedes(current, version):
-            return "superseded"
-        os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
-        rel = os.path.relpath(vdir, os.path.dirname(link))
-        tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.{uuid.uuid4().hex}.link")
-        os.symlink(rel, tmp)
-        os.replace(tmp, link)  # the atomic switch for plain readers
-        self._fsync_dir(os.path.dirname(link))
-        return "published"
-
-    def live_version(self, table: str, partition: str) -> str | None:
-        link = self.join(table, partition)
-        return os.path.basename(os.readlink(link)) if os.path.islink(link) else None
-
-    def sweep(self, table: str, min_age: float) -> list[str]:
-        versions, gone = os.path.join(table, "_versions"), []
-        now = time.time()
-        for dirpath, dirnames, _ in os.walk(versions, followlinks=False):
-            for name in [d for d in dirnames if parse_txn_name(d)]:
-                dirnames.remove(name)  # do not descend into a version
-                vdir = os.path.join(dirpath, name)
-                partition = os.path.relpath(dirpath, versions)
-                if self.live_version(table, partition) != name and now - os.lstat(vdir).st_mtime >= min_age:
-                    self.remove_tree(vdir)
-                    gone.append(vdir)
-        return gone
-
-    def live_files(self, table: str, partition: str) -> list[str]:
-        link = self.join(table, partition)
-        if not os.path.islink(link):
-            return []
-        m = self.read_json(os.path.join(link, MANIFEST))
-        return [os.path.join(link, f["name"]) for f in m["files"]]
 
 
 def redact(url: str) -> str:

@@ -7,42 +7,54 @@ exclusive-create record in the :mod:`transaction log <exactly_once.txlog>` befor
       \\______________________\\______________________--> ABORTED
 
 * ``begin``      recover the interval, allocate the next epoch, freeze the sources, make the staging dir.
-* ``pre_commit`` list every staged file (size, rows, checksum) in a manifest; from here a commit never
-                 needs to recompute anything.
+* ``pre_commit`` list every staged file (size, rows, checksum) in a manifest and claim its partitions
+                 for the interval; from here a commit never needs to recompute anything.
 * ``validate``   (the gate, optional per sink) record the data-quality verdict; a sink that requires it
                  never commits a transaction without a passing verdict - not even during recovery.
-* ``commit``     the *decision* is the exclusive create of the ``outcome`` record; the *publish* that
-                 follows is idempotent and is rolled forward by whoever comes next (a retry, ``abort``,
-                 ``recover``) - Flink's ``recoverAndCommit``.
+* ``commit``     seal the staged files and check them against the manifest, then the *decision*: the
+                 exclusive create of the ``outcome`` record. The *publish* that follows is done by the
+                 sink's :mod:`target <exactly_once.targets>`, idempotently, and is rolled forward by
+                 whoever comes next (a retry, ``abort``, ``recover``) - Flink's ``recoverAndCommit``.
 * ``abort``      decide ABORTED and delete the staging dir; a no-op on a committed transaction (it
                  finishes its publish instead); idempotent; never follows symlinks.
 
 Fencing: an epoch older than the newest begun epoch of its interval is refused before it decides, and
 only one outcome record can exist per epoch, so of any number of concurrent attempts exactly one
-publishes. Garbage collection lives in :mod:`exactly_once.maintenance`.
+publishes. A stateful transaction names the predecessor version it read (``reads``); before deciding,
+every transaction writes an ``intent`` record, then checks its predecessor (a newer committed or
+committing version there aborts it: InputChangedError) and fences the successors that read an older
+version of it. Two deciders always see each other's intent, so no interval ever commits on replaced
+state. The internals (log, staging, versions) live in ``home``, outside the table directory that readers
+list. Garbage collection lives in :mod:`exactly_once.maintenance`.
 """
 from __future__ import annotations
 
-import hashlib
+import logging
+import posixpath
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import FencedError, StorageError, TransactionAbortedError, TransactionStateError
+from . import manifest as manifests
+from .errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError, OwnershipError,
+                     StorageError, TransactionAbortedError, TransactionStateError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, check_name, check_partition
-from .storage import MANIFEST, Storage, is_hidden, storage_for, to_json
+from .manifest import Manifest
+from .storage import MANIFEST, Storage, storage_for, to_json
+from .targets.base import PublishTarget, StagedVersion
 from .txlog import EpochStatus, State, TxLog
 
-MANIFEST_THREADS = 8  # concurrent file reads while building a manifest (checksums, parquet footers)
-Validator = Callable[[TxnRef, dict[str, Any]], tuple[bool, dict[str, Any]]]
+log = logging.getLogger(__name__)
+Validator = Callable[[TxnRef, Manifest], tuple[bool, dict[str, Any]]]
+INTERNALS = "_exactly_once"  # sibling of the table dir: <parent>/_exactly_once/<table name>/
 
 
 @dataclass
 class CommitResult:
-    """What a commit did: per partition ``published`` / ``already`` / ``superseded``, and totals."""
+    """What a commit did: per partition ``published`` / ``already`` / ``superseded``, and totals.
+    ``extra["stale"]`` lists successor intervals that committed on this interval's older state."""
 
     txn: TxnRef
     partitions: dict[str, str]
@@ -51,28 +63,55 @@ class CommitResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def default_home(table: str) -> str:
+    """Where a table's internals live: ``<parent>/_exactly_once/<name>``, outside the table directory,
+    so that no reader listing or globbing the table can reach staged, superseded or log files."""
+    parent, name = posixpath.split(table.rstrip("/"))
+    if not parent or not name or parent.endswith(":"):
+        raise ConfigError(f"table location {table!r} needs a parent directory (e.g. <bucket>/warehouse/t)")
+    return posixpath.join(parent, INTERNALS, name)
+
+
+def files_target(storage: Storage, table: str, home: str) -> PublishTarget:
+    """The files target for ``storage``: versioned dirs + symlink swap locally, copies + manifest on S3."""
+    if storage.can_rename:
+        from .targets.files import LocalFilesTarget
+
+        return LocalFilesTarget(storage, table, home)  # type: ignore[arg-type]
+    from .targets.s3files import S3FilesTarget
+
+    return S3FilesTarget(storage, table)  # type: ignore[arg-type]
+
+
 class TwoPhaseCommitSink:
     """Exactly-once publication of one table (sink) of one pipeline.
 
-    Layout under the table directory ``table`` (all ``_``-prefixed, so invisible to plain readers)::
+    Layout: the table directory ``table`` holds only live data (``<partition>/``); everything else is
+    under ``home`` (default :func:`default_home`)::
 
-        <partition>/                 the live data (locally a symlink into _versions/)
-        _staging/<txn>/data/<partition>/...   what the writer produces
-        _staging/<txn>/...           anything else the writer keeps (state, counts, quarantine)
-        _checkpoints/<txn>/          that "anything else" once the transaction committed
-        _versions/<partition>/<txn>/ published versions (local filesystem only)
-        _txlog/<interval>/...        the transaction log
+        _owner.json                   the pipeline this table belongs to
+        _claims/<partition>.json      the interval that owns each partition
+        _txlog/<interval>/...         the transaction log
+        _staging/<txn>/data/<partition>/...   what the writer produces (sealed/ once committing)
+        _staging/<txn>/...            anything else the writer keeps (state, counts, quarantine)
+        _checkpoints/<txn>/           that "anything else" once the transaction committed
+        _versions/<partition>/<txn>/  published versions (local files target)
     """
 
-    def __init__(self, storage: Storage, table: str, *, pipeline: str, sink: str,
-                 require_validation: bool = False, checksums: bool = True) -> None:
+    def __init__(self, storage: Storage, table: str, *, pipeline: str, sink: str, home: str | None = None,
+                 target: PublishTarget | None = None, require_validation: bool = False,
+                 checksums: bool = True) -> None:
         self.storage = storage
         self.table = table
         self.pipeline = check_name(pipeline, "pipeline id")
         self.sink = check_name(sink, "sink name")
+        self.home = home or default_home(table)
+        self.target = target or files_target(storage, table, self.home)
         self.require_validation = require_validation
         self.checksums = checksums
-        self.log = TxLog(storage, storage.join(table, "_txlog"))
+        self.log = TxLog(storage, storage.join(self.home, "_txlog"))
+        self._bound = False
+        self._shape: tuple[str, ...] | None = None
 
     @classmethod
     def at(cls, url: str, *, pipeline: str, sink: str, storage_options: dict[str, Any] | None = None,
@@ -86,34 +125,46 @@ class TwoPhaseCommitSink:
         return TxnRef(self.pipeline, self.sink, interval, epoch)
 
     def staging_dir(self, txn: TxnRef) -> str:
-        """Where the writer of ``txn`` puts everything; hidden from readers by the ``_`` prefix."""
-        return self.storage.join(self.table, "_staging", txn.name)
+        """Where the writer of ``txn`` puts everything."""
+        return self.storage.join(self.home, "_staging", txn.name)
 
     def data_dir(self, txn: TxnRef) -> str:
         """The writer's output root: one sub-directory per partition (``dt=.../``)."""
         return self.storage.join(self.staging_dir(txn), "data")
 
+    def sealed_dir(self, txn: TxnRef) -> str:
+        """Where the data is once the commit sealed it: renamed away from the writer's path (so a late
+        writer cannot touch it) where storage can rename; the data dir itself on S3."""
+        return self.storage.join(self.staging_dir(txn), "sealed") if self.storage.can_rename else self.data_dir(txn)
+
     def checkpoint_dir(self, txn: TxnRef) -> str:
         """Where the non-data staged files of ``txn`` live once it committed (its checkpoint)."""
-        return self.storage.join(self.table, "_checkpoints", txn.name)
+        return self.storage.join(self.home, "_checkpoints", txn.name)
 
     def rejected_dir(self, txn: TxnRef) -> str:
         """Where an aborted transaction's staging is kept when ``abort(keep=True)``."""
-        return self.storage.join(self.table, "_rejected", txn.name)
+        return self.storage.join(self.home, "_rejected", txn.name)
 
     # ------------------------------------------------------------------ phases
     def begin(self, interval: Interval, *, sources: Sequence[dict[str, Any]] = (),
-              meta: dict[str, Any] | None = None) -> TxnRef:
+              meta: dict[str, Any] | None = None, reads: TxnRef | None = None) -> TxnRef:
         """Start a transaction for ``interval`` and return it.
 
-        Contract: first recovers the interval (pre-committed transactions are committed, older open
-        ones aborted), then allocates an epoch strictly greater than every epoch the interval has had,
-        durably records the frozen ``sources`` and ``meta`` with it, and creates the staging dir. Every
-        older attempt is fenced from then on. Safe to call concurrently: each caller gets its own epoch.
+        Contract: refuses a table bound to another pipeline (OwnershipError); recovers the interval
+        (pre-committed transactions are committed, older open ones aborted); allocates an epoch strictly
+        greater than every epoch the interval has had; durably records the frozen ``sources``, ``meta``
+        and ``reads`` (the committed predecessor version whose state this transaction reads) with it;
+        creates the staging dir. Every older attempt is fenced from then on. Safe to call concurrently.
         """
+        self._bind()
+        if reads is not None and ((reads.pipeline, reads.sink) != (self.pipeline, self.sink) or
+                                  self.log.status(reads.interval, reads.epoch).state is not State.COMMITTED):
+            raise TransactionStateError(f"{reads.name} is not committed: a transaction can only read "
+                                        "committed state")
         self.recover(interval, abort_open=True)
         epoch = max(self.log.statuses(interval), default=0) + 1
-        payload = {"pipeline": self.pipeline, "sink": self.sink, "sources": list(sources), "meta": meta or {}}
+        payload = {"pipeline": self.pipeline, "sink": self.sink, "sources": list(sources), "meta": meta or {},
+                   "reads": reads.to_dict() if reads else None}
         while not self.log.append(interval, epoch, "open", payload):
             epoch += 1  # a concurrent begin took it; epochs stay unique and increasing
         txn = self.ref(interval, epoch)
@@ -121,13 +172,16 @@ class TwoPhaseCommitSink:
         failpoint("begin.after")
         return txn
 
-    def pre_commit(self, txn: TxnRef, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def pre_commit(self, txn: TxnRef, *, extra: dict[str, Any] | None = None) -> Manifest:
         """Seal the staged output: list every file in a manifest and record PRE_COMMITTED.
 
         Contract: after it returns, the staged files are final (the writer must have closed them) and
         the manifest (path, size, rows, sha256 per file) is in the log, so a commit can always finish
-        without recomputing. Idempotent: a second call returns the recorded manifest. Refused for an
-        aborted or fenced transaction, and for staged output containing symlinks or unsafe partitions.
+        without recomputing. Every partition is claimed for the interval: a partition another interval
+        owns is refused (OwnershipError), as are nested partitions, partitions of another shape than the
+        table's, symlinks and unsafe names (the transaction stays OPEN; its teardown aborts it).
+        Idempotent: a second call returns the recorded manifest. Refused for an unknown, aborted or
+        fenced transaction.
         """
         st = self._status(txn)
         if st.state is State.ABORTED:
@@ -136,61 +190,71 @@ class TwoPhaseCommitSink:
             return st.manifest
         self._refuse_if_fenced(txn)
         try:
-            manifest = self._build_manifest(txn)
+            manifest = manifests.build(self.storage, txn, self.staging_dir(txn), ("data",),
+                                       checksums=self.checksums)
         except OSError as exc:  # FileNotFoundError & co: the staging vanished - an abort raced us?
             if self._status(txn).state is State.ABORTED:
                 raise TransactionAbortedError(f"{txn.name} was aborted while pre-committing") from exc
             raise StorageError(f"{txn.name}: staged output changed during pre_commit: {exc}") from exc
-        self.storage.write_atomic(self.storage.join(self.staging_dir(txn), MANIFEST), to_json(manifest))
-        self.log.append(txn.interval, txn.epoch, "pre_committed", {"manifest": manifest, **(extra or {})})
+        self._claim(txn, list(manifest.partitions))
+        self.storage.write_atomic(self.storage.join(self.staging_dir(txn), MANIFEST), to_json(manifest.to_dict()))
+        self.log.append(txn.interval, txn.epoch, "pre_committed", {"manifest": manifest.to_dict(), **(extra or {})})
         failpoint("pre_commit.after")
         return self._status(txn).manifest or manifest
 
     def record_validation(self, txn: TxnRef, passed: bool, summary: dict[str, Any]) -> bool:
         """Record the gate's verdict on a pre-committed transaction; returns the recorded verdict.
 
-        Contract: the first verdict recorded wins (a retried validation cannot flip it); a transaction
-        of a sink with ``require_validation`` commits only after a passing verdict.
+        Contract: the first verdict recorded wins (a retried validation cannot flip it, and recovery
+        claims the verdict of a transaction it commits unvalidated); a transaction of a sink with
+        ``require_validation`` commits only after a passing verdict.
         """
         if self._status(txn).manifest is None:
             raise TransactionStateError(f"{txn.name}: validate needs pre_commit first")
         self.log.append(txn.interval, txn.epoch, "validated", {"passed": bool(passed), "summary": summary})
-        rec = self.log.read(txn.interval, txn.epoch, "validated") or {}
-        return bool(rec.get("passed"))
+        recorded = bool((self.log.read(txn.interval, txn.epoch, "validated") or {}).get("passed"))
+        if recorded != bool(passed):
+            log.warning("%s: verdict %s not recorded; the log already holds %s", txn.name, passed, recorded)
+        return recorded
 
     def commit(self, txn: TxnRef) -> CommitResult:
         """Decide COMMITTED and publish. Idempotent; a crash anywhere inside is finished by a retry.
 
         Contract: refused (TransactionStateError) before pre_commit or without a required passing
-        validation; refused (FencedError, after aborting itself) if a newer epoch began; once the outcome
-        record says COMMITTED, every later call (or ``abort``/``recover``) completes the same publish
-        and never publishes twice. Returns what was published.
+        validation; refused after aborting itself with FencedError if a newer epoch began, with
+        StorageError if the staged files no longer match the manifest, with InputChangedError if the
+        predecessor state it read was replaced. Once the outcome record says COMMITTED, every later call
+        (or ``abort``/``recover``) completes the same publish and never publishes twice.
         """
         st = self._status(txn)
         if st.state is State.OPEN:
             raise TransactionStateError(f"{txn.name}: commit needs pre_commit first")
+        if st.state is State.ABORTED:
+            raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason or 'no reason recorded'}); "
+                                          "it can never commit")
+        stale: list[str] = []
         if st.state is State.PRE_COMMITTED:
             self._check_validated(txn, st)
-            if self._newest_epoch(txn.interval) > txn.epoch:
-                self._decide(txn, State.ABORTED)  # fenced - unless someone already committed it for us
-            if self._decide(txn, State.COMMITTED) is not State.COMMITTED:
+            newest = self._newest_epoch(txn.interval)
+            decided = self._decide(txn, State.ABORTED, "fenced", f"fenced: epoch {newest} of the interval "
+                                   "began") if newest > txn.epoch else self._decide_commit(txn, st, stale)
+            if decided is not State.COMMITTED:
                 self._cleanup(txn)
-                raise FencedError(f"{txn.name} was fenced: a newer attempt of {txn.interval} began")
-        elif st.state is State.ABORTED:
-            raise TransactionAbortedError(f"{txn.name} was aborted; it can never commit")
-        return self._publish(txn)
+                self._raise_aborted(txn)
+        result = self._publish(txn)
+        result.extra["stale"] = stale
+        return result
 
-    def abort(self, txn: TxnRef, *, keep: bool = False) -> State:
+    def abort(self, txn: TxnRef, *, keep: bool = False, reason: str = "aborted") -> State:
         """Make sure ``txn`` ends and leaves no temp files; returns its final state.
 
-        Contract: decides ABORTED unless the transaction is already COMMITTED - then it only finishes
-        that commit's publish (roll forward) - and deletes the staging dir without following symlinks
-        (or moves it to ``_rejected/`` when ``keep``). Idempotent; safe to run concurrently with a
-        zombie attempt, which will find itself fenced.
+        Contract: decides ABORTED (recording ``reason``) unless the transaction is already COMMITTED -
+        then it only finishes that commit's publish (roll forward) - and deletes the staging dir without
+        following symlinks (or moves it to ``_rejected/`` when ``keep``). Idempotent; safe to run
+        concurrently with a zombie attempt, which will find itself fenced.
         """
-        if not self._status(txn).records:
-            raise TransactionStateError(f"{txn.name}: no such transaction in the log")
-        if self._decide(txn, State.ABORTED) is State.COMMITTED:
+        self._status(txn)
+        if self._decide(txn, State.ABORTED, "aborted", reason) is State.COMMITTED:
             if not self._status(txn).published:
                 self._publish(txn)
             return State.COMMITTED
@@ -199,14 +263,14 @@ class TwoPhaseCommitSink:
 
     @contextmanager
     def transaction(self, interval: Interval, *, sources: Sequence[dict[str, Any]] = (),
-                    meta: dict[str, Any] | None = None,
+                    meta: dict[str, Any] | None = None, reads: TxnRef | None = None,
                     validate: Validator | None = None) -> Iterator[TxnRef]:
         """``with sink.transaction(iv) as txn: write under sink.data_dir(txn)`` - commit on success.
 
         On an exception in the body, in validation or in the commit, the transaction is aborted (or,
         if the commit was already decided, its publish is finished) and the exception propagates.
         """
-        txn = self.begin(interval, sources=sources, meta=meta)
+        txn = self.begin(interval, sources=sources, meta=meta, reads=reads)
         try:
             yield txn
             manifest = self.pre_commit(txn)
@@ -216,7 +280,7 @@ class TwoPhaseCommitSink:
                     raise TransactionAbortedError(f"{txn.name} failed validation: {summary}")
             self.commit(txn)
         except BaseException:
-            self.abort(txn)
+            self.abort(txn, reason="the transaction's body, validation or commit failed")
             raise
 
     # ------------------------------------------------------------------ recovery
@@ -229,17 +293,23 @@ class TwoPhaseCommitSink:
         required), is committed without recomputing; older PRE_COMMITTED epochs and failed validations
         are aborted; OPEN epochs are aborted only with ``abort_open`` (``begin`` does that - it is about
         to fence them) or when older than ``stale_after`` seconds. Before aborting anything it checks the
-        target: a version that is live is never aborted. ABORTED leftovers are cleaned up.
+        target: a version that is live is never aborted. ABORTED leftovers are cleaned up. One broken
+        interval never stops the others: over all intervals, a failure is reported as ``FAILED ...``.
         """
         actions: list[str] = []
         for iv in [interval] if interval else self.log.intervals():
-            statuses = self.log.statuses(iv)
-            newest = max(statuses, default=0)
-            for epoch, st in statuses.items():
-                txn = self.ref(iv, epoch)
-                action = self._recover_one(txn, st, newest, abort_open, stale_after)
-                if action:
-                    actions.append(f"{txn.name}: {action}")
+            try:
+                statuses = self.log.statuses(iv)
+                newest = max(statuses, default=0)
+                for epoch, st in statuses.items():
+                    action = self._recover_one(self.ref(iv, epoch), st, newest, abort_open, stale_after)
+                    if action:
+                        actions.append(f"{self.ref(iv, epoch).name}: {action}")
+            except (ExactlyOnceError, OSError) as exc:
+                if interval is not None:
+                    raise
+                log.error("recover %s/%s %s failed: %s", self.pipeline, self.sink, iv, exc)
+                actions.append(f"FAILED {iv.token}: {type(exc).__name__}: {exc}")
         return actions
 
     def _recover_one(self, txn: TxnRef, st: EpochStatus, newest: int, abort_open: bool,
@@ -253,16 +323,15 @@ class TwoPhaseCommitSink:
             return "commit finished (rolled forward)"
         if state is State.PRE_COMMITTED:
             verdict = (st.validation or {}).get("passed")
-            if self._is_live(txn, st) or (txn.epoch == newest and self._validation_ok(st)):
-                # recoverAndCommit; a live version with no outcome record can only be a commit
-                return "recovered and committed" if self._commit_recovered(txn) else "aborted (fenced)"
+            if self._is_live(st) or (txn.epoch == newest and self._validation_ok(st)):
+                return "recovered and committed" if self._commit_recovered(txn, st) else "aborted (fenced)"
             if txn.epoch != newest or verdict is False or takeover:
-                self.abort(txn)
+                self.abort(txn, reason="recovery: pre-committed but superseded or not validated")
                 return "aborted (pre-committed but superseded or not validated)"
             return None  # validation may still be running in a live attempt
         if state is State.OPEN:
             if takeover:
-                self.abort(txn)
+                self.abort(txn, reason="recovery: open attempt taken over")
                 return "aborted (open, older attempt)"
             return None
         if self.storage.exists(self.staging_dir(txn)) or self.storage.exists(self.checkpoint_dir(txn)):
@@ -270,9 +339,18 @@ class TwoPhaseCommitSink:
             return "cleaned up aborted leftovers"
         return None
 
-    def _commit_recovered(self, txn: TxnRef) -> bool:
+    def _commit_recovered(self, txn: TxnRef, st: EpochStatus) -> bool:
         """Commit ``txn`` unless its outcome says otherwise, then finish; True if it is committed."""
-        if self._decide(txn, State.COMMITTED) is State.COMMITTED:
+        if st.validation is None and not self.require_validation:
+            # claim the verdict: a validation still running can no longer record a failure on it
+            self.log.append(txn.interval, txn.epoch, "validated",
+                            {"passed": True, "summary": {"note": "committed by recovery without a verdict"}})
+            st = self.log.status(txn.interval, txn.epoch)
+            if not self._validation_ok(st):
+                self.abort(txn, reason="recovery: validation failed")
+                return False
+        decided = self._decide(txn, State.COMMITTED) if self._is_live(st) else self._decide_commit(txn, st, [])
+        if decided is State.COMMITTED:
             self._publish(txn)
             return True
         self._cleanup(txn)
@@ -291,18 +369,59 @@ class TwoPhaseCommitSink:
         epoch, st = done[-1]
         return self.ref(interval, epoch), st
 
+    def live_version(self, partition: str) -> str | None:
+        """The transaction name whose version of ``partition`` readers see now, or None."""
+        return self.target.live_version(check_partition(partition))
+
     def live_files(self, partition: str) -> list[str]:
         """The exact data files of the committed version of ``partition`` (for exact readers on S3)."""
-        return self.storage.live_files(self.table, check_partition(partition))
+        return self.target.live_files(check_partition(partition))
 
     # ------------------------------------------------------------------ internals
-    def _status(self, txn: TxnRef) -> EpochStatus:
-        self._check_mine(txn)
-        return self.log.status(txn.interval, txn.epoch)
+    def _bind(self) -> None:
+        """Bind the table to this pipeline on first use; refuse it for any other pipeline."""
+        if self._bound:
+            return
+        path = self.storage.join(self.home, "_owner.json")
+        self.storage.create_exclusive(path, to_json({"pipeline": self.pipeline, "sink": self.sink}))
+        owner = self.storage.read_json(path)
+        if (owner.get("pipeline"), owner.get("sink")) != (self.pipeline, self.sink):
+            raise OwnershipError(
+                f"the table {self.storage.url(self.table)} belongs to pipeline {owner.get('pipeline')!r} "
+                f"(sink {owner.get('sink')!r}); pipeline {self.pipeline!r} (sink {self.sink!r}) cannot write "
+                "it: give each pipeline its own table")
+        self._bound = True
 
-    def _check_mine(self, txn: TxnRef) -> None:
+    def _claim(self, txn: TxnRef, partitions: list[str]) -> None:
+        """Claim every partition for ``txn``'s interval; refuse one another interval owns, or a shape
+        (partition keys) other than the table's."""
+        if partitions:
+            shape = tuple(seg.split("=", 1)[0] for seg in partitions[0].split("/"))
+            path = self.storage.join(self.home, "_claims", "_shape.json")
+            if self._shape is None:
+                self.storage.create_exclusive(path, to_json({"keys": list(shape)}))
+                self._shape = tuple(self.storage.read_json(path)["keys"])
+            if shape != self._shape:
+                raise OwnershipError(f"{txn.name}: partitions keyed {'/'.join(shape)} in a table partitioned "
+                                     f"by {'/'.join(self._shape)}; keep one partitioning per table")
+        for part in partitions:
+            path = self.storage.join(self.home, "_claims", part + ".json")
+            self.storage.create_exclusive(path, to_json({"interval": txn.interval.token}))
+            owner = self.storage.read_json(path).get("interval")
+            if owner != txn.interval.token:
+                raise OwnershipError(
+                    f"{txn.name}: partition {part} belongs to interval {owner}, not {txn.interval.token}; "
+                    "two intervals may never publish one partition - declare partitions that each "
+                    "interval owns alone (e.g. add hour=HH for hourly runs)")
+
+    def _status(self, txn: TxnRef) -> EpochStatus:
         if (txn.pipeline, txn.sink) != (self.pipeline, self.sink):
             raise TransactionStateError(f"{txn.name} belongs to {txn.pipeline}/{txn.sink}, not this sink")
+        st = self.log.status(txn.interval, txn.epoch)
+        if not st.records or ("open" not in st.records and "outcome" not in st.records):
+            raise TransactionStateError(f"{txn.name}: no such transaction in the log (epochs are "
+                                        "allocated by begin)")
+        return st
 
     def _newest_epoch(self, interval: Interval) -> int:
         return max(self.log.statuses(interval), default=0)
@@ -310,14 +429,80 @@ class TwoPhaseCommitSink:
     def _refuse_if_fenced(self, txn: TxnRef) -> None:
         newest = self._newest_epoch(txn.interval)
         if newest > txn.epoch:
-            self.abort(txn)
+            self.abort(txn, reason=f"fenced: epoch {newest} of the interval began")
             raise FencedError(f"{txn.name} was fenced: epoch {newest} of {txn.interval} began after it")
 
-    def _decide(self, txn: TxnRef, state: State) -> State:
+    def _decide(self, txn: TxnRef, state: State, cause: str = "", reason: str = "") -> State:
         """Create the outcome record (the linearization point) unless it exists; return the decision."""
-        self.log.append(txn.interval, txn.epoch, "outcome", {"state": state.value})
+        payload = {"state": state.value, **({"cause": cause, "reason": reason} if state is State.ABORTED else {})}
+        self.log.append(txn.interval, txn.epoch, "outcome", payload)
         rec = self.log.read(txn.interval, txn.epoch, "outcome")
         return State(rec["state"]) if rec else state
+
+    def _raise_aborted(self, txn: TxnRef) -> None:
+        rec = self.log.read(txn.interval, txn.epoch, "outcome") or {}
+        reason = rec.get("reason") or "aborted"
+        if rec.get("cause") == "input_changed":
+            raise InputChangedError(f"{txn.name} aborted: {reason}; re-run the interval to recompute it")
+        if rec.get("cause") == "staged_changed":
+            raise StorageError(f"{txn.name} aborted: {reason}; re-run the interval")
+        raise FencedError(f"{txn.name} was not committed: {reason}")
+
+    def _decide_commit(self, txn: TxnRef, st: EpochStatus, stale: list[str]) -> State:
+        """Seal and verify the staged files, announce the intent, check the predecessor and fence the
+        successors, then decide COMMITTED (unless someone decided first). Returns the decision."""
+        manifest = st.manifest
+        assert manifest is not None
+        problem = self._seal_and_verify(txn, manifest)
+        if problem:
+            return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
+                                f"{problem} (a second writer?)")
+        self.log.append(txn.interval, txn.epoch, "intent", {})
+        if st.reads is not None:
+            newer = self._newer_than(st.reads)
+            if newer:
+                return self._decide(txn, State.ABORTED, "input_changed",
+                                    f"input state changed: it read {st.reads.name}, but {newer} replaced it")
+        stale += self._fence_successors(txn)
+        return self._decide(txn, State.COMMITTED)
+
+    def _newer_than(self, reads: TxnRef) -> str | None:
+        """A version of ``reads``' interval newer than ``reads`` that is committed or committing."""
+        for epoch, st in self.log.statuses(reads.interval).items():
+            if epoch > reads.epoch and (st.state is State.COMMITTED or
+                                        ("intent" in st.records and st.state is not State.ABORTED)):
+                return self.ref(reads.interval, epoch).name
+        return None
+
+    def _fence_successors(self, txn: TxnRef) -> list[str]:
+        """Abort undecided successor transactions that read an older version of ``txn``'s interval;
+        return the successors that had already committed on an older version (now stale)."""
+        stale = []
+        for iv in (i for i in self.log.intervals() if i.start == txn.interval.end):
+            for epoch, st in self.log.statuses(iv).items():
+                reads = st.reads
+                if reads is None or reads.interval != txn.interval or reads.epoch >= txn.epoch:
+                    continue
+                other = self.ref(iv, epoch)
+                if st.state is State.COMMITTED or ("intent" in st.records and self._decide(
+                        other, State.ABORTED, "input_changed",
+                        f"input state changed: {txn.name} replaces {reads.name}") is State.COMMITTED):
+                    stale.append(other.name)
+        return stale
+
+    def _seal_and_verify(self, txn: TxnRef, manifest: Manifest) -> str | None:
+        """Move the staged data out of the writer's reach (where storage can rename) and compare it
+        with the manifest; the first difference found, or None."""
+        data, sealed = self.data_dir(txn), self.sealed_dir(txn)
+        if sealed != data and self.storage.exists(data) and not self.storage.exists(sealed):
+            self.storage.rename(data, sealed)  # type: ignore[attr-defined]
+        found = {e.rel: e.size for e in self.storage.walk_files(sealed)}
+        for part, files in manifest.partitions.items():
+            for f in files:
+                size = found.get(f"{part}/{f.name}")
+                if size != f.size:
+                    return f"{part}/{f.name} is {'missing' if size is None else f'{size} bytes, not {f.size}'}"
+        return None
 
     def _validation_ok(self, st: EpochStatus) -> bool:
         passed = (st.validation or {}).get("passed")
@@ -330,83 +515,36 @@ class TwoPhaseCommitSink:
             verdict = "failed" if st.validation else "has not run"
             raise TransactionStateError(f"{txn.name}: commit refused, validation {verdict}")
 
-    def _is_live(self, txn: TxnRef, st: EpochStatus) -> bool:
-        parts = (st.manifest or {}).get("partitions", {})
-        return any(self.storage.live_version(self.table, p) == txn.name for p in parts)
-
-    def _build_manifest(self, txn: TxnRef) -> dict[str, Any]:
-        staging = self.staging_dir(txn)
-        todo: list[tuple[str | None, str, str, int]] = []  # (partition or None for extras, path, name, size)
-        for entry in self.storage.walk_files(staging):  # refuses symlinks
-            top, _, rest = entry.rel.partition("/")
-            if top == "data":
-                part, _, name = rest.rpartition("/")
-                if any(is_hidden(seg) for seg in rest.split("/")):
-                    continue  # _SUCCESS, .crc and committer temp files are never published
-                if not part:
-                    raise StorageError(f"{txn.name}: data file {rest!r} is not inside a partition dir")
-                todo.append((check_partition(part), self.storage.join(staging, entry.rel), name, entry.size))
-            elif entry.rel != MANIFEST:
-                todo.append((None, self.storage.join(staging, entry.rel), entry.rel, entry.size))
-        # Reading every byte (sha256) and every parquet footer is I/O plus hashing that releases the GIL:
-        # a few threads make it ~N times faster on a multi-core machine and on S3 (one request per read).
-        if any(t[2].endswith(".parquet") for t in todo):
-            import pyarrow.parquet  # noqa: F401 - imported once here, not concurrently by the workers
-
-        with ThreadPoolExecutor(max_workers=max(1, min(MANIFEST_THREADS, len(todo)))) as pool:
-            described = list(pool.map(lambda t: self._describe(t[1], t[2], t[3]), todo))
-        partitions: dict[str, list[dict[str, Any]]] = {}
-        extras = []
-        for (part, *_), desc in zip(todo, described):
-            if part is None:
-                extras.append(desc)
-            else:
-                partitions.setdefault(part, []).append(desc)
-        rows = [f["rows"] for fs in partitions.values() for f in fs]
-        return {"txn": txn.to_dict(), "version": txn.name, "partitions": partitions, "extras": extras,
-                "files": len(rows), "rows": None if None in rows else sum(rows)}
-
-    def _describe(self, path: str, name: str, size: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": name, "size": size, "rows": None, "sha256": None}
-        if self.checksums:
-            digest = hashlib.sha256()
-            with self.storage.open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
-            out["sha256"] = digest.hexdigest()
-        if name.endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            with self.storage.open(path, "rb") as f:
-                out["rows"] = pq.ParquetFile(f).metadata.num_rows
-        return out
+    def _is_live(self, st: EpochStatus) -> bool:
+        manifest = st.manifest
+        name = manifest.version if manifest else None
+        return bool(manifest) and any(self.target.live_version(p) == name for p in manifest.partitions)
 
     def _publish(self, txn: TxnRef) -> CommitResult:
         """Roll the decided commit of ``txn`` forward to completion. Idempotent."""
-        st = self._status(txn)
-        manifest = st.manifest or {}
+        statuses = self.log.statuses(txn.interval)
+        manifest = statuses[txn.epoch].manifest
+        assert manifest is not None, f"{txn.name} is committed without a manifest"
         failpoint("commit.before_publish")
-        results = {}
-        parts = dict(manifest.get("partitions", {}))
-        for epoch, other in self.log.statuses(txn.interval).items():
+        parts = dict(manifest.partitions)
+        for epoch, other in statuses.items():
             if epoch < txn.epoch and other.state is State.COMMITTED:
-                for part in (other.manifest or {}).get("partitions", {}):
-                    parts.setdefault(part, [])  # no longer produced: publish an empty version of it
-        for part, files in parts.items():
-            staged = self.storage.join(self.data_dir(txn), part)
-            results[part] = self.storage.publish_partition(staged, self.table, part, txn.name, files,
-                                                           failpoint)
+                for part in other.published_partitions:
+                    parts.setdefault(part, ())  # no longer produced: publish an empty version of it
+        results = self.target.publish(StagedVersion(txn, parts, self.storage, self.sealed_dir(txn)), failpoint)
         self.storage.remove_tree(self.data_dir(txn))
+        self.storage.remove_tree(self.sealed_dir(txn))
         self.storage.move_tree(self.staging_dir(txn), self.checkpoint_dir(txn))
         failpoint("commit.after_publish")
         self.log.append(txn.interval, txn.epoch, "published", {"partitions": results})
-        return CommitResult(txn, results, manifest.get("files", 0), manifest.get("rows"))
+        return CommitResult(txn, results, manifest.files, manifest.rows)
 
     def _cleanup(self, txn: TxnRef, keep: bool = False) -> None:
         """Delete (or keep aside) an aborted transaction's files: data first, then the rest."""
         if keep:
             self.storage.move_tree(self.staging_dir(txn), self.rejected_dir(txn))
         self.storage.remove_tree(self.data_dir(txn))
+        self.storage.remove_tree(self.sealed_dir(txn))
         failpoint("abort.mid")
         self.storage.remove_tree(self.staging_dir(txn))
         self.storage.remove_tree(self.checkpoint_dir(txn))

@@ -5,6 +5,7 @@ Layout, next to the table (``<table>/_txlog/`` - hidden from readers by the ``_`
     _txlog/<interval token>/e000001.open.json           begin: owner, frozen sources, meta
     _txlog/<interval token>/e000001.pre_committed.json  pre_commit: the manifest
     _txlog/<interval token>/e000001.validated.json      validate: the gate's verdict and summary
+    _txlog/<interval token>/e000001.intent.json         about to decide COMMITTED (orders dependents)
     _txlog/<interval token>/e000001.outcome.json        THE decision: {"state": "COMMITTED"|"ABORTED"}
     _txlog/<interval token>/e000001.published.json      commit finished (publish done, staging gone)
 
@@ -23,10 +24,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ids import Interval
+from .ids import Interval, TxnRef
+from .manifest import Manifest
 from .storage import Storage, to_json
 
-KINDS = ("open", "pre_committed", "validated", "outcome", "published")
+KINDS = ("open", "pre_committed", "validated", "intent", "outcome", "published")
 
 
 class State(str, enum.Enum):
@@ -73,9 +75,34 @@ class EpochStatus:
         return self.records.get("validated")
 
     @property
-    def manifest(self) -> dict[str, Any] | None:
+    def manifest(self) -> Manifest | None:
         rec = self.records.get("pre_committed")
-        return rec["manifest"] if rec else None
+        return Manifest.from_dict(rec["manifest"]) if rec else None
+
+    @property
+    def published_at(self) -> float | None:
+        """When the publish finished (the writer's clock), None if it has not."""
+        rec = self.records.get("published")
+        return float(rec.get("owner", {}).get("at", 0.0)) if rec else None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the outcome was decided as it was (e.g. which epoch fenced it), if recorded."""
+        return (self.records.get("outcome") or {}).get("reason")
+
+    @property
+    def reads(self) -> TxnRef | None:
+        """The predecessor's committed transaction whose state this one read (stateful pipelines)."""
+        found = (self.records.get("open") or {}).get("reads")
+        return TxnRef.from_dict(found) if found else None
+
+    @property
+    def published_partitions(self) -> list[str]:
+        """Every partition this epoch ever wrote or published (manifest, and the published record,
+        which survives log compaction)."""
+        parts = set((self.records.get("published") or {}).get("partitions", {}))
+        rec = self.records.get("pre_committed")
+        return sorted(parts | set(rec["manifest"]["partitions"] if rec else ()))
 
 
 class TxLog:

@@ -57,5 +57,5 @@ def assert_clean(root: Path, days: list[str]) -> None:
         assert committed, f"{day} not committed"
         assert all(st.state in (State.COMMITTED, State.ABORTED) for st in statuses.values()), statuses
         assert all(statuses[e].published for e in committed)
-        live = s.storage.live_version(s.table, f"dt={day}")
+        live = s.live_version(f"dt={day}")
         assert live == s.ref(Interval.daily(day), committed[-1]).name

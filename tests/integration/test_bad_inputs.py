@@ -196,7 +196,7 @@ def test_empty_interval_commits_an_empty_version_and_carries_state(pipe, empty):
     assert counts["lines_read"] == 0 and counts["rows_written"] == 0
     assert counts["input_files"] == (1 if empty == "empty-file" else 0)
     # an empty version is live (a reader sees the partition, with no rows) ...
-    assert sink.storage.live_version(sink.table, f"dt={D2}") == sink.ref(Interval.daily(D2), 1).name
+    assert sink.live_version(f"dt={D2}") == sink.ref(Interval.daily(D2), 1).name
     seen = visible_rows(pipe.setup)
     assert seen[D2] == []
     # ... and the state went through it unchanged: day 3 continues from day 1

@@ -282,7 +282,7 @@ def assert_idle_and_consistent(setup: Setup, *, committed_epochs: int) -> Any:
     committed = [e for e, st in sink.status(IV2).items() if st.state is State.COMMITTED]
     assert len(committed) == committed_epochs
     if committed:  # exactly one live version: the newest committed epoch, one physical copy of each
-        assert sink.storage.live_version(sink.table, PART2) == sink.ref(IV2, max(committed)).name
+        assert sink.live_version(PART2) == sink.ref(IV2, max(committed)).name
         fp = footprint(sink, PART2)
         assert len(fp) == (len(committed) if sink.storage.display_root == "file://" else 1), fp
     return sink
@@ -411,7 +411,7 @@ def test_commit_outcome_unknown_is_resolved_by_a_third_party(kind, world, case):
     setup = world.fresh("d2", max_malformed_ratio=ratio)
     world.add_late_file(setup)
     old_sink = sink_of(setup)
-    old_name = old_sink.storage.live_version(old_sink.table, PART2)
+    old_name = old_sink.live_version(PART2)
     old_files = old_sink.live_files(PART2)
     assert old_name == old_sink.ref(IV2, 1).name
 
@@ -450,13 +450,13 @@ def test_commit_outcome_unknown_is_resolved_by_a_third_party(kind, world, case):
     if winner == "new":
         assert states == {1: State.COMMITTED, 2: State.COMMITTED}
         assert visible_rows(setup)[D2] == world.expected_late
-        assert sink.storage.live_version(sink.table, PART2) == sink.ref(IV2, 2).name
+        assert sink.live_version(PART2) == sink.ref(IV2, 2).name
         assert published_records(sink, IV2)[2] == {PART2: "published"}
     else:
         assert states == {1: State.COMMITTED, 2: State.ABORTED}
         assert visible_rows(setup)[D2] == world.expected[D2]
         # the live version was never deleted: same version, same files, still readable
-        assert sink.storage.live_version(sink.table, PART2) == old_name
+        assert sink.live_version(PART2) == old_name
         assert sink.live_files(PART2) == old_files
     # the crashed run's teardown arrives late: it changes nothing
     td = count(drv.task(D2, "abort", xcom, child=True))

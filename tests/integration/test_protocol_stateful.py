@@ -242,7 +242,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         everything_published = all(s.published for s in statuses.values() if s.state is State.COMMITTED)
         assert log_problems(self.sink, iv, idle=everything_published, statuses=statuses) == []
         for part in partitions_of(iv):
-            live = self.sink.storage.live_version(self.sink.table, part)
+            live = self.sink.live_version(part)
             exact = exact_reader_rows(self.sink, part)
             if plain is not None:
                 assert plain.get(part, []) == exact, f"{part}: plain reader != exact reader"

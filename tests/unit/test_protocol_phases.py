@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from exactly_once import (Interval, State, StorageError, TransactionAbortedError, TransactionStateError,
+from exactly_once import (Interval, Manifest, State, StorageError, TransactionAbortedError, TransactionStateError,
                           TwoPhaseCommitSink)
 from protocol_helpers import (assert_exact_version, commit_version, is_local, leftovers, log_problems, make_rows,
                               open_sink, refresh, split, table_url, visible_rows, write_output,  # noqa: F401
@@ -77,16 +77,17 @@ def test_pre_commit_manifest_lists_sizes_rows_checksums_and_is_idempotent(sink):
     txn = sink.begin(IV)
     rows = staged(sink, txn, make_rows("a", 7), parts=3)
     manifest = sink.pre_commit(txn)
-    files = manifest["partitions"][PART]
-    assert [f["name"] for f in files] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
-    assert [f["rows"] for f in files] == [3, 2, 2]
+    files = manifest.partitions[PART]
+    assert [f.name for f in files] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert [f.rows for f in files] == [3, 2, 2]
     for f in files:
-        path = sink.storage.join(sink.data_dir(txn), PART, f["name"])
+        path = sink.storage.join(sink.data_dir(txn), PART, f.name)
         with sink.storage.open(path, "rb") as fh:
             data = fh.read()
-        assert f["size"] == len(data) and f["sha256"] == hashlib.sha256(data).hexdigest()
-    assert manifest["files"] == 3 and manifest["rows"] == len(rows) and manifest["version"] == txn.name
-    assert [e["name"] for e in manifest["extras"]] == ["state/counts.json"]  # hidden _SUCCESS not listed
+        assert f.size == len(data) and f.sha256 == hashlib.sha256(data).hexdigest()
+    assert manifest.files == 3 and manifest.rows == len(rows) and manifest.version == txn.name
+    assert [e.name for e in manifest.extras] == ["state/counts.json"]  # hidden _SUCCESS not listed
+    assert Manifest.from_dict(manifest.to_dict()) == manifest  # the log's JSON round-trips
     assert sink.status(IV)[txn.epoch].state is State.PRE_COMMITTED
     assert sink.pre_commit(txn) == manifest  # idempotent: the recorded manifest
     assert visible_rows(sink, PART) == []  # nothing visible before commit
@@ -97,20 +98,21 @@ def test_pre_commit_manifest_lists_sizes_rows_checksums_and_is_idempotent(sink):
 
 def test_pre_commit_describes_many_files_concurrently_with_the_serial_result(sink, monkeypatch):
     """The manifest is built by a thread pool; it must equal the one-thread manifest, in the same order."""
-    from exactly_once import transaction
+    from exactly_once import manifest as manifests
 
     txn = sink.begin(IV)
     rows = make_rows("m", 300)
     write_output(sink, txn, {PART: split(rows, 20), "dt=2026-01-01-extra": split(make_rows("x", 40), 7)})
     manifest = sink.pre_commit(txn)
-    assert manifest["files"] == 27 and manifest["rows"] == 340
-    names = [f["name"] for f in manifest["partitions"][PART]]
+    assert manifest.files == 27 and manifest.rows == 340
+    names = [f.name for f in manifest.partitions[PART]]
     assert names == sorted(names) and len(names) == 20
-    monkeypatch.setattr(transaction, "MANIFEST_THREADS", 1)
-    assert sink._build_manifest(txn) == manifest  # same sizes, rows, sha256 per file, same order
-    for f in manifest["partitions"][PART]:
-        with sink.storage.open(sink.storage.join(sink.data_dir(txn), PART, f["name"]), "rb") as fh:
-            assert f["sha256"] == hashlib.sha256(fh.read()).hexdigest()
+    monkeypatch.setattr(manifests, "MANIFEST_THREADS", 1)
+    serial = manifests.build(sink.storage, txn, sink.staging_dir(txn), ("data",))
+    assert serial == manifest  # same sizes, rows, sha256 per file, same order
+    for f in manifest.partitions[PART]:
+        with sink.storage.open(sink.storage.join(sink.data_dir(txn), PART, f.name), "rb") as fh:
+            assert f.sha256 == hashlib.sha256(fh.read()).hexdigest()
     sink.commit(txn)
     assert_exact_version(sink, PART, rows, txn)
     assert_idle(sink)
@@ -216,7 +218,7 @@ def test_abort_rolls_a_decided_but_unpublished_first_commit_forward(sink):
         sink.commit(txn)
     st = sink.status(IV)[txn.epoch]
     assert st.state is State.COMMITTED and not st.published
-    assert sink.storage.live_version(sink.table, PART) is None and exact_reader_rows(sink, PART) == []
+    assert sink.live_version(PART) is None and exact_reader_rows(sink, PART) == []
     assert log_problems(sink, IV, idle=False) == []
     assert log_problems(sink, IV) == [f"e{txn.epoch}: committed but never published",
                                       f"{PART}: live version None is not a committed epoch of {IV.token}"]
@@ -333,9 +335,15 @@ def test_staged_file_altered_after_pre_commit_is_not_published(sink):
     sink.pre_commit(txn)
     write_parquet(sink, sink.storage.join(sink.data_dir(txn), PART, "part-00000.parquet"),
                   make_rows("altered", 40))
-    with pytest.raises(StorageError, match="missing or altered"):
-        sink.commit(txn)
+    with pytest.raises(StorageError, match="changed after pre_commit"):
+        sink.commit(txn)  # checked BEFORE the decision: aborted, never a commit that cannot publish
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED
     assert visible_rows(sink, PART) == []
+    assert sink.recover() == []  # nothing is left that would make recovery raise for ever
+    rows = make_rows("retry", 3)
+    commit_version(sink, IV, {PART: [rows]})
+    assert visible_rows(sink, PART) == rows
+    assert_idle(sink)
 
 
 # ------------------------------------------------------------------------------------- validation

@@ -1,0 +1,136 @@
+"""The manifest: the typed contract between ``pre_commit``, the gate, the publish targets and readers.
+
+A manifest seals one transaction's staged output: every data file per partition with its size, row
+count (Parquet footers) and sha256, plus the writer's other files (state, counts, quarantine) as
+``extras``. It is stored as JSON in the transaction log's ``pre_committed`` record (:meth:`to_dict`)
+and read back with :meth:`from_dict`; from then on a commit never needs to look at the writer again.
+"""
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .errors import StorageError
+from .ids import TxnRef, check_partition
+from .storage import MANIFEST, Storage, is_hidden
+
+MANIFEST_THREADS = 8  # concurrent file reads while building a manifest (checksums, parquet footers)
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    """One sealed file: its name (relative to its partition, or to the staging dir for extras)."""
+
+    name: str
+    size: int
+    rows: int | None = None
+    sha256: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "rows": self.rows, "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ManifestFile":
+        return cls(str(d["name"]), int(d["size"]), d.get("rows"), d.get("sha256"))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What one transaction publishes: ``partitions`` maps each partition path to its data files."""
+
+    txn: TxnRef
+    partitions: Mapping[str, tuple[ManifestFile, ...]]
+    extras: tuple[ManifestFile, ...] = field(default=())
+
+    @property
+    def version(self) -> str:
+        return self.txn.name
+
+    @property
+    def files(self) -> int:
+        return sum(len(fs) for fs in self.partitions.values())
+
+    @property
+    def rows(self) -> int | None:
+        """Total rows (None if some file's row count is unknown: not Parquet)."""
+        counts = [f.rows for fs in self.partitions.values() for f in fs]
+        return None if None in counts else sum(counts)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"txn": self.txn.to_dict(), "version": self.version, "files": self.files, "rows": self.rows,
+                "partitions": {p: [f.to_dict() for f in fs] for p, fs in self.partitions.items()},
+                "extras": [f.to_dict() for f in self.extras]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
+        return cls(TxnRef.from_dict(d["txn"]),
+                   {p: tuple(ManifestFile.from_dict(f) for f in fs) for p, fs in d["partitions"].items()},
+                   tuple(ManifestFile.from_dict(f) for f in d.get("extras", [])))
+
+
+def check_layout(txn: TxnRef, partitions: list[str]) -> None:
+    """Refuse partitions that nest (``a=1`` beside ``a=1/b=2``: publishing one would move the other)
+    and partitions of different shapes in one transaction."""
+    shapes = {tuple(seg.split("=", 1)[0] for seg in p.split("/")) for p in partitions}
+    if len(shapes) > 1:
+        raise StorageError(f"{txn.name}: staged partitions of different shapes {sorted(shapes)}; every "
+                           "partition of a table must use the same keys in the same order")
+    ordered = sorted(partitions)
+    for a, b in zip(ordered, ordered[1:]):
+        if b.startswith(a + "/"):
+            raise StorageError(f"{txn.name}: partition {b!r} is nested inside partition {a!r}; write data "
+                               "files only at the partition depth the table declares")
+
+
+def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...], *,
+          checksums: bool = True) -> Manifest:
+    """Describe every file under ``staging``: files below one of ``data_dirs`` (top-level names) are
+    partitioned data (hidden names - ``_SUCCESS``, ``.crc``, committer temp files - are never data),
+    everything else is an extra. Refuses symlinks, data outside a partition dir and nested partitions."""
+    todo: list[tuple[str | None, str, str, int]] = []  # (partition or None for extras, path, name, size)
+    for entry in storage.walk_files(staging):  # refuses symlinks
+        top, _, rest = entry.rel.partition("/")
+        if top in data_dirs:
+            part, _, name = rest.rpartition("/")
+            if any(is_hidden(seg) for seg in rest.split("/")):
+                continue
+            if not part:
+                raise StorageError(f"{txn.name}: data file {rest!r} is not inside a partition dir")
+            todo.append((check_partition(part), storage.join(staging, entry.rel), name, entry.size))
+        elif entry.rel != MANIFEST:
+            todo.append((None, storage.join(staging, entry.rel), entry.rel, entry.size))
+    check_layout(txn, sorted({t[0] for t in todo if t[0] is not None}))
+    # Reading every byte (sha256) and every parquet footer is I/O plus hashing that releases the GIL:
+    # a few threads make it ~N times faster on a multi-core machine and on S3 (one request per read).
+    if any(t[2].endswith(".parquet") for t in todo):
+        import pyarrow.parquet  # noqa: F401 - imported once here, not concurrently by the workers
+    with ThreadPoolExecutor(max_workers=max(1, min(MANIFEST_THREADS, len(todo)))) as pool:
+        described = list(pool.map(lambda t: describe(storage, t[1], t[2], t[3], checksums), todo))
+    partitions: dict[str, list[ManifestFile]] = {}
+    extras = []
+    for (part, *_), desc in zip(todo, described):
+        if part is None:
+            extras.append(desc)
+        else:
+            partitions.setdefault(part, []).append(desc)
+    return Manifest(txn, {p: tuple(fs) for p, fs in sorted(partitions.items())}, tuple(extras))
+
+
+def describe(storage: Storage, path: str, name: str, size: int, checksums: bool = True) -> ManifestFile:
+    """Size, sha256 (if ``checksums``) and the Parquet row count of one file."""
+    sha = None
+    if checksums:
+        digest = hashlib.sha256()
+        with storage.open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        sha = digest.hexdigest()
+    rows = None
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        with storage.open(path, "rb") as f:
+            rows = pq.ParquetFile(f).metadata.num_rows
+    return ManifestFile(name, size, rows, sha)

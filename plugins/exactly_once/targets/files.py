@@ -1,0 +1,173 @@
+"""Local (POSIX) files target: versioned directories behind an atomically swapped symlink.
+
+A partition's versions live outside the table directory, in ``<home>/_versions/<partition>/<txn>/``,
+with file names unique per version (``<txn>--<name>``). The partition path readers see,
+``<table>/<partition>``, is a symlink to the live version, swapped with one ``rename(2)``. What a
+plain reader (Spark, pyarrow, DuckDB, Polars: anything that lists ``<table>``) can see:
+
+* it resolves the link once per directory listing and sees the old or the new version, never both:
+  the internals (staging, versions, log) are not below the table directory, so no glob reaches them;
+* a reader that listed a partition before a swap and opens its files after it gets FileNotFoundError
+  (the names it planned are not in the new version) and may retry; it never reads a mix;
+* a reader that resolved the link (realpath) keeps reading the old version until gc removes it, which
+  happens only after a newer version has been live for the grace period.
+
+Publishers of one partition are ordered by an ``flock`` on ``<home>/_locks/<partition>.lock`` around
+the whole check-and-swap, so a stalled older publisher can never swap the link back (gc takes the same
+lock before it deletes a version). The lock is re-entrant within a thread and released by the kernel
+when its holder dies.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Callable, Iterator
+
+from ..errors import StorageError
+from ..ids import parse_txn_name, published_name
+from ..manifest import ManifestFile
+from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
+from .base import Hook, PublishTarget, StagedVersion
+
+log = logging.getLogger(__name__)
+LOCK_TIMEOUT = 120.0  # seconds a publisher waits for another one of the same partition
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def partition_lock(path: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (re-entrant in this thread); StorageError after ``timeout``."""
+    held: set[str] = _held.__dict__.setdefault("paths", set())
+    if path in held:
+        yield
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StorageError(f"{path} stayed locked by another publisher for {timeout:.0f} s; "
+                                       "retry (a stalled process holds it until it exits)") from None
+                time.sleep(0.01)
+        held.add(path)
+        try:
+            yield
+        finally:
+            held.discard(path)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+class LocalFilesTarget(PublishTarget):
+    """Publishes into ``table`` on a local filesystem; internals under ``home``."""
+
+    def __init__(self, storage: LocalStorage, table: str, home: str) -> None:
+        self.storage = storage
+        self.table = table
+        self.home = home
+
+    def _vdir(self, partition: str, version: str) -> str:
+        return self.storage.join(self.home, "_versions", partition, version)
+
+    def _lock(self, partition: str) -> str:
+        return self.storage.join(self.home, "_locks", partition + ".lock")
+
+    def publish(self, staged: StagedVersion, hook: Hook) -> dict[str, str]:
+        return {part: self._publish_partition(staged, part, files, hook)
+                for part, files in staged.partitions.items()}
+
+    def _publish_partition(self, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...],
+                           hook: Hook) -> str:
+        version, link = staged.version, self.storage.join(self.table, part)
+        with partition_lock(self._lock(part)):
+            current = self.live_version(part)
+            if current == version:
+                return "already"
+            if supersedes(current, version):
+                return "superseded"
+            parsed = parse_txn_name(current or "")
+            if current is not None and (parsed is None or parsed[0] != staged.txn.interval.token):
+                raise StorageError(f"{link} is live with {current}, a version of another interval; a "
+                                   "partition belongs to one interval (check the pipeline's partitioning)")
+            if os.path.lexists(link) and not os.path.islink(link):
+                raise StorageError(f"{link} is a plain directory not managed by exactly-once; move it away")
+            vdir = self._vdir(part, version)
+            self._fill(staged, part, files, vdir)
+            hook("commit.mid_publish")
+            os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
+            tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.{uuid.uuid4().hex}.link")
+            os.symlink(os.path.relpath(vdir, os.path.dirname(link)), tmp)
+            self.storage.rename(tmp, link)  # the atomic switch for plain readers, made durable
+            return "published"
+
+    def _fill(self, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...], vdir: str) -> None:
+        """Move the staged partition into ``vdir`` under per-version names, check every file against
+        the manifest, drop files it does not list, write the version's manifest. Idempotent."""
+        src = staged.path(part)
+        if os.path.isdir(src) and not os.path.islink(src) and not os.path.lexists(vdir):
+            os.makedirs(os.path.dirname(vdir), exist_ok=True)
+            try:
+                self.storage.rename(src, vdir)  # atomic; a zombie writing into `src` later is not seen
+            except OSError:
+                if not os.path.isdir(vdir):
+                    raise
+        os.makedirs(vdir, exist_ok=True)  # a partition this version no longer produces: empty version
+        wanted = {}
+        for f in files:
+            final = os.path.join(vdir, published_name(staged.version, f.name))
+            wanted[os.path.basename(final)] = f
+            if not os.path.lexists(final) and os.path.isfile(os.path.join(vdir, f.name)):
+                os.rename(os.path.join(vdir, f.name), final)
+            if not os.path.isfile(final) or os.path.islink(final) or os.stat(final).st_size != f.size:
+                raise StorageError(f"staged file {f.name} of {staged.version} is missing or altered")
+        for entry in self.storage.walk_files(vdir):
+            if entry.rel not in wanted and not any(is_hidden(s) for s in entry.rel.split("/")):
+                self.storage.remove_tree(os.path.join(vdir, entry.rel))  # not in the sealed version
+        listed = [ManifestFile(name, f.size, f.rows, f.sha256).to_dict() for name, f in wanted.items()]
+        self.storage.write_atomic(os.path.join(vdir, MANIFEST), to_json({"version": staged.version,
+                                                                        "files": listed}))
+
+    def live_version(self, partition: str) -> str | None:
+        link = self.storage.join(self.table, partition)
+        return os.path.basename(os.readlink(link)) if os.path.islink(link) else None
+
+    def live_files(self, partition: str) -> list[str]:
+        link = self.storage.join(self.table, partition)
+        if not os.path.islink(link):
+            return []
+        m = self.storage.read_json(os.path.join(link, MANIFEST))
+        return [os.path.join(link, f["name"]) for f in m["files"]]
+
+    def versions(self) -> Iterator[tuple[str, str]]:
+        """Every (partition, version) that has a version dir."""
+        root = self.storage.join(self.home, "_versions")
+        for dirpath, dirnames, _ in os.walk(root, followlinks=False):
+            for name in [d for d in dirnames if parse_txn_name(d)]:
+                dirnames.remove(name)  # do not descend into a version
+                yield os.path.relpath(dirpath, root), name
+
+    def sweep(self, garbage: Callable[[str], bool]) -> list[str]:
+        gone = []
+        for part, version in list(self.versions()):
+            if not garbage(version):
+                continue
+            with partition_lock(self._lock(part)):
+                if self.live_version(part) != version:
+                    vdir = self._vdir(part, version)
+                    self.storage.remove_tree(vdir)
+                    gone.append(vdir)
+        return gone
+
+    def describe(self) -> str:
+        return f"files at file://{self.table}"

@@ -1,0 +1,148 @@
+"""S3 files target: per-version object names next to the live ones, and a conditional manifest switch.
+
+S3 has no rename, so a partition is published in two steps: copy the sealed files into the partition
+prefix under per-version names (``<txn>--<name>``), then switch the partition's ``_MANIFEST.json`` to
+them with one conditional PUT (``If-Match`` the ETag read before, ``If-None-Match: *`` for the first
+version). The switch re-reads the manifest first and never replaces a newer epoch's. Files of
+superseded versions stay until gc finds, in the log, that a newer version has been published for the
+grace period, so an exact reader that resolved the old manifest can finish. What readers see:
+
+* exact readers (the manifest, :meth:`S3FilesTarget.live_files`) see one complete version;
+* listing readers see the live files plus, while a publish copies or during the grace period,
+  another version's files: they are not exact on S3 (use the manifest, or a table-format target);
+* files in the prefix that the protocol did not write (no ``<txn>--`` name) are never deleted.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+from typing import Any, Callable
+
+from ..errors import StorageError
+from ..ids import parse_txn_name, published_name, version_of
+from ..manifest import ManifestFile
+from ..storage import MANIFEST, SUCCESS, supersedes, to_json
+from ..storage_s3 import S3Storage
+from .base import Hook, PublishTarget, StagedVersion
+
+log = logging.getLogger(__name__)
+SWITCH_TRIES = 20  # conditional manifest PUTs before giving up (each lost race re-reads first)
+
+
+class S3FilesTarget(PublishTarget):
+    """Publishes into ``table`` (``bucket/prefix``) on S3."""
+
+    def __init__(self, storage: S3Storage, table: str) -> None:
+        self.storage = storage
+        self.table = table
+
+    def read_manifest(self, live: str) -> tuple[dict[str, Any] | None, str | None]:
+        """``(manifest, ETag)`` of a live partition, ``(None, None)`` if it has none yet. The ETag is read
+        *before* the body, so a switch conditioned on it fails if the manifest changed after it."""
+        path = self.storage.join(live, MANIFEST)
+        etag = self.storage.etag(path)
+        if etag is None:
+            return None, None
+        try:
+            return json.loads(self.storage.read_bytes(path)), etag
+        except FileNotFoundError:
+            return None, None
+
+    def publish(self, staged: StagedVersion, hook: Hook) -> dict[str, str]:
+        return {part: self._publish_partition(staged, part, files, hook)
+                for part, files in staged.partitions.items()}
+
+    def _outcome_if_done(self, live: str, version: str) -> str | None:
+        now, _ = self.read_manifest(live)
+        if now and now["version"] == version:
+            return "already"
+        if now and supersedes(now["version"], version):
+            return "superseded"
+        return None
+
+    def _publish_partition(self, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...],
+                           hook: Hook) -> str:
+        version, live = staged.version, self.storage.join(self.table, part)
+        current, _ = self.read_manifest(live)
+        done = self._outcome_if_done(live, version) if current else None
+        if done:
+            return done
+        parsed = parse_txn_name(current["version"]) if current else None
+        if current and (parsed is None or parsed[0] != staged.txn.interval.token):
+            raise StorageError(f"s3://{live} is live with {current['version']}, a version of another "
+                               "interval; a partition belongs to one interval (check the partitioning)")
+        names = [published_name(version, f.name) for f in files]
+        present = {e.rel: e.size for e in self.storage.walk_files(live) if "/" not in e.rel}
+        todo = [(staged.path(part, f.name), self.storage.join(live, n), f)
+                for f, n in zip(files, names) if present.get(n) != f.size]
+        staged_sizes = {e.rel: e.size for e in self.storage.walk_files(staged.path(part))} if todo else {}
+        if any(staged_sizes.get(f.name) != f.size for _, _, f in todo):
+            done = self._outcome_if_done(live, version)  # another finisher completed it meanwhile?
+            if done:
+                return done
+            raise StorageError(f"staged files of {version} in {part} are missing or altered")
+        half = len(todo) // 2
+        try:
+            self.storage.copy_files([(s, d) for s, d, _ in todo[:half]])
+            hook("commit.mid_publish")  # some files copied, manifest not switched: its readers see the old
+            self.storage.copy_files([(s, d) for s, d, _ in todo[half:]])
+        except FileNotFoundError:  # staging moved away: another finisher completed this publish
+            done = self._outcome_if_done(live, version)
+            if done:
+                return done
+            raise
+        target = {"version": version, "files": [ManifestFile(n, f.size, f.rows, f.sha256).to_dict()
+                                                for f, n in zip(files, names)]}
+        for _ in range(SWITCH_TRIES):
+            now, etag = self.read_manifest(live)  # a newer version may have gone live while we copied
+            if now and supersedes(now["version"], version):
+                self._drop_copies(live, version)
+                return "superseded"
+            if now == target or self.storage.put_conditional(self.storage.join(live, MANIFEST),
+                                                             to_json(target), if_match=etag):
+                break
+        else:
+            raise StorageError(f"the manifest of s3://{live} kept changing during {SWITCH_TRIES} switches")
+        self.storage.write_atomic(self.storage.join(live, SUCCESS), version.encode())
+        return "published" if todo or not current else "already"
+
+    def _drop_copies(self, live: str, version: str) -> None:
+        """A superseded publisher removes the copies it made: they can never become live."""
+        mine = [self.storage.join(live, e.rel) for e in self.storage.walk_files(live)
+                if "/" not in e.rel and version_of(e.rel) == version]
+        for path in mine:
+            self.storage.remove_tree(path)
+
+    def live_version(self, partition: str) -> str | None:
+        m, _ = self.read_manifest(self.storage.join(self.table, partition))
+        return m["version"] if m else None
+
+    def live_files(self, partition: str) -> list[str]:
+        live = self.storage.join(self.table, partition)
+        m, _ = self.read_manifest(live)
+        return [self.storage.join(live, f["name"]) for f in m["files"]] if m else []
+
+    def sweep(self, garbage: Callable[[str], bool]) -> list[str]:
+        gone: list[str] = []
+        by_dir: dict[str, list[str]] = {}
+        for entry in self.storage.walk_files(self.table):
+            folder, _, name = entry.rel.rpartition("/")
+            if folder and not any(s.startswith(("_", ".")) for s in folder.split("/")):
+                by_dir.setdefault(folder, []).append(name)
+        for folder, names in by_dir.items():
+            live = self.storage.join(self.table, folder)
+            candidates = [n for n in names if version_of(n) and garbage(version_of(n))]  # type: ignore[arg-type]
+            if not candidates:
+                continue
+            current, _ = self.read_manifest(live)
+            keep = {f["name"] for f in current["files"]} if current else set()
+            for name in candidates:
+                if name not in keep and version_of(name) != (current or {}).get("version"):
+                    path = posixpath.join(live, name)
+                    self.storage.remove_tree(path)
+                    gone.append(path)
+        return gone
+
+    def describe(self) -> str:
+        return f"files at s3://{self.table}"
