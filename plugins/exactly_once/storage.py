@@ -195,7 +195,7 @@ class LocalStorage(Storage):
                     raise
         raise StorageError(f"could not remove {path}: it keeps changing")
 
-    def _walk_settled(self, path: str) -> list[FileEntry]:
+    def walk_settled(self, path: str) -> list[FileEntry]:
         """``walk_files`` of a dir that a concurrent finisher of the same commit may be writing into:
         its manifest's temp file can vanish between the listing and the stat - list again."""
         for _ in range(20):

@@ -8,6 +8,7 @@ import os
 import pytest
 
 from exactly_once import FencedError, Interval, State, TransactionAbortedError
+from exactly_once import manifest as manifest_module
 from exactly_once import transaction as transaction_module
 from exactly_once.storage import MANIFEST
 from protocol_helpers import (assert_exact_version, commit_version, interleave, is_local, leftovers,
@@ -30,7 +31,7 @@ def assert_clean(sink, part, rows, txn):
 def _inject_finisher(monkeypatch, sink, txn, point, other):
     """Run ``other`` when ``sink`` is about to move ``txn``'s staged data (publish) or its staging dir
     (checkpoint): locally at the rename, on S3 at the copy."""
-    data, staging = sink.storage.join(sink.data_dir(txn), PART), sink.staging_dir(txn)
+    data, staging = sink.storage.join(sink.sealed_dir(txn), PART), sink.staging_dir(txn)
     if is_local(sink):
         src = data if point == "publish" else staging
         return interleave(monkeypatch, os, "rename", lambda s, d, *a: s == src, other)
@@ -68,7 +69,7 @@ def test_two_finishers_meet_in_the_version_dir(tmp_path, monkeypatch):
     txn = sink.begin(IV)
     write_output(sink, txn, {PART: split(rows, 4)})
     sink.pre_commit(txn)
-    vdir = sink.storage.join(sink.table, "_versions", PART, txn.name)
+    vdir = sink.storage.join(sink.home, "_versions", PART, txn.name)
     b_tmp = os.path.join(vdir, ".tmp-" + "b" * 32)
     started = interleave(monkeypatch, os, "walk", lambda path, *a: path == vdir,
                          lambda: open(b_tmp, "xb").close())
@@ -89,7 +90,7 @@ def test_pre_commit_racing_an_abort_of_the_same_txn(table_url, monkeypatch, requ
     a = sink.begin(IV)
     write_output(sink, a, {PART: split(make_rows("A", 8), 4)})
     other = open_sink(table_url)
-    fired = interleave(monkeypatch, sink, "_describe", lambda *args: True, lambda: other.begin(IV))
+    fired = interleave(monkeypatch, manifest_module, "describe", lambda *args: True, lambda: other.begin(IV))
     with pytest.raises((TransactionAbortedError, FencedError)):
         sink.pre_commit(a)
     monkeypatch.undo()
@@ -143,7 +144,8 @@ def test_slow_publisher_of_an_older_commit_never_overwrites_a_newer_one(table_ur
         sink.commit(a)
     b_rows = make_rows("B", 6, start=600)
     other = open_sink(table_url)
-    fired = interleave(monkeypatch, transaction_module, "failpoint", lambda name: name == "commit.mid_publish",
+    point = "commit.mid_publish" if stalled == "first_publish" else "commit.before_publish"
+    fired = interleave(monkeypatch, transaction_module, "failpoint", lambda name: name == point,
                        lambda: commit_version(other, IV, {PART: split(b_rows, 3)}))
     result = sink.commit(a)
     monkeypatch.undo()
@@ -156,12 +158,12 @@ def test_slow_publisher_of_an_older_commit_never_overwrites_a_newer_one(table_ur
 
 
 @pytest.mark.parametrize("table_url", ["s3"], indirect=True)
-@pytest.mark.parametrize("step", ["put_manifest", "_delete_older"])
+@pytest.mark.parametrize("step", ["put_conditional", "write_atomic"])
 def test_s3_publisher_overtaken_at_the_manifest_switch_or_the_cleanup(table_url, monkeypatch, step):
     """S3 only (locally the switch is one rename). A has copied its files and read the manifest's ETag;
-    right then - or after its switch, right before it deletes older files - B commits and publishes
-    whole. A's conditional PUT must lose (412) and A must report "superseded"; A's cleanup must never
-    delete B's files. Either way B stays live and complete."""
+    right then - or after its switch, right before it writes ``_SUCCESS`` - B commits and publishes
+    whole. A's conditional PUT must lose (412) and A must report "superseded"; A's tail must never
+    touch B's files. Either way B stays live and complete."""
     sink = open_sink(table_url)
     assert not is_local(sink)
     a = sink.begin(IV)
@@ -176,5 +178,5 @@ def test_s3_publisher_overtaken_at_the_manifest_switch_or_the_cleanup(table_url,
     assert fired["fired"]
     b = fired["result"]
     assert b.epoch == a.epoch + 1
-    assert result.partitions[PART] == ("superseded" if step == "put_manifest" else "published")
+    assert result.partitions[PART] == ("superseded" if step == "put_conditional" else "published")
     assert_clean(sink, PART, b_rows, b)

@@ -91,25 +91,35 @@ class LocalFilesTarget(PublishTarget):
                            hook: Hook) -> str:
         version, link = staged.version, self.storage.join(self.table, part)
         with partition_lock(self._lock(part)):
-            current = self.live_version(part)
-            if current == version:
-                return "already"
-            if supersedes(current, version):
-                return "superseded"
-            parsed = parse_txn_name(current or "")
-            if current is not None and (parsed is None or parsed[0] != staged.txn.interval.token):
-                raise StorageError(f"{link} is live with {current}, a version of another interval; a "
-                                   "partition belongs to one interval (check the pipeline's partitioning)")
-            if os.path.lexists(link) and not os.path.islink(link):
-                raise StorageError(f"{link} is a plain directory not managed by exactly-once; move it away")
+            done = self._settled(staged, part, link)
+            if done:
+                return done
             vdir = self._vdir(part, version)
             self._fill(staged, part, files, vdir)
             hook("commit.mid_publish")
+            done = self._settled(staged, part, link)  # re-read once more right before the switch
+            if done:
+                return done
             os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
             tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.{uuid.uuid4().hex}.link")
             os.symlink(os.path.relpath(vdir, os.path.dirname(link)), tmp)
             self.storage.rename(tmp, link)  # the atomic switch for plain readers, made durable
             return "published"
+
+    def _settled(self, staged: StagedVersion, part: str, link: str) -> str | None:
+        """``already``/``superseded`` if the live version makes publishing ``staged`` moot, else None."""
+        current = self.live_version(part)
+        if current == staged.version:
+            return "already"
+        if supersedes(current, staged.version):
+            return "superseded"
+        parsed = parse_txn_name(current or "")
+        if current is not None and (parsed is None or parsed[0] != staged.txn.interval.token):
+            raise StorageError(f"{link} is live with {current}, a version of another interval; a "
+                               "partition belongs to one interval (check the pipeline's partitioning)")
+        if os.path.lexists(link) and not os.path.islink(link):
+            raise StorageError(f"{link} is a plain directory not managed by exactly-once; move it away")
+        return None
 
     def _fill(self, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...], vdir: str) -> None:
         """Move the staged partition into ``vdir`` under per-version names, check every file against
@@ -131,7 +141,7 @@ class LocalFilesTarget(PublishTarget):
                 os.rename(os.path.join(vdir, f.name), final)
             if not os.path.isfile(final) or os.path.islink(final) or os.stat(final).st_size != f.size:
                 raise StorageError(f"staged file {f.name} of {staged.version} is missing or altered")
-        for entry in self.storage.walk_files(vdir):
+        for entry in self.storage.walk_settled(vdir):
             if entry.rel not in wanted and not any(is_hidden(s) for s in entry.rel.split("/")):
                 self.storage.remove_tree(os.path.join(vdir, entry.rel))  # not in the sealed version
         listed = [ManifestFile(name, f.size, f.rows, f.sha256).to_dict() for name, f in wanted.items()]

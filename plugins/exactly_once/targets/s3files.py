@@ -104,7 +104,7 @@ class S3FilesTarget(PublishTarget):
                 break
         else:
             raise StorageError(f"the manifest of s3://{live} kept changing during {SWITCH_TRIES} switches")
-        self.storage.write_atomic(self.storage.join(live, SUCCESS), version.encode())
+        self.storage.write_atomic(self.storage.join(live, SUCCESS), b"")  # Hadoop's marker: empty
         return "published" if todo or not current else "already"
 
     def _drop_copies(self, live: str, version: str) -> None:
