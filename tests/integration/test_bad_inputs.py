@@ -177,7 +177,7 @@ def test_rejected_run_keeps_its_quarantine_for_inspection_when_asked(pipe):
     assert {(q["raw"], q["reason"]) for q in quarantined} == set(BAD.items())
     assert json.loads((rejected / "_counts.json").read_text())["malformed"] == 4
     assert visible_rows(pipe.setup) == {}
-    assert not os.listdir(Path(run.sink.table) / "_staging")
+    assert not os.listdir(Path(run.sink.home) / "_staging")
 
 
 # --------------------------------------------------------------------------- empty interval
@@ -257,8 +257,10 @@ def test_path_like_and_unicode_app_ids_are_data_never_paths(any_pipe, tmp_path):
     assert [n for n in st.list_names(sink.table) if not n.startswith("_")] == [f"dt={D1}"]
     if pipe.fs is None:
         created = _local_tree(tmp_path) - before
-        outside = [p for p in created if not p.startswith(("data/warehouse/app_pv/", "reports/"))
-                   and p not in ("data/warehouse", "data/warehouse/app_pv", "reports")]
+        inside = ("data/warehouse/app_pv/", "data/warehouse/_exactly_once/app_pv/", "reports/")
+        outside = [p for p in created if not p.startswith(inside) and p not in (
+            "data/warehouse", "data/warehouse/app_pv", "data/warehouse/_exactly_once",
+            "data/warehouse/_exactly_once/app_pv", "reports")]
         assert outside == [], outside
         assert not (tmp_path / "x").exists() and not (tmp_path / "data" / "x").exists()
         names = [p for p in created if p.startswith("data/warehouse/app_pv/")]
@@ -266,7 +268,8 @@ def test_path_like_and_unicode_app_ids_are_data_never_paths(any_pipe, tmp_path):
         pipe.fs.invalidate_cache()
         bucket = pipe.setup.root[len("s3://"):].split("/")[0]
         keys = list(pipe.fs.find(bucket))
-        names = [k for k in keys if k.startswith(f"{bucket}/eo/warehouse/app_pv/")]
+        names = [k for k in keys if k.startswith((f"{bucket}/eo/warehouse/app_pv/",
+                                                  f"{bucket}/eo/warehouse/_exactly_once/app_pv/"))]
         assert sorted(set(keys) - set(names)) == [src], "objects outside the table (other than the input)"
     for name in names:  # no app id reached a path: only the table's own, allow-listed names
         assert not any(app in name for app in ("../x", "a/b", "%2e", "passwd", "名前", "evil", "nul", "s3:")), name

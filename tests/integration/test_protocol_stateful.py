@@ -178,7 +178,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             assert state in (State.OPEN, State.PRE_COMMITTED, State.COMMITTED), state
             assert newest == attempt.txn.epoch or state is not State.OPEN
             for part, part_rows in self.sealed_rows[key].items():
-                assert sum(f["rows"] for f in manifest["partitions"][part]) == len(part_rows)
+                assert sum(f.rows for f in manifest.partitions[part]) == len(part_rows)
 
     @rule(attempt=attempts, fp=st.sampled_from(COMMIT_FP))
     def commit(self, attempt, fp):
