@@ -287,6 +287,8 @@ def log_problems(sink: TwoPhaseCommitSink, interval: Interval, *, idle: bool = T
     committed: dict[str, list[int]] = {}
     for epoch, st in statuses.items():
         recs = st.records
+        if "open" not in recs and "outcome" in recs and (st.state is State.ABORTED or st.published):
+            continue  # compacted by gc: only the outcome/published tombstones remain
         if "open" not in recs:
             problems.append(f"e{epoch}: no open record")
         outcome = recs.get("outcome")
