@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from . import manifest as manifests
-from .errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError, OwnershipError,
+from .errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError,
                      StorageError, TransactionAbortedError, TransactionStateError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, check_name, check_partition
 from .manifest import Manifest
+from .ownership import PartitionClaims, bind_table
 from .storage import MANIFEST, Storage, storage_for, to_json
 from .targets.base import PublishTarget, StagedVersion
 from .txlog import EpochStatus, State, TxLog
@@ -111,7 +112,7 @@ class TwoPhaseCommitSink:
         self.checksums = checksums
         self.log = TxLog(storage, storage.join(self.home, "_txlog"))
         self._bound = False
-        self._shape: tuple[str, ...] | None = None
+        self._claims = PartitionClaims(storage, self.home)
 
     @classmethod
     def at(cls, url: str, *, pipeline: str, sink: str, storage_options: dict[str, Any] | None = None,
@@ -188,6 +189,9 @@ class TwoPhaseCommitSink:
             raise TransactionAbortedError(f"{txn.name} was aborted")
         if st.manifest is not None:
             return st.manifest
+        if st.state is State.COMMITTED:
+            raise TransactionStateError(f"{txn.name} was committed and superseded long ago (its manifest "
+                                        "was compacted); nothing to pre-commit")
         self._refuse_if_fenced(txn)
         try:
             manifest = manifests.build(self.storage, txn, self.staging_dir(txn), ("data",),
@@ -196,7 +200,7 @@ class TwoPhaseCommitSink:
             if self._status(txn).state is State.ABORTED:
                 raise TransactionAbortedError(f"{txn.name} was aborted while pre-committing") from exc
             raise StorageError(f"{txn.name}: staged output changed during pre_commit: {exc}") from exc
-        self._claim(txn, list(manifest.partitions))
+        self._claims.claim(txn, list(manifest.partitions))
         self.storage.write_atomic(self.storage.join(self.staging_dir(txn), MANIFEST), to_json(manifest.to_dict()))
         self.log.append(txn.interval, txn.epoch, "pre_committed", {"manifest": manifest.to_dict(), **(extra or {})})
         failpoint("pre_commit.after")
@@ -379,40 +383,9 @@ class TwoPhaseCommitSink:
 
     # ------------------------------------------------------------------ internals
     def _bind(self) -> None:
-        """Bind the table to this pipeline on first use; refuse it for any other pipeline."""
-        if self._bound:
-            return
-        path = self.storage.join(self.home, "_owner.json")
-        self.storage.create_exclusive(path, to_json({"pipeline": self.pipeline, "sink": self.sink}))
-        owner = self.storage.read_json(path)
-        if (owner.get("pipeline"), owner.get("sink")) != (self.pipeline, self.sink):
-            raise OwnershipError(
-                f"the table {self.storage.url(self.table)} belongs to pipeline {owner.get('pipeline')!r} "
-                f"(sink {owner.get('sink')!r}); pipeline {self.pipeline!r} (sink {self.sink!r}) cannot write "
-                "it: give each pipeline its own table")
-        self._bound = True
-
-    def _claim(self, txn: TxnRef, partitions: list[str]) -> None:
-        """Claim every partition for ``txn``'s interval; refuse one another interval owns, or a shape
-        (partition keys) other than the table's."""
-        if partitions:
-            shape = tuple(seg.split("=", 1)[0] for seg in partitions[0].split("/"))
-            path = self.storage.join(self.home, "_claims", "_shape.json")
-            if self._shape is None:
-                self.storage.create_exclusive(path, to_json({"keys": list(shape)}))
-                self._shape = tuple(self.storage.read_json(path)["keys"])
-            if shape != self._shape:
-                raise OwnershipError(f"{txn.name}: partitions keyed {'/'.join(shape)} in a table partitioned "
-                                     f"by {'/'.join(self._shape)}; keep one partitioning per table")
-        for part in partitions:
-            path = self.storage.join(self.home, "_claims", part + ".json")
-            self.storage.create_exclusive(path, to_json({"interval": txn.interval.token}))
-            owner = self.storage.read_json(path).get("interval")
-            if owner != txn.interval.token:
-                raise OwnershipError(
-                    f"{txn.name}: partition {part} belongs to interval {owner}, not {txn.interval.token}; "
-                    "two intervals may never publish one partition - declare partitions that each "
-                    "interval owns alone (e.g. add hour=HH for hourly runs)")
+        if not self._bound:
+            bind_table(self.storage, self.home, self.table, self.pipeline, self.sink)
+            self._bound = True
 
     def _status(self, txn: TxnRef) -> EpochStatus:
         if (txn.pipeline, txn.sink) != (self.pipeline, self.sink):
@@ -432,9 +405,12 @@ class TwoPhaseCommitSink:
             self.abort(txn, reason=f"fenced: epoch {newest} of the interval began")
             raise FencedError(f"{txn.name} was fenced: epoch {newest} of {txn.interval} began after it")
 
-    def _decide(self, txn: TxnRef, state: State, cause: str = "", reason: str = "") -> State:
-        """Create the outcome record (the linearization point) unless it exists; return the decision."""
-        payload = {"state": state.value, **({"cause": cause, "reason": reason} if state is State.ABORTED else {})}
+    def _decide(self, txn: TxnRef, state: State, cause: str = "", reason: str = "",
+                stale: Sequence[str] = ()) -> State:
+        """Create the outcome record (the linearization point) unless it exists; return the decision.
+        An abort records its ``cause`` and ``reason``; a commit the successors it made ``stale``."""
+        payload = {"state": state.value, **({"cause": cause, "reason": reason} if state is State.ABORTED
+                                            else {"stale": list(stale)})}
         self.log.append(txn.interval, txn.epoch, "outcome", payload)
         rec = self.log.read(txn.interval, txn.epoch, "outcome")
         return State(rec["state"]) if rec else state
@@ -464,7 +440,7 @@ class TwoPhaseCommitSink:
                 return self._decide(txn, State.ABORTED, "input_changed",
                                     f"input state changed: it read {st.reads.name}, but {newer} replaced it")
         stale += self._fence_successors(txn)
-        return self._decide(txn, State.COMMITTED)
+        return self._decide(txn, State.COMMITTED, stale=stale)
 
     def _newer_than(self, reads: TxnRef) -> str | None:
         """A version of ``reads``' interval newer than ``reads`` that is committed or committing."""
@@ -523,6 +499,12 @@ class TwoPhaseCommitSink:
     def _publish(self, txn: TxnRef) -> CommitResult:
         """Roll the decided commit of ``txn`` forward to completion. Idempotent."""
         statuses = self.log.statuses(txn.interval)
+        if statuses[txn.epoch].published:  # finished (and maybe compacted by gc since): nothing to do
+            rec = statuses[txn.epoch].records
+            manifest = statuses[txn.epoch].manifest
+            done = {p: "already" if r == "published" else r for p, r in rec["published"]["partitions"].items()}
+            return CommitResult(txn, done,
+                                manifest.files if manifest else 0, manifest.rows if manifest else None)
         manifest = statuses[txn.epoch].manifest
         assert manifest is not None, f"{txn.name} is committed without a manifest"
         failpoint("commit.before_publish")

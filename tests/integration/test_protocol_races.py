@@ -13,7 +13,6 @@ import pytest
 
 from exactly_once import (FencedError, InputChangedError, Interval, OwnershipError, State, StorageError,
                           TransactionStateError)
-from exactly_once import manifest as manifest_module
 from exactly_once import transaction as transaction_module
 from exactly_once import maintenance as maintenance_module
 from exactly_once.maintenance import garbage_judge, gc
