@@ -30,20 +30,29 @@ def txn(day: str = "2026-01-01", epoch: int = 1, pipeline: str = "pv_to_db", sin
 
 def stage(root: Path, parts: dict[str, list[pa.Table | list[dict[str, Any]]]],
           schema: pa.Schema | None = None) -> StagedVersion:
-    """Write each partition's tables (one Parquet file each) under a fresh dir; the version reading them."""
+    """Write each partition's tables (one Parquet file each) under a fresh dir below ``root``; the version
+    reading them (its directory is ``version.root``, for a child process: :func:`staged_from_dir`)."""
     base = Path(root) / uuid.uuid4().hex
-    files: dict[str, tuple[StagedFile, ...]] = {}
     for part, tables in parts.items():
         d = base / part
         d.mkdir(parents=True, exist_ok=True)
-        out = []
         for i, t in enumerate(tables):
             table = t if isinstance(t, pa.Table) else pa.Table.from_pylist(t, schema=schema)
-            path = d / f"part-{i:05d}.parquet"
-            pq.write_table(table, path)
-            out.append(StagedFile(path.name, path.stat().st_size, table.num_rows))
-        files[part] = tuple(out)
-    return StagedVersion(files, lambda p, n: open(base / p / n, "rb"))
+            pq.write_table(table, d / f"part-{i:05d}.parquet")
+    return staged_from_dir(base, empty=[p for p, tables in parts.items() if not tables])
+
+
+def staged_from_dir(base: Path | str, empty: list[str] = ()) -> StagedVersion:
+    """The staged version of the Parquet files below ``base`` (partition = their directory, relative)."""
+    base = Path(base)
+    files: dict[str, list[StagedFile]] = {p: [] for p in empty}
+    for path in sorted(base.rglob("*.parquet")):
+        part = path.parent.relative_to(base).as_posix()
+        files.setdefault(part, []).append(StagedFile(path.name, path.stat().st_size,
+                                                     pq.ParquetFile(path).metadata.num_rows))
+    version = StagedVersion({p: tuple(fs) for p, fs in files.items()}, lambda p, n: open(base / p / n, "rb"))
+    object.__setattr__(version, "root", str(base))  # test-only attribute: where a child finds the files
+    return version
 
 
 def pv_rows(prefix: str, n: int, start: int = 0) -> list[dict[str, Any]]:

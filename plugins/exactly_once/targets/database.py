@@ -312,7 +312,8 @@ class DatabaseTarget(PublishTarget):
                 if kind is None:
                     if isinstance(exc, TargetSchemaError):
                         raise TargetSchemaError(f"{what} into {self.describe()}: {exc}; the transaction rolled "
-                                                "back, nothing was published") from None
+                                                "back, nothing was published; fix the table or the job's output, "
+                                                "then commit again") from None
                     raise
                 raise self._error(what, exc, kind, ep) from None
             finally:
