@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -140,13 +142,60 @@ class _CsvStream(io.RawIOBase):
         return n
 
 
-def _csv_chunks(batches: Iterator[pa.RecordBatch], counter: list[int], null: str) -> Iterator[bytes]:
+def _csv_chunks(batches: Iterator[pa.RecordBatch], null: str) -> Iterator[bytes]:
+    """The batches as CSV, rendered ahead in a thread while the database ingests the previous chunk."""
     opts = pacsv.WriteOptions(include_header=False, null_string=null, batch_size=8192)
-    for batch in batches:
-        sink = io.BytesIO()
-        pacsv.write_csv(batch, sink, opts)
-        counter[0] += batch.num_rows
-        yield sink.getvalue()
+
+    def render() -> Iterator[bytes]:
+        for batch in batches:
+            sink = io.BytesIO()
+            pacsv.write_csv(batch, sink, opts)
+            yield sink.getvalue()
+
+    return prefetch(render())
+
+
+_DONE = object()
+
+
+def prefetch(items: Iterator[Any], depth: int = 4) -> Iterator[Any]:
+    """Iterate ``items`` in a worker thread, up to ``depth`` ahead (Parquet decoding and CSV rendering
+    release the GIL, so they overlap the database's ingest). An exception in the worker is raised here;
+    when the consumer stops early the worker stops too."""
+    q: queue.Queue[Any] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(x: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for x in items:
+                if not put((x, None)):
+                    return
+            put((_DONE, None))
+        except BaseException as exc:  # handed to the consumer, raised in its thread
+            put((_DONE, exc))
+
+    worker = threading.Thread(target=work, name="eo-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            x, exc = q.get()
+            if exc is not None:
+                raise exc
+            if x is _DONE:
+                return
+            yield x
+    finally:
+        stop.set()
+        worker.join()
 
 
 class Postgres(Dialect):
@@ -191,8 +240,7 @@ class Postgres(Dialect):
                 "VALUES (%s, %s, 0, %s, %s) ON CONFLICT (target, interval_token) DO NOTHING")
 
     def load(self, cur: Any, table_sql: str, cols: Sequence[str], batches: Iterator[pa.RecordBatch]) -> int:
-        counter = [0]
-        stream = io.BufferedReader(_CsvStream(_csv_chunks(batches, counter, "")), buffer_size=1 << 20)
+        stream = io.BufferedReader(_CsvStream(_csv_chunks(batches, "")), buffer_size=1 << 20)
         cur.copy_expert(f"COPY {table_sql} ({self.columns_sql(cols)}) FROM STDIN WITH (FORMAT csv)", stream,
                         size=1 << 20)
         return cur.rowcount
@@ -304,7 +352,7 @@ class MySQL(Dialect):
         try:
             path = os.path.join(tmp, "rows.csv")
             with open(path, "wb") as f:
-                for chunk in _csv_chunks(batches, [0], "NULL"):
+                for chunk in _csv_chunks(batches, "NULL"):
                     f.write(chunk)
             cur.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE {table_sql} CHARACTER SET utf8mb4 "
                         "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' ESCAPED BY '' "
