@@ -278,6 +278,15 @@ def test_a_table_that_does_not_exist(db, tmp_path):
     assert t.live_epoch(IV) is None
 
 
+def test_create_sql_makes_a_missing_table_once(db, tmp_path):
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    t = target(db, name, create_sql=app_pv_ddl(db.kind, name))
+    rows = pv_rows("a", 5)
+    assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) == {PART: "published"}
+    assert t.publish(txn(epoch=2), stage(tmp_path, {PART: [rows]})) == {PART: "published"}  # exists: not rerun
+    assert app_rows(db, name) == expected(rows)
+
+
 def test_a_column_that_does_not_exist(db, table, tmp_path):
     rows = [{**r, "surprise": 1} for r in pv_rows("a", 3)]
     t = target(db, table)

@@ -71,6 +71,8 @@ class DatabaseTarget(PublishTarget):
     * ``commit_table``: the marker table (``table`` or ``schema.table``), created if missing.
     * ``retries``: how often a publish that hit a deadlock or a broken connection starts over on a new
       connection (safe: the marker decides) before it raises TargetUnavailableError.
+    * ``create_sql``: a ``CREATE TABLE`` statement (your code, never data) run once, in its own
+      transaction before the publish, when ``table`` does not exist.
     """
 
     table: str
@@ -83,6 +85,7 @@ class DatabaseTarget(PublishTarget):
     commit_table: str = "_eo_commits"
     retries: int = 2
     batch_rows: int = 65536
+    create_sql: str | None = None
 
     def __post_init__(self) -> None:
         split_table(self.table, "table")
@@ -137,7 +140,10 @@ class DatabaseTarget(PublishTarget):
     def _publish_once(self, conn: Any, txn: TxnRef, staged: StagedVersion) -> str:
         d = self.dialect
         cur = conn.cursor()
-        self._ensure_commit_table(conn, cur)
+        # DDL first, each in its own transaction (MySQL commits DDL implicitly: never inside ours)
+        self._ensure_table(conn, cur, self.commit_table, d.commit_table_ddl(d.table(self.commit_table)))
+        if self.create_sql:
+            self._ensure_table(conn, cur, self.table, self.create_sql)
         marker = self._lock_marker(cur, txn.interval)
         if marker.epoch >= txn.epoch:
             conn.rollback()
@@ -159,19 +165,19 @@ class DatabaseTarget(PublishTarget):
         logger.info("%s: published %d rows (%d partitions) into %s", txn.name, rows, len(parts), self.describe())
         return PUBLISHED
 
-    def _ensure_commit_table(self, conn: Any, cur: Any) -> None:
+    def _ensure_table(self, conn: Any, cur: Any, name: str, ddl: str) -> None:
+        """Run ``ddl`` if table ``name`` does not exist, in its own transaction; a concurrent creator may win."""
         d = self.dialect
-        if d.table_info(cur, self.commit_table) is not None:
-            return
-        try:
-            cur.execute(d.commit_table_ddl(d.table(self.commit_table)))
-            conn.commit()
-        except Exception as exc:  # a concurrent creator won (PostgreSQL: unique violation in pg_type)
-            if d.classify(exc) != "schema":
-                raise
-            conn.rollback()
-            if d.table_info(cur, self.commit_table) is None:
-                raise
+        if d.table_info(cur, name) is None:
+            try:
+                cur.execute(ddl)
+                conn.commit()
+            except Exception as exc:  # lost the race: "already exists" / unique violation in pg_type
+                if d.classify(exc) != "schema":
+                    raise
+                conn.rollback()
+                if d.table_info(cur, name) is None:
+                    raise
         conn.commit()
 
     def _lock_marker(self, cur: Any, interval: Interval) -> Marker:
