@@ -80,33 +80,22 @@ def my_connect(db: str | None) -> Any:
                            connect_timeout=5, local_infile=True)
 
 
+def _admin(kind: str, sql: str) -> None:
+    c = pg_connect("postgres") if kind == "postgresql" else my_connect(None)
+    with c.cursor() as cur:
+        cur.execute(sql)
+    c.close()
+
+
 def fresh_database(kind: str) -> Iterator[str]:
     """Create a uniquely named database, yield its URL, drop it afterwards (with any session still on it)."""
     name = f"eo_t_{uuid.uuid4().hex[:10]}"
-    if kind == "postgresql":
-        c = pg_connect("postgres")
-        with c.cursor() as cur:
-            cur.execute(f'CREATE DATABASE "{name}"')
-        c.close()
-        try:
-            yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-        finally:
-            c = pg_connect("postgres")
-            with c.cursor() as cur:
-                cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            c.close()
-    else:
-        c = my_connect(None)
-        with c.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{name}`")
-        c.close()
-        try:
-            yield f"mysql://root@127.0.0.1:3306/{name}"
-        finally:
-            c = my_connect(None)
-            with c.cursor() as cur:
-                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            c.close()
+    pg = kind == "postgresql"
+    _admin(kind, f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}`")
+    try:
+        yield (PG_ADMIN if pg else MY_ADMIN).rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        _admin(kind, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)' if pg else f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def db_name(url: str) -> str:

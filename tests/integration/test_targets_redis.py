@@ -97,28 +97,19 @@ def _other_publisher_after_the_watch(monkeypatch, other) -> list:
     return fired
 
 
-def test_two_publishers_race_after_the_watch(r, ns, tmp_path, monkeypatch):
-    """A has WATCHed and read the marker; B publishes a newer epoch in between. A's EXEC must do
-    nothing, and A, looking again, reports superseded: the values stay B's."""
+@pytest.mark.parametrize("a_epoch,b_epoch,a_verdict", [(2, 3, "superseded"), (3, 2, "published")])
+def test_two_publishers_race_after_the_watch(r, ns, tmp_path, monkeypatch, a_epoch, b_epoch, a_verdict):
+    """A has WATCHed and read the marker; B publishes its whole version in between. A's EXEC must do
+    nothing; A looks again: B newer -> superseded (the values stay B's); B older -> A publishes over it
+    and B's keys go with B's version."""
     a_rows, b_rows = pv_rows("A", 50), pv_rows("B", 20, start=900)
     a, b = target(ns), target(ns)
     b_staged = stage(tmp_path, {PART: [b_rows]})
-    import redis.client
-
-    fired = _other_publisher_after_the_watch(monkeypatch, lambda: b.publish(txn(epoch=3), b_staged))
-    assert a.publish(txn(epoch=2), stage(tmp_path, {PART: [a_rows]})) == {PART: "superseded"}
+    fired = _other_publisher_after_the_watch(monkeypatch, lambda: b.publish(txn(epoch=b_epoch), b_staged))
+    assert a.publish(txn(epoch=a_epoch), stage(tmp_path, {PART: [a_rows]})) == {PART: a_verdict}
     assert fired == [{PART: "published"}]
-    assert live(r, ns) == expected(ns, b_rows) and a.live_epoch(IV) == 3
-
-
-def test_a_newer_publisher_that_lost_the_watch_race_publishes_after(r, ns, tmp_path, monkeypatch):
-    a_rows, b_rows = pv_rows("A", 50), pv_rows("B", 20, start=900)
-    a, b = target(ns), target(ns)
-    b_staged = stage(tmp_path, {PART: [b_rows]})
-    fired = _other_publisher_after_the_watch(monkeypatch, lambda: b.publish(txn(epoch=2), b_staged))
-    assert a.publish(txn(epoch=3), stage(tmp_path, {PART: [a_rows]})) == {PART: "published"}
-    assert fired == [{PART: "published"}]
-    assert live(r, ns) == expected(ns, a_rows) and a.live_epoch(IV) == 3  # B's keys dropped with its version
+    winner = b_rows if a_verdict == "superseded" else a_rows
+    assert live(r, ns) == expected(ns, winner) and a.live_epoch(IV) == max(a_epoch, b_epoch)
 
 
 def _child(ns, staged, epoch, crash=None, failpoints=""):

@@ -34,11 +34,12 @@ from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome, \
     partition_values
-from .endpoint import Endpoint, redact, resolve
+from .endpoint import Endpoint, redact, resolve, where
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
 logger = logging.getLogger(__name__)
 MODES = ("replace", "upsert")
+DB_DIALECTS = ("postgresql", "mysql")
 T = TypeVar("T")
 
 
@@ -107,15 +108,11 @@ class DatabaseTarget(PublishTarget):
 
     # ------------------------------------------------------------------ the contract
     def describe(self) -> str:
-        try:
-            where = self.endpoint().describe()
-        except ConfigError:
-            where = f"conn_id={self.conn_id}" if self.conn_id else "<unresolvable url>"
-        return f"database target {where} table {self.table} ({self.mode})"
+        return f"database target {where(self.conn_id, self.url, DB_DIALECTS)} table {self.table} ({self.mode})"
 
     def endpoint(self) -> Endpoint:
         """The resolved connection (reads the Airflow connection each time: it may be rotated)."""
-        return resolve(self.conn_id, self.url, ("postgresql", "mysql"))
+        return resolve(self.conn_id, self.url, DB_DIALECTS)
 
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
         """Load ``staged`` as the live version of ``txn.interval`` in one database transaction with its marker.

@@ -110,6 +110,14 @@ def from_airflow(conn_id: str, expect: tuple[str, ...]) -> Endpoint:
                     conn.password or None, db, _options(dialect, extra, f"Airflow connection {conn_id!r}"), tls)
 
 
+def where(conn_id: str | None, url: str | None, expect: tuple[str, ...]) -> str:
+    """Where a target points, for ``describe()``: the resolved endpoint without secrets, or its conn id."""
+    try:
+        return resolve(conn_id, url, expect).describe()
+    except ConfigError:
+        return f"conn_id={conn_id}" if conn_id else "<unresolvable url>"
+
+
 def resolve(conn_id: str | None, url: str | None, expect: tuple[str, ...]) -> Endpoint:
     """Exactly one of ``conn_id`` / ``url``, resolved; ConfigError (without any secret) otherwise."""
     if bool(conn_id) == bool(url):

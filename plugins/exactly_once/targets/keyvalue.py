@@ -31,7 +31,7 @@ from ..errors import ConfigError, TargetSchemaError, TargetUnavailableError
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome
-from .endpoint import Endpoint, redact, resolve
+from .endpoint import Endpoint, redact, resolve, where
 
 logger = logging.getLogger(__name__)
 CHUNK = 10_000  # keys per MSET / SADD / DEL inside the transaction
@@ -79,11 +79,7 @@ class RedisTarget(PublishTarget):
         return resolve(self.conn_id, self.url, ("redis",))
 
     def describe(self) -> str:
-        try:
-            where = self.endpoint().describe()
-        except ConfigError:
-            where = f"conn_id={self.conn_id}" if self.conn_id else "<unresolvable url>"
-        return f"redis target {where} namespace {self.namespace}"
+        return f"redis target {where(self.conn_id, self.url, ('redis',))} namespace {self.namespace}"
 
     def marker_key(self, interval: Interval) -> str:
         return f"{self.namespace}:_eo:marker:{interval.token}"

@@ -76,8 +76,15 @@ class Dialect(ABC):
     @abstractmethod
     def connect(self, ep: Endpoint) -> Any: """An open connection, autocommit off, session set up."""
 
-    @abstractmethod
-    def commit_table_ddl(self, table_sql: str) -> str: """CREATE TABLE IF NOT EXISTS of the commit table."""
+    ts_type, text_type, table_options = "timestamptz", "text", ""
+
+    def commit_table_ddl(self, table_sql: str) -> str:
+        """CREATE TABLE IF NOT EXISTS of the commit table (one marker row per target table and interval)."""
+        ts = self.ts_type
+        return (f"CREATE TABLE IF NOT EXISTS {table_sql} (target varchar(255) NOT NULL, "
+                "interval_token varchar(64) NOT NULL, epoch bigint NOT NULL, pipeline varchar(128), "
+                f"sink varchar(128), interval_start {ts}, interval_end {ts}, partitions {self.text_type}, "
+                f"rows_loaded bigint, committed_at {ts}, PRIMARY KEY (target, interval_token)){self.table_options}")
 
     @abstractmethod
     def table_info(self, cur: Any, name: str) -> TableInfo | None: """None if there is no such table."""
@@ -213,11 +220,6 @@ class Postgres(Dialect):
         conn.commit()
         return conn
 
-    def commit_table_ddl(self, table_sql: str) -> str:
-        return (f"CREATE TABLE IF NOT EXISTS {table_sql} (target varchar(255) NOT NULL, "
-                "interval_token varchar(64) NOT NULL, epoch bigint NOT NULL, pipeline varchar(128), "
-                "sink varchar(128), interval_start timestamptz, interval_end timestamptz, partitions text, "
-                "rows_loaded bigint, committed_at timestamptz, PRIMARY KEY (target, interval_token))")
 
     def table_info(self, cur: Any, name: str) -> TableInfo | None:
         reg = self.table(name)
@@ -285,6 +287,7 @@ class MySQL(Dialect):
     name = "mysql"
     case_insensitive_columns = True
     quote_char = "`"
+    ts_type, text_type, table_options = "datetime(6)", "longtext", " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
 
     def connect(self, ep: Endpoint) -> Any:
         import pymysql
@@ -302,12 +305,6 @@ class MySQL(Dialect):
         conn.commit()
         return conn
 
-    def commit_table_ddl(self, table_sql: str) -> str:
-        return (f"CREATE TABLE IF NOT EXISTS {table_sql} (target varchar(255) NOT NULL, "
-                "interval_token varchar(64) NOT NULL, epoch bigint NOT NULL, pipeline varchar(128), "
-                "sink varchar(128), interval_start datetime(6), interval_end datetime(6), partitions longtext, "
-                "rows_loaded bigint, committed_at datetime(6), PRIMARY KEY (target, interval_token)) "
-                "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4")
 
     def table_info(self, cur: Any, name: str) -> TableInfo | None:
         schema, table = split_table(name)
