@@ -55,6 +55,14 @@ def staged_from_dir(base: Path | str, empty: list[str] = ()) -> StagedVersion:
     return version
 
 
+def gone(version: StagedVersion) -> StagedVersion:
+    """The same manifest whose files no longer exist (cleaned up after an earlier publish)."""
+    def missing(partition: str, name: str) -> Any:
+        raise FileNotFoundError(f"{partition}/{name} was cleaned up")
+
+    return StagedVersion(version.partitions, missing)
+
+
 def pv_rows(prefix: str, n: int, start: int = 0) -> list[dict[str, Any]]:
     """``n`` rows shaped like app_pv (the demo's table is only test data here)."""
     return [{"app_id": f"{prefix}{i:05d}", "pv": i, "uv": i % 7, "cumulative_pv": 10 * i}

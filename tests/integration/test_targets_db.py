@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pytest
 from eo_testing import need
-from target_helpers import (Db, app_pv_ddl, fresh_database, pv_rows, reachable, split, stage, txn)
+from target_helpers import (Db, app_pv_ddl, fresh_database, gone, pv_rows, reachable, split, stage, txn)
 
 from exactly_once import ConfigError, Interval, UnsafeIdentifierError
 from exactly_once.errors import TargetSchemaError, TargetUnavailableError
@@ -82,6 +82,7 @@ def test_publish_already_superseded_and_lost_acknowledgement(db, table, tmp_path
     assert marker(db, table) == (2, "pv_to_db", "app_pv", json.dumps([PART]), 500)
     # lost acknowledgement: the caller never learned, publishes the same epoch again -> nothing doubles
     assert t.publish(txn(epoch=2), staged2) == {PART: "already"}
+    assert t.publish(txn(epoch=2), gone(staged2)) == {PART: "already"}  # ... even after the staging was cleaned up
     assert app_rows(db, table) == expected(v2) and t.live_epoch(IV) == 2
     # an older epoch (a zombie) never goes back
     assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("zombie", 9)]})) == {PART: "superseded"}

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from eo_testing import need
-from target_helpers import REDIS_URL, pv_rows, reachable, split, stage, txn
+from target_helpers import REDIS_URL, gone, pv_rows, reachable, split, stage, txn
 
 from exactly_once import ConfigError, Interval, UnsafeIdentifierError
 from exactly_once.errors import TargetSchemaError, TargetUnavailableError
@@ -67,6 +67,7 @@ def test_publish_already_superseded_and_reprocess_drops_keys(r, ns, tmp_path):
     assert t.publish(txn(epoch=2), s2) == {PART: "published"}
     assert live(r, ns) == expected(ns, v2) and t.live_epoch(IV) == 2
     assert t.publish(txn(epoch=2), s2) == {PART: "already"}  # the lost acknowledgement
+    assert t.publish(txn(epoch=2), gone(s2)) == {PART: "already"}  # ... even after the staging was cleaned up
     assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("z", 5)]})) == {PART: "superseded"}
     assert live(r, ns) == expected(ns, v2)
     other = pv_rows("o", 3)

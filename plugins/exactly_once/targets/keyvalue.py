@@ -100,14 +100,13 @@ class RedisTarget(PublishTarget):
         another sink) or TargetUnavailableError (Redis unreachable or the publish kept losing the race;
         publishing again is safe).
         """
-        values = self._values(staged)
         import redis
 
         ep = self.endpoint()
         try:
             client = self._client(ep)
             try:
-                verdict = self._publish(client, txn, values)
+                verdict = self._publish(client, txn, staged)
             finally:
                 client.close()
         except redis.RedisError as exc:
@@ -141,9 +140,11 @@ class RedisTarget(PublishTarget):
         return redis.Redis(host=ep.host, port=ep.port, db=int(ep.database or 0), username=ep.user,
                            password=ep.password, ssl=ep.tls, **opts)
 
-    def _publish(self, client: Any, txn: TxnRef, values: dict[str, str]) -> str:
+    def _publish(self, client: Any, txn: TxnRef, staged: StagedVersion) -> str:
         import redis
 
+        values: dict[str, str] | None = None  # read only when the marker says we publish: a repeated
+        # publish of a live version must not need the staged files (they may be cleaned up already)
         marker, keyset = self.marker_key(txn.interval), self.keyset_key(txn.interval)
         for _ in range(self.max_conflicts):
             with client.pipeline(transaction=True) as pipe:
@@ -159,6 +160,8 @@ class RedisTarget(PublishTarget):
                     if live and owner != (txn.pipeline, txn.sink):
                         raise ConfigError(f"namespace {self.namespace} is published by {owner[0]}/{owner[1]}, not "
                                           f"{txn.pipeline}/{txn.sink}: a namespace belongs to one sink")
+                    if values is None:
+                        values = self._values(staged)
                     stale = sorted({k.decode() for k in pipe.smembers(keyset)} - values.keys())
                     pipe.multi()
                     for chunk in _chunks(stale):
@@ -175,8 +178,8 @@ class RedisTarget(PublishTarget):
                     pipe.execute()
                 except redis.WatchError:
                     continue  # another publisher moved the marker after our WATCH: look again
-            logger.info("%s: published %d keys (%d stale deleted) into %s", txn.name, len(values), len(stale),
-                        self.describe())
+            logger.info("%s: published %d keys (%d stale deleted) into %s", txn.name, len(values or ()),
+                        len(stale), self.describe())
             return PUBLISHED
         raise TargetUnavailableError(f"publish {txn.name} into {self.describe()}: lost the race for the marker "
                                      f"{self.max_conflicts} times; publishing again is safe")
