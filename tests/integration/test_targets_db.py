@@ -296,6 +296,17 @@ def test_a_column_that_does_not_exist(db, table, tmp_path):
     assert db.count(table) == 0 and t.live_epoch(IV) is None
 
 
+def test_staged_files_that_disagree_on_columns_publish_nothing(db, table, tmp_path):
+    """The second file lacks a column: found while the bulk load streams (in the prefetch thread), raised
+    in the publisher, rolled back."""
+    t = target(db, table, batch_rows=10)
+    good = pv_rows("g", 30)
+    short = [{k: v for k, v in r.items() if k != "uv"} for r in pv_rows("s", 30, start=100)]
+    with pytest.raises(TargetSchemaError, match=r"lacks column\(s\) \['uv'\].*nothing was published"):
+        t.publish(txn(epoch=1), stage(tmp_path, {PART: [good, short]}))
+    assert db.count(table) == 0 and t.live_epoch(IV) is None
+
+
 @pytest.mark.parametrize("mode", ["replace", "upsert"])
 def test_a_type_mismatch_rolls_back_and_publishes_nothing(db, table, tmp_path, mode):
     t = target(db, table, mode=mode, key_columns=("dt", "app_id"))

@@ -134,13 +134,18 @@ class _CsvStream(io.RawIOBase):
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks, self._buf = chunks, memoryview(b"")
+        self.error: BaseException | None = None  # what stopped the stream (the driver only reports "read failed")
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b: Any) -> int:
         while not self._buf:
-            nxt = next(self._chunks, None)
+            try:
+                nxt = next(self._chunks, None)
+            except BaseException as exc:
+                self.error = exc
+                raise
             if nxt is None:
                 return 0
             self._buf = memoryview(nxt)
@@ -242,9 +247,14 @@ class Postgres(Dialect):
                 "VALUES (%s, %s, 0, %s, %s) ON CONFLICT (target, interval_token) DO NOTHING")
 
     def load(self, cur: Any, table_sql: str, cols: Sequence[str], batches: Iterator[pa.RecordBatch]) -> int:
-        stream = io.BufferedReader(_CsvStream(_csv_chunks(batches, "")), buffer_size=1 << 20)
-        cur.copy_expert(f"COPY {table_sql} ({self.columns_sql(cols)}) FROM STDIN WITH (FORMAT csv)", stream,
-                        size=1 << 20)
+        raw = _CsvStream(_csv_chunks(batches, ""))
+        try:
+            cur.copy_expert(f"COPY {table_sql} ({self.columns_sql(cols)}) FROM STDIN WITH (FORMAT csv)",
+                            io.BufferedReader(raw, buffer_size=1 << 20), size=1 << 20)
+        except Exception:
+            if raw.error is not None:  # our side stopped the COPY: raise why, not psycopg2's wrapper
+                raise raw.error from None
+            raise
         return cur.rowcount
 
     def create_stage(self, cur: Any, table_sql: str) -> str:
@@ -266,7 +276,7 @@ class Postgres(Dialect):
         code = exc.pgcode or ""
         if code in ("40P01", "40001", "55P03"):
             return "transient"
-        if code[:2] in ("08", "57") or code == "" and isinstance(exc, (psycopg2.OperationalError,
+        if code[:2] == "08" or code.startswith("57P") or code == "" and isinstance(exc, (psycopg2.OperationalError,
                                                                        psycopg2.InterfaceError)):
             return "unavailable"
         if code in ("42501",):
