@@ -307,15 +307,23 @@ def _newest_per_section(results_dir: Path, extra: list[tuple[Path, dict[str, Any
 
 
 def _load_note(runs: dict[str, tuple[dict[str, Any], list[str]]], cores: int) -> str:
-    """One sentence on how busy the machine was, from the 1-minute load averages the runs recorded."""
-    loads = [x for r, _ in runs.values() for x in (r["machine"]["loadavg_start"][0],
-                                                   (r["machine"].get("loadavg_end") or [0])[0])]
-    peak = max(loads, default=0.0)
-    if peak <= 1.5 * cores:
-        return (f"No other jobs ran on the machine: the 1-minute load average stayed at or below {peak:.1f} "
-                f"on {cores} cores, which is the bench's own Spark, Airflow and S3 server processes.")
-    return (f"The machine was shared: the 1-minute load average reached {peak:.1f} on {cores} cores (other "
-            "jobs running), so that load is part of every number and the spread (min-max) is wide.")
+    """How busy the machine was, from the 1-minute load averages each run recorded (per run: a run on a
+    shared machine does not make the others' numbers noisy)."""
+    def peak(r: dict[str, Any]) -> float:
+        return max(r["machine"]["loadavg_start"][0], (r["machine"].get("loadavg_end") or [0])[0])
+
+    busy = {name: peak(r) for name, (r, _) in runs.items() if peak(r) > 1.5 * cores}
+    quiet = max((peak(r) for name, (r, _) in runs.items() if name not in busy), default=None)
+    text = ""
+    if quiet is not None:
+        text = (f"No other jobs ran on the machine{' during the other runs' if busy else ''}: the 1-minute load "
+                f"average stayed at or below {quiet:.1f} on {cores} cores, which is the bench's own Spark, "
+                "Airflow and S3 server processes.")
+    if busy:
+        shown = ", ".join(f"`{n}` ({', '.join(runs[n][1])}: {v:.1f})" for n, v in sorted(busy.items()))
+        text += (f" The machine was shared during {shown} - other jobs running on the {cores} cores - so that "
+                 "load is part of those numbers and their spread (min-max) is wide.")
+    return text.strip()
 
 
 def _reps(section: str, c: dict[str, Any]) -> str:
