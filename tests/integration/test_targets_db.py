@@ -320,14 +320,20 @@ def test_a_type_mismatch_rolls_back_and_publishes_nothing(db, table, tmp_path, m
     assert app_rows(db, table) == expected(good) and t.live_epoch(IV) == 1  # the delete rolled back too
 
 
-def test_mysql_refuses_a_table_without_transactions(db, tmp_path):
-    if db.kind != "mysql":
-        pytest.skip("engines are a MySQL/MariaDB matter")
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    db.run(app_pv_ddl(db.kind, name).replace("ENGINE=InnoDB", "ENGINE=MyISAM"))
-    with pytest.raises(TargetSchemaError, match="no transactions.*ENGINE=InnoDB"):
-        target(db, name).publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
-    assert db.count(name) == 0
+def test_a_target_that_is_not_a_transactional_table_is_refused(db, table, tmp_path):
+    """A view is refused on both; on MySQL/MariaDB so is a table whose engine has no transactions (the
+    rows and the marker could not commit together)."""
+    view = f"v_{uuid.uuid4().hex[:10]}"
+    db.run(f"CREATE VIEW {db.q(view)} AS SELECT * FROM {db.q(table)}")
+    with pytest.raises(TargetSchemaError, match="not a table"):
+        target(db, view).publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
+    if db.kind == "mysql":
+        name = f"t_{uuid.uuid4().hex[:10]}"
+        db.run(app_pv_ddl(db.kind, name).replace("ENGINE=InnoDB", "ENGINE=MyISAM"))
+        with pytest.raises(TargetSchemaError, match="no transactions.*ENGINE=InnoDB"):
+            target(db, name).publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
+        assert db.count(name) == 0
+    assert db.count(table) == 0 and target(db, view).live_epoch(IV) is None
 
 
 # ------------------------------------------------------------------------- SQL metacharacters
