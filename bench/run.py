@@ -8,6 +8,7 @@ Sections (``--only`` picks some; default all):
 * ``airflow``  one pv_pipeline interval through Airflow (``airflow dags test``) vs a naive one-task DAG
 * ``backfill`` a K-interval ``airflow backfill create`` of both DAGs under the real scheduler (PostgreSQL)
 * ``validate`` the GX completeness gate on a staged pv output vs the write; GX import time
+* ``dbload``   the database target's load vs a naive executemany loader vs COPY / LOAD DATA (PostgreSQL, MariaDB)
 
 Results: ``bench/results/<timestamp>.json``; ``docs/BENCHMARKS.md`` (+ ``docs/img/commit_vs_files.png``)
 is rendered from the newest result of each section (``--report-only`` re-renders without measuring).
@@ -29,7 +30,7 @@ if __package__ in (None, ""):  # python bench/run.py
 
 from bench.common import ROOT, loadavg, machine, say  # noqa: E402
 
-SECTIONS = ("write", "commit", "recovery", "airflow", "backfill", "validate")
+SECTIONS = ("write", "commit", "recovery", "airflow", "backfill", "validate", "dbload")
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -53,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill", type=int, help="intervals of the scheduler backfill (default 30; quick 3)")
     p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
+    p.add_argument("--db-sizes", help="rows for the dbload section (default 100000,1000000)")
+    p.add_argument("--db-kinds", default="postgresql,mysql", help="databases for the dbload section")
     p.add_argument("--no-s3", action="store_true", help="commit section: local filesystem only")
     p.add_argument("--workdir", help="scratch dir (default: a temp dir, deleted unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the scratch dir")
@@ -74,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.backfill = a.backfill if a.backfill is not None else (3 if q else 30)
     a.events = a.events or 20_000
     a.validate_events = a.validate_events or (100_000 if q else 500_000)
+    a.db_sizes = _ints(a.db_sizes) if a.db_sizes else ([100_000] if q else [100_000, 1_000_000])
+    a.db_kinds = tuple(k.strip() for k in a.db_kinds.split(",") if k.strip())
     a.only = [s.strip() for s in a.only.split(",") if s.strip()]
     bad = set(a.only) - set(SECTIONS)
     if bad:
@@ -130,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.spark_sections import validate_cost
 
                 res = validate_cost(spark, work, a.validate_events, a.reps, a.warmup)
+            elif section == "dbload":
+                from bench.db_load import db_load
+
+                res = db_load(work, a.db_sizes, a.reps, a.warmup, a.db_kinds)
             elif section == "backfill":
                 from bench.backfill import backfill_compare
 

@@ -49,3 +49,13 @@ class OwnershipError(ExactlyOnceError):
 class InputChangedError(ExactlyOnceError):
     """The predecessor state a stateful interval read was replaced before it could commit; re-run the
     interval (a new attempt reads the new state)."""
+
+class TargetSchemaError(ExactlyOnceError):
+    """The publish target does not fit the staged rows (no such table or column, a type mismatch, a
+    missing unique key, duplicate keys); the target's transaction rolled back and nothing was published."""
+
+
+class TargetUnavailableError(ExactlyOnceError):
+    """The publish target could not be reached, or the connection broke mid-publish. Whatever was in
+    flight rolled back (or, if the break hit the commit itself, the target's marker tells); publishing
+    again is safe and finishes exactly once."""

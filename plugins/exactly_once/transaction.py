@@ -493,8 +493,7 @@ class TwoPhaseCommitSink:
 
     def _is_live(self, st: EpochStatus) -> bool:
         manifest = st.manifest
-        name = manifest.version if manifest else None
-        return bool(manifest) and any(self.target.live_version(p) == name for p in manifest.partitions)
+        return bool(manifest) and self.target.is_live(manifest.txn, list(manifest.partitions))
 
     def _publish(self, txn: TxnRef) -> CommitResult:
         """Roll the decided commit of ``txn`` forward to completion. Idempotent."""
@@ -513,7 +512,9 @@ class TwoPhaseCommitSink:
             if epoch < txn.epoch and other.state is State.COMMITTED:
                 for part in other.published_partitions:
                     parts.setdefault(part, ())  # no longer produced: publish an empty version of it
-        results = self.target.publish(StagedVersion(txn, parts, self.storage, self.sealed_dir(txn)), failpoint)
+        root = self.sealed_dir(txn)
+        opener = lambda part, name: self.storage.open(self.storage.join(root, part, name), "rb")  # noqa: E731
+        results = self.target.publish(txn, StagedVersion(parts, opener, root))
         self.storage.remove_tree(self.data_dir(txn))
         self.storage.remove_tree(self.sealed_dir(txn))
         self.storage.move_tree(self.staging_dir(txn), self.checkpoint_dir(txn))

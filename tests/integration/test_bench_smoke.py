@@ -121,3 +121,18 @@ def test_naive_baseline_dag_parses(tmp_path):
     dag = bag.dags["naive_pv"]
     assert [t.task_id for t in dag.tasks] == ["write"]
     assert type(dag.tasks[0]).__name__ == "SparkSubmitOperator"
+
+
+def test_dbload_section_on_tiny_sizes(tmp_path):
+    from target_helpers import reachable
+
+    need(reachable(5432) and reachable(3306), "PostgreSQL and MariaDB must run on loopback")
+    res = _bench(tmp_path, "--only", "dbload", "--db-sizes", "3000", "--reps", "1", "--warmup", "0")
+    sec = res["sections"]["dbload"]
+    assert set(sec["databases"]) == {"postgresql", "mysql"}
+    for kind, db in sec["databases"].items():
+        r = db["sizes"]["3000"]
+        assert set(r["variants"]) == {"ours", "bulk", "naive"}, kind
+        assert r["outputs_equal"] and all(d[0] == 3000 for d in r["digest"].values()), kind
+        assert all(v["rows_per_s"] > 0 and v["ratio_to_bulk"] > 0 for v in r["variants"].values()), kind
+    assert _positive(sec, "dbload") > 0

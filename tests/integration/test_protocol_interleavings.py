@@ -7,11 +7,12 @@ import os
 
 import pytest
 
-from exactly_once import FencedError, Interval, State, TransactionAbortedError
+from exactly_once import FailpointError, FencedError, Interval, State, TransactionAbortedError
+from exactly_once import failpoints as failpoints_module
 from exactly_once import manifest as manifest_module
 from exactly_once import transaction as transaction_module
 from exactly_once.storage import MANIFEST
-from protocol_helpers import (assert_exact_version, commit_version, interleave, is_local, leftovers,
+from protocol_helpers import (assert_exact_version, commit_version, failpoints, interleave, is_local, leftovers,
                               log_problems, make_rows, open_sink, split, table_url,  # noqa: F401
                               write_output, write_parquet)
 
@@ -140,12 +141,14 @@ def test_slow_publisher_of_an_older_commit_never_overwrites_a_newer_one(table_ur
     a = sink.begin(IV)
     write_output(sink, a, {PART: split(make_rows("A", 8), 4)})
     sink.pre_commit(a)
-    if stalled == "retried_publish":
-        sink.commit(a)
+    if stalled == "retried_publish":  # published, but the acknowledgement (published record) was lost
+        with failpoints("commit.after_publish=error"), pytest.raises(FailpointError):
+            sink.commit(a)
     b_rows = make_rows("B", 6, start=600)
     other = open_sink(table_url)
     point = "commit.mid_publish" if stalled == "first_publish" else "commit.before_publish"
-    fired = interleave(monkeypatch, transaction_module, "failpoint", lambda name: name == point,
+    where = failpoints_module if point == "commit.mid_publish" else transaction_module  # the target's / the protocol's
+    fired = interleave(monkeypatch, where, "failpoint", lambda name: name == point,
                        lambda: commit_version(other, IV, {PART: split(b_rows, 3)}))
     result = sink.commit(a)
     monkeypatch.undo()
@@ -171,7 +174,9 @@ def test_s3_publisher_overtaken_at_the_manifest_switch_or_the_cleanup(table_url,
     sink.pre_commit(a)
     b_rows = make_rows("B", 6, start=600)
     other = open_sink(table_url)
-    fired = interleave(monkeypatch, sink.storage, step, lambda *args: True,
+    at = (lambda path, *a, **k: path.endswith("/" + MANIFEST)) if step == "put_conditional" else \
+        (lambda path, *a, **k: path.endswith("/_SUCCESS"))
+    fired = interleave(monkeypatch, sink.storage, step, at,
                        lambda: commit_version(other, IV, {PART: split(b_rows, 3)}))
     result = sink.commit(a)
     monkeypatch.undo()

@@ -14,6 +14,7 @@ import pytest
 from exactly_once import (FencedError, InputChangedError, Interval, OwnershipError, State, StorageError,
                           TransactionStateError)
 from exactly_once import transaction as transaction_module
+from exactly_once import failpoints as failpoints_module
 from exactly_once import maintenance as maintenance_module
 from exactly_once.maintenance import garbage_judge, gc
 from protocol_helpers import (assert_exact_version, commit_version, interleave, is_local, leftovers,
@@ -97,7 +98,7 @@ def test_gc_beside_a_commit_never_sweeps_the_version_being_published(tmp_path, m
         for name in dirnames + filenames + ["."]:
             os.utime(os.path.join(dirpath, name), (1_000_000, 1_000_000))  # written "long ago"
     sweep = lambda: maintenance.target.sweep(garbage_judge(maintenance, 60, time.time()))  # noqa: E731
-    swept = interleave(monkeypatch, transaction_module, "failpoint", lambda name: name == "commit.mid_publish",
+    swept = interleave(monkeypatch, failpoints_module, "failpoint", lambda name: name == "commit.mid_publish",
                        sweep)
     sink.commit(txn)
     monkeypatch.undo()

@@ -1,70 +1,143 @@
-"""The publish-target interface and the sealed version a target publishes."""
+"""The publish step as a pluggable target: what every target promises, and the staged version it publishes.
+
+The protocol (:mod:`exactly_once.transaction`) decides; a target only publishes. The protocol calls
+:meth:`PublishTarget.publish` after the transaction's outcome record says COMMITTED - possibly more than
+once, from several processes at the same time, and after crashes anywhere inside an earlier call - so
+every target makes the publish idempotent with a *marker* of its own, stored in the target system and
+changed in the same atomic step as the data: ``(target, interval) -> epoch``. The marker is also what
+:meth:`PublishTarget.live_epoch` reads when recovery must resolve a lost acknowledgement (the target
+committed, the log does not know yet).
+"""
 from __future__ import annotations
 
+import posixpath
+import re
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Iterator, Mapping
 
-from ..ids import TxnRef
+from ..errors import UnsafeIdentifierError
+from ..ids import Interval, TxnRef, check_partition
 from ..manifest import ManifestFile
-from ..storage import Storage
 
-Hook = Callable[[str], None]
+PUBLISHED, ALREADY, SUPERSEDED = "published", "already", "superseded"
+Opener = Callable[[str, str], IO[bytes]]
+
+
+StagedFile = ManifestFile  # one sealed staged data file as the manifest lists it (name, size, rows, sha256)
 
 
 @dataclass(frozen=True)
 class StagedVersion:
-    """A decided (COMMITTED) version, sealed by ``pre_commit``: what a target publishes.
+    """A pre-committed transaction's sealed output: partition -> its files, and a way to read them.
 
-    ``partitions`` maps every partition the interval owns to the files of this version; a partition an
-    older version of the interval published and this one no longer produces maps to ``()`` (published
-    as an empty version). Files are read from ``root/<partition>/<name>`` on ``storage``.
+    ``partitions`` lists every partition the version owns; an empty tuple means "this partition is no
+    longer produced" (publish an empty version of it). ``opener(partition, name)`` returns a binary file
+    object of one staged file; the protocol backs it with its Storage, tests with local files.
     """
 
-    txn: TxnRef
-    partitions: Mapping[str, tuple[ManifestFile, ...]]
-    storage: Storage
-    root: str
+    partitions: Mapping[str, tuple[StagedFile, ...]]
+    opener: Opener = field(repr=False, compare=False)
+    root: str | None = None  # storage path of the staged data, for targets on the same storage (files)
 
-    @property
-    def version(self) -> str:
-        return self.txn.name
+    def __post_init__(self) -> None:
+        for part, files in self.partitions.items():
+            check_partition(part)
+            for f in files:
+                if not isinstance(f, StagedFile) or "/" in f.name or f.name.startswith((".", "_")):
+                    raise UnsafeIdentifierError(f"bad staged file {f!r} in {part}")
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any], opener: Opener) -> "StagedVersion":
+        """The version a pre_commit manifest describes (``{"partitions": {part: [{name, size, rows}]}}``)."""
+        parts = {p: tuple(StagedFile(f["name"], int(f["size"]), f.get("rows")) for f in files)
+                 for p, files in (manifest.get("partitions") or {}).items()}
+        return cls(parts, opener)
 
     def path(self, partition: str, name: str | None = None) -> str:
-        """Storage path of a staged partition dir, or of one staged file in it."""
-        return self.storage.join(self.root, partition, *([name] if name else []))
+        """Storage path of a staged partition dir or file (targets that move or copy files)."""
+        if self.root is None:
+            raise ValueError("this staged version has no storage root; read it with open()")
+        return posixpath.join(self.root, partition, *([name] if name else []))
 
-    def open(self, partition: str, name: str) -> Any:
-        """A binary file object for one staged file."""
-        return self.storage.open(self.path(partition, name), "rb")
+    def open(self, partition: str, name: str) -> IO[bytes]:
+        """A binary file object of staged file ``name`` of ``partition`` (the caller closes it)."""
+        return self.opener(partition, name)
+
+    @property
+    def rows(self) -> int | None:
+        """Total rows over every file, None if a file's count is unknown."""
+        counts = [f.rows for fs in self.partitions.values() for f in fs]
+        return None if None in counts else sum(counts)  # type: ignore[arg-type]
+
+    def files(self) -> Iterator[tuple[str, StagedFile]]:
+        """Every ``(partition, file)``, partitions in sorted order (a stable load order)."""
+        for part in sorted(self.partitions):
+            for f in self.partitions[part]:
+                yield part, f
+
+
+def partition_values(partition: str) -> dict[str, str]:
+    """``dt=2026-01-01/hour=03`` -> ``{"dt": "2026-01-01", "hour": "03"}`` (hive-style partition columns)."""
+    return dict(seg.split("=", 1) for seg in check_partition(partition).split("/"))
 
 
 class PublishTarget(ABC):
-    """The idempotent publish step of one sink; called only after the outcome record says COMMITTED."""
+    """The idempotent publish step of one sink; the protocol calls it only after the outcome record says
+    COMMITTED."""
 
     @abstractmethod
-    def publish(self, staged: StagedVersion, hook: Hook) -> dict[str, str]:
-        """Make ``staged`` the live version of its interval's partitions.
+    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        """Make txn's sealed staged output the live version of txn.interval.
 
-        Contract: idempotent; safe under any number of concurrent calls (processes) for the same or other
-        epochs of the same interval; never makes an older epoch live over a newer one. Returns, per
-        partition, ``published``, ``already`` (this version was live) or ``superseded`` (a newer epoch is
-        live; nothing was changed). ``hook("commit.mid_publish")`` is called part-way (failpoints).
+        Idempotent; safe under concurrent calls for the same or other epochs of the same interval (from
+        any number of processes); never goes back to an older epoch. Returns per partition
+        ``published`` | ``already`` (this epoch was already applied) | ``superseded`` (a newer epoch is
+        live; nothing changed).
         """
 
     @abstractmethod
-    def live_version(self, partition: str) -> str | None:
-        """The transaction name whose version of ``partition`` is live, or None."""
+    def live_epoch(self, interval: Interval) -> int | None:
+        """The epoch whose version of ``interval`` is live in the target (the marker), None if none."""
 
     @abstractmethod
-    def sweep(self, garbage: Callable[[str], bool]) -> list[str]:
-        """Delete the data of versions that are not live and for which ``garbage(version)`` is true (the
-        protocol decides that from the log). Never touches data it did not write. Returns what went."""
+    def describe(self) -> str:
+        """One line for logs; never contains a credential."""
+
+    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
+        """True if ``txn``'s version is what readers see (recovery: a live version is never aborted)."""
+        return self.live_epoch(txn.interval) == txn.epoch
+
+    def live_version(self, partition: str) -> str | None:
+        """The transaction name live in ``partition``, where the target tracks partitions (files)."""
+        return None
 
     def live_files(self, partition: str) -> list[str]:
-        """Exact list of the live data files of ``partition`` (what an exact reader should read)."""
+        """Exact list of the live data files of ``partition`` (files targets; exact readers)."""
         return []
 
-    def describe(self) -> str:
-        """One line for logs; never contains credentials."""
-        return type(self).__name__
+    def sweep(self, garbage: Callable[[str], bool]) -> list[str]:
+        """Delete data of versions that are not live and for which ``garbage(version)`` is true (the
+        protocol decides that from the log); never data the target did not write. Returns what went.
+        Targets that replace an interval's rows inside the publish itself have nothing to sweep."""
+        return []
+
+
+def outcome(partitions: Mapping[str, Any], verdict: str) -> dict[str, str]:
+    """The same verdict for every partition of a version (targets publish an interval all at once)."""
+    return {p: verdict for p in sorted(partitions)}
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def check_identifier(name: str, what: str = "identifier") -> str:
+    """A SQL/Redis-safe identifier (``[A-Za-z_][A-Za-z0-9_]*``, <= 63 characters) or UnsafeIdentifierError.
+
+    Identifiers are quoted as well when they reach SQL; the allow-list makes quoting a second line of
+    defence instead of the only one, and keeps names portable between PostgreSQL and MySQL.
+    """
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise UnsafeIdentifierError(
+            f"unsafe {what} {name!r}: use letters, digits and '_' (not starting with a digit, at most 63)")
+    return name

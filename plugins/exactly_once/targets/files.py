@@ -32,7 +32,9 @@ from ..errors import StorageError
 from ..ids import parse_txn_name, published_name
 from ..manifest import ManifestFile
 from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
-from .base import Hook, PublishTarget, StagedVersion
+from .. import failpoints
+from ..ids import Interval, TxnRef
+from .base import PublishTarget, StagedVersion
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 120.0  # seconds a publisher waits for another one of the same partition
@@ -83,21 +85,27 @@ class LocalFilesTarget(PublishTarget):
     def _lock(self, partition: str) -> str:
         return self.storage.join(self.home, "_locks", partition + ".lock")
 
-    def publish(self, staged: StagedVersion, hook: Hook) -> dict[str, str]:
-        return {part: self._publish_partition(staged, part, files, hook)
-                for part, files in staged.partitions.items()}
+    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        return {part: self._publish_partition(txn, staged, part, files) for part, files in staged.partitions.items()}
 
-    def _publish_partition(self, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...],
-                           hook: Hook) -> str:
-        version, link = staged.version, self.storage.join(self.table, part)
+    def live_epoch(self, interval: Interval) -> int | None:
+        """Files track the live version per partition (:meth:`live_version`), not per interval."""
+        return None
+
+    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
+        return any(self.live_version(p) == txn.name for p in partitions)
+
+    def _publish_partition(self, txn: TxnRef, staged: StagedVersion, part: str,
+                           files: tuple[ManifestFile, ...]) -> str:
+        version, link = txn.name, self.storage.join(self.table, part)
         with partition_lock(self._lock(part)):
-            done = self._settled(staged, part, link)
+            done = self._settled(txn, part, link)
             if done:
                 return done
             vdir = self._vdir(part, version)
-            self._fill(staged, part, files, vdir)
-            hook("commit.mid_publish")
-            done = self._settled(staged, part, link)  # re-read once more right before the switch
+            self._fill(txn, staged, part, files, vdir)
+            failpoints.failpoint("commit.mid_publish")
+            done = self._settled(txn, part, link)  # re-read once more right before the switch
             if done:
                 return done
             os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
@@ -106,22 +114,22 @@ class LocalFilesTarget(PublishTarget):
             self.storage.rename(tmp, link)  # the atomic switch for plain readers, made durable
             return "published"
 
-    def _settled(self, staged: StagedVersion, part: str, link: str) -> str | None:
-        """``already``/``superseded`` if the live version makes publishing ``staged`` moot, else None."""
+    def _settled(self, txn: TxnRef, part: str, link: str) -> str | None:
+        """``already``/``superseded`` if the live version makes publishing ``txn`` moot, else None."""
         current = self.live_version(part)
-        if current == staged.version:
+        if current == txn.name:
             return "already"
-        if supersedes(current, staged.version):
+        if supersedes(current, txn.name):
             return "superseded"
         parsed = parse_txn_name(current or "")
-        if current is not None and (parsed is None or parsed[0] != staged.txn.interval.token):
+        if current is not None and (parsed is None or parsed[0] != txn.interval.token):
             raise StorageError(f"{link} is live with {current}, a version of another interval; a "
                                "partition belongs to one interval (check the pipeline's partitioning)")
         if os.path.lexists(link) and not os.path.islink(link):
             raise StorageError(f"{link} is a plain directory not managed by exactly-once; move it away")
         return None
 
-    def _fill(self, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...], vdir: str) -> None:
+    def _fill(self, txn: TxnRef, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...], vdir: str) -> None:
         """Move the staged partition into ``vdir`` under per-version names, check every file against
         the manifest, drop files it does not list, write the version's manifest. Idempotent."""
         src = staged.path(part)
@@ -135,17 +143,17 @@ class LocalFilesTarget(PublishTarget):
         os.makedirs(vdir, exist_ok=True)  # a partition this version no longer produces: empty version
         wanted = {}
         for f in files:
-            final = os.path.join(vdir, published_name(staged.version, f.name))
+            final = os.path.join(vdir, published_name(txn.name, f.name))
             wanted[os.path.basename(final)] = f
             if not os.path.lexists(final) and os.path.isfile(os.path.join(vdir, f.name)):
                 os.rename(os.path.join(vdir, f.name), final)
             if not os.path.isfile(final) or os.path.islink(final) or os.stat(final).st_size != f.size:
-                raise StorageError(f"staged file {f.name} of {staged.version} is missing or altered")
+                raise StorageError(f"staged file {f.name} of {txn.name} is missing or altered")
         for entry in self.storage.walk_settled(vdir):
             if entry.rel not in wanted and not any(is_hidden(s) for s in entry.rel.split("/")):
                 self.storage.remove_tree(os.path.join(vdir, entry.rel))  # not in the sealed version
-        listed = [ManifestFile(name, f.size, f.rows, f.sha256).to_dict() for name, f in wanted.items()]
-        self.storage.write_atomic(os.path.join(vdir, MANIFEST), to_json({"version": staged.version,
+        listed = [ManifestFile(name, f.size, f.rows, getattr(f, "sha256", None)).to_dict() for name, f in wanted.items()]
+        self.storage.write_atomic(os.path.join(vdir, MANIFEST), to_json({"version": txn.name,
                                                                         "files": listed}))
 
     def live_version(self, partition: str) -> str | None:

@@ -24,7 +24,9 @@ from ..ids import parse_txn_name, published_name, version_of
 from ..manifest import ManifestFile
 from ..storage import MANIFEST, SUCCESS, supersedes, to_json
 from ..storage_s3 import S3Storage
-from .base import Hook, PublishTarget, StagedVersion
+from .. import failpoints
+from ..ids import Interval, TxnRef
+from .base import PublishTarget, StagedVersion
 
 log = logging.getLogger(__name__)
 SWITCH_TRIES = 20  # conditional manifest PUTs before giving up (each lost race re-reads first)
@@ -49,9 +51,15 @@ class S3FilesTarget(PublishTarget):
         except FileNotFoundError:
             return None, None
 
-    def publish(self, staged: StagedVersion, hook: Hook) -> dict[str, str]:
-        return {part: self._publish_partition(staged, part, files, hook)
-                for part, files in staged.partitions.items()}
+    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        return {part: self._publish_partition(txn, staged, part, files) for part, files in staged.partitions.items()}
+
+    def live_epoch(self, interval: Interval) -> int | None:
+        """Files track the live version per partition (:meth:`live_version`), not per interval."""
+        return None
+
+    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
+        return any(self.live_version(p) == txn.name for p in partitions)
 
     def _outcome_if_done(self, live: str, version: str) -> str | None:
         now, _ = self.read_manifest(live)
@@ -61,15 +69,15 @@ class S3FilesTarget(PublishTarget):
             return "superseded"
         return None
 
-    def _publish_partition(self, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...],
-                           hook: Hook) -> str:
-        version, live = staged.version, self.storage.join(self.table, part)
+    def _publish_partition(self, txn: TxnRef, staged: StagedVersion, part: str,
+                           files: tuple[ManifestFile, ...]) -> str:
+        version, live = txn.name, self.storage.join(self.table, part)
         current, _ = self.read_manifest(live)
         done = self._outcome_if_done(live, version) if current else None
         if done:
             return done
         parsed = parse_txn_name(current["version"]) if current else None
-        if current and (parsed is None or parsed[0] != staged.txn.interval.token):
+        if current and (parsed is None or parsed[0] != txn.interval.token):
             raise StorageError(f"s3://{live} is live with {current['version']}, a version of another "
                                "interval; a partition belongs to one interval (check the partitioning)")
         names = [published_name(version, f.name) for f in files]
@@ -85,14 +93,14 @@ class S3FilesTarget(PublishTarget):
         half = len(todo) // 2
         try:
             self.storage.copy_files([(s, d) for s, d, _ in todo[:half]])
-            hook("commit.mid_publish")  # some files copied, manifest not switched: its readers see the old
+            failpoints.failpoint("commit.mid_publish")  # some files copied, manifest not switched: its readers see the old
             self.storage.copy_files([(s, d) for s, d, _ in todo[half:]])
         except FileNotFoundError:  # staging moved away: another finisher completed this publish
             done = self._outcome_if_done(live, version)
             if done:
                 return done
             raise
-        target = {"version": version, "files": [ManifestFile(n, f.size, f.rows, f.sha256).to_dict()
+        target = {"version": version, "files": [ManifestFile(n, f.size, f.rows, getattr(f, "sha256", None)).to_dict()
                                                 for f, n in zip(files, names)]}
         for _ in range(SWITCH_TRIES):
             now, etag = self.read_manifest(live)  # a newer version may have gone live while we copied

@@ -1,0 +1,353 @@
+"""The database target (PostgreSQL, MariaDB/MySQL): the seeds' write-ahead-log sink, made exactly-once.
+
+The staged Parquet of a committed transaction is the write-ahead log. :meth:`DatabaseTarget.publish`
+loads it in ONE database transaction together with the interval's marker row in a commit table
+(``_eo_commits`` by default, created if missing)::
+
+    BEGIN
+      INSERT marker (target table, interval) at epoch 0 unless it exists     -- so there is a row to lock
+      SELECT epoch ... FOR UPDATE                                             -- concurrent publishers queue here
+      epoch == ours -> ROLLBACK, 'already';  epoch > ours -> ROLLBACK, 'superseded'
+      replace: DELETE the interval's previous rows, bulk-load the new ones
+      upsert:  bulk-load into a private stage table, INSERT ... ON CONFLICT/DUPLICATE KEY UPDATE
+      UPDATE marker SET epoch = ours, partitions, rows
+    COMMIT                                                                    -- rows and marker, or neither
+
+The seed's defect of the write-ahead-log sink (a crash between the write and its acknowledgement
+writes the batch again on restart) cannot happen: the acknowledgement *is* the marker, committed in the
+same transaction as the rows, and every later publish of the same epoch finds it and does nothing.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import ConfigError, TargetSchemaError, TargetUnavailableError
+from ..failpoints import failpoint
+from ..ids import Interval, TxnRef
+from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome, \
+    partition_values
+from .endpoint import Endpoint, redact, resolve, where
+from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
+
+logger = logging.getLogger(__name__)
+MODES = ("replace", "upsert")
+DB_DIALECTS = ("postgresql", "mysql")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """The commit table's row for (target table, interval): the live epoch (0: none yet) and its owner."""
+
+    epoch: int
+    pipeline: str | None
+    sink: str | None
+    partitions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DatabaseTarget(PublishTarget):
+    """Publish a sink's interval into ``table`` of a PostgreSQL or MariaDB/MySQL database.
+
+    * ``conn_id`` (an Airflow connection of type postgres / mysql) or ``url``
+      (``postgresql://user@host:5432/db``, ``mysql://root@host:3306/db``): exactly one. The URL's password
+      is never shown (not in repr, logs or errors).
+    * ``mode="replace"``: the interval's previous rows are deleted, then the new ones inserted. The
+      interval's rows are those whose ``interval_column`` lies in ``[start, end)`` if it is set, else those
+      whose partition columns (``dt`` of ``dt=2026-01-01``) match a partition of the new *or* the previous
+      version - so partitions a reprocess no longer produces are emptied.
+    * ``mode="upsert"``: rows are inserted or, when their ``key_columns`` exist, updated (``ON CONFLICT DO
+      UPDATE`` / ``ON DUPLICATE KEY UPDATE``; the table needs a PRIMARY KEY or UNIQUE index on exactly those
+      columns). Keys a reprocess no longer produces are *kept* with their old values: upsert never deletes.
+    * ``partition_columns``: add each partition's ``key=value`` pairs to its rows as columns (what hive
+      readers do); on by default.
+    * ``commit_table``: the marker table (``table`` or ``schema.table``), created if missing.
+    * ``retries``: how often a publish that hit a deadlock or a broken connection starts over on a new
+      connection (safe: the marker decides) before it raises TargetUnavailableError.
+    * ``create_sql``: a ``CREATE TABLE`` statement (your code, never data) run once, in its own
+      transaction before the publish, when ``table`` does not exist.
+    """
+
+    table: str
+    conn_id: str | None = None
+    url: str | None = field(default=None, repr=False)
+    mode: str = "replace"
+    key_columns: tuple[str, ...] = ()
+    interval_column: str | None = None
+    partition_columns: bool = True
+    commit_table: str = "_eo_commits"
+    retries: int = 2
+    batch_rows: int = 65536
+    create_sql: str | None = None
+
+    def __post_init__(self) -> None:
+        split_table(self.table, "table")
+        split_table(self.commit_table, "commit table")
+        object.__setattr__(self, "key_columns", tuple(check_identifier(k, "key column") for k in self.key_columns))
+        if self.interval_column is not None:
+            check_identifier(self.interval_column, "interval column")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode {self.mode!r}: expected one of {MODES}")
+        if self.mode == "upsert" and not self.key_columns:
+            raise ConfigError("mode='upsert' needs key_columns (the table's primary or unique key)")
+        if self.mode == "replace" and not (self.interval_column or self.partition_columns):
+            raise ConfigError("mode='replace' needs interval_column or partition_columns=True to know which "
+                              "rows are the interval's previous version")
+        if bool(self.conn_id) == bool(self.url):
+            raise ConfigError("give exactly one of conn_id (an Airflow connection) or url")
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigError(f"retries must be an integer >= 0, not {self.retries!r}")
+
+    # ------------------------------------------------------------------ the contract
+    def describe(self) -> str:
+        return f"database target {where(self.conn_id, self.url, DB_DIALECTS)} table {self.table} ({self.mode})"
+
+    def endpoint(self) -> Endpoint:
+        """The resolved connection (reads the Airflow connection each time: it may be rotated)."""
+        return resolve(self.conn_id, self.url, DB_DIALECTS)
+
+    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        """Load ``staged`` as the live version of ``txn.interval`` in one database transaction with its marker.
+
+        Returns per partition ``published`` / ``already`` / ``superseded`` (see :class:`PublishTarget`).
+        Raises TargetSchemaError (nothing published: the table does not fit the rows), ConfigError (the
+        marker belongs to another sink, a privilege is missing) or TargetUnavailableError (the database
+        could not be reached or broke off ``retries + 1`` times; publishing again is safe).
+        """
+        verdict = self._with_retries(f"publish {txn.name}", lambda conn: self._publish_once(conn, txn, staged))
+        return outcome(staged.partitions, verdict)
+
+    def live_epoch(self, interval: Interval) -> int | None:
+        """The epoch the marker says is live for ``interval`` (None: never published here)."""
+        return self._with_retries(f"read the marker of {interval.token}", lambda conn: self._read_marker(conn, interval))
+
+    # ------------------------------------------------------------------ one attempt
+    @property
+    def dialect(self) -> Dialect:
+        return DIALECTS[self.endpoint().dialect]
+
+    def _publish_once(self, conn: Any, txn: TxnRef, staged: StagedVersion) -> str:
+        d = self.dialect
+        cur = conn.cursor()
+        # DDL first, each in its own transaction (MySQL commits DDL implicitly: never inside ours)
+        self._ensure_table(conn, cur, self.commit_table, d.commit_table_ddl(d.table(self.commit_table)))
+        if self.create_sql:
+            self._ensure_table(conn, cur, self.table, self.create_sql)
+        marker = self._lock_marker(cur, txn.interval)
+        if marker.epoch >= txn.epoch:
+            conn.rollback()
+            verdict = ALREADY if marker.epoch == txn.epoch else SUPERSEDED
+            logger.info("%s: %s (marker at epoch %d) in %s", txn.name, verdict, marker.epoch, self.describe())
+            return verdict
+        if marker.pipeline and (marker.pipeline, marker.sink) != (txn.pipeline, txn.sink):
+            raise ConfigError(f"{self.table} is published by {marker.pipeline}/{marker.sink}, not "
+                              f"{txn.pipeline}/{txn.sink}: a table belongs to one sink (its epochs are that "
+                              f"sink's); use another table or commit_table")
+        rows = self._load(cur, d, txn, staged, marker)
+        parts = sorted(staged.partitions)
+        cur.execute(f"UPDATE {d.table(self.commit_table)} SET epoch = %s, pipeline = %s, sink = %s, "
+                    "partitions = %s, rows_loaded = %s, committed_at = %s WHERE target = %s AND interval_token = %s",
+                    (txn.epoch, txn.pipeline, txn.sink, json.dumps(parts), rows, self._ts(d, datetime.now(timezone.utc)),
+                     self.table, txn.interval.token))
+        failpoint("commit.mid_publish")  # loaded, marker set, not committed: a crash here rolls both back
+        conn.commit()
+        logger.info("%s: published %d rows (%d partitions) into %s", txn.name, rows, len(parts), self.describe())
+        return PUBLISHED
+
+    def _ensure_table(self, conn: Any, cur: Any, name: str, ddl: str) -> None:
+        """Run ``ddl`` if table ``name`` does not exist, in its own transaction; a concurrent creator may win."""
+        d = self.dialect
+        if d.table_info(cur, name) is None:
+            try:
+                cur.execute(ddl)
+                conn.commit()
+            except Exception as exc:  # lost the race: "already exists" / unique violation in pg_type
+                if d.classify(exc) != "schema":
+                    raise
+                conn.rollback()
+                if d.table_info(cur, name) is None:
+                    raise
+        conn.commit()
+
+    def _lock_marker(self, cur: Any, interval: Interval) -> Marker:
+        d = self.dialect
+        ct = d.table(self.commit_table)
+        cur.execute(d.marker_insert_sql(ct), (self.table, interval.token, self._ts(d, interval.start),
+                                              self._ts(d, interval.end)))
+        cur.execute(f"SELECT epoch, pipeline, sink, partitions FROM {ct} WHERE target = %s AND interval_token = %s "
+                    "FOR UPDATE", (self.table, interval.token))
+        epoch, pipeline, sink, parts = cur.fetchone()
+        return Marker(int(epoch), pipeline, sink, tuple(json.loads(parts) if parts else ()))
+
+    def _read_marker(self, conn: Any, interval: Interval) -> int | None:
+        d = self.dialect
+        cur = conn.cursor()
+        if d.table_info(cur, self.commit_table) is None:
+            return None
+        cur.execute(f"SELECT epoch FROM {d.table(self.commit_table)} WHERE target = %s AND interval_token = %s",
+                    (self.table, interval.token))
+        row = cur.fetchone()
+        conn.rollback()
+        return int(row[0]) if row and int(row[0]) > 0 else None
+
+    # ------------------------------------------------------------------ the load
+    def _load(self, cur: Any, d: Dialect, txn: TxnRef, staged: StagedVersion, marker: Marker) -> int:
+        info = d.table_info(cur, self.table)
+        if info is None:
+            raise TargetSchemaError(f"table {self.table} does not exist in {self.endpoint().describe()}; create it "
+                                    f"(columns as the job writes them{', plus the partition keys' if self.partition_columns else ''})")
+        file_cols, part_cols = self._staged_columns(staged)
+        cols = self._table_columns(info, d, [*file_cols, *part_cols])
+        table_sql = d.table(self.table)
+        if self.mode == "replace":
+            self._delete_previous(cur, d, info, txn.interval, sorted(set(staged.partitions) | set(marker.partitions)))
+        if not cols:
+            return 0
+        counted = [0]
+        batches = self._batches(staged, d, file_cols, part_cols, counted)
+        if self.mode == "replace":
+            loaded = d.load(cur, table_sql, cols, batches)
+        else:
+            keys = self._check_keys(info, d, cols)
+            stage = d.create_stage(cur, table_sql)
+            loaded = d.load(cur, stage, cols, batches)
+            cur.execute(d.upsert_sql(table_sql, stage, cols, keys))
+        if loaded != counted[0]:
+            raise TargetSchemaError(f"{txn.name}: the database loaded {loaded} of {counted[0]} staged rows")
+        return counted[0]
+
+    def _staged_columns(self, staged: StagedVersion) -> tuple[list[str], list[str]]:
+        """(columns of the staged files, partition keys to add as columns), from the first file."""
+        files = list(staged.files())
+        if not files:
+            return [], []
+        part, first = files[0]
+        with staged.open(part, first.name) as fh:
+            file_cols = list(pq.ParquetFile(fh).schema_arrow.names)
+        keys = list(partition_values(part)) if self.partition_columns else []
+        for p in staged.partitions:
+            if self.partition_columns and list(partition_values(p)) != keys:
+                raise TargetSchemaError(f"partitions {part!r} and {p!r} have different keys")
+        return file_cols, [k for k in keys if k not in file_cols]
+
+    def _table_columns(self, info: TableInfo, d: Dialect, wanted: Sequence[str]) -> list[str]:
+        out, missing = [], []
+        for c in wanted:
+            found = info.column(c, d.case_insensitive_columns)
+            (out if found else missing).append(found or c)
+        if missing:
+            hint = " (or set partition_columns=False)" if self.partition_columns else ""
+            raise TargetSchemaError(f"table {self.table} has no column(s) {missing} that the staged rows carry; "
+                                    f"its columns are {list(info.columns)}. Add them (ALTER TABLE ... ADD COLUMN) "
+                                    f"or drop them from the job's output{hint}; nothing was published")
+        return [check_identifier(c, "column") for c in out]
+
+    def _check_keys(self, info: TableInfo, d: Dialect, cols: Sequence[str]) -> list[str]:
+        keys = self._table_columns(info, d, self.key_columns)
+        absent = [k for k in keys if k not in cols]
+        if absent:
+            raise TargetSchemaError(f"key column(s) {absent} are not in the staged rows ({list(cols)})")
+        if frozenset(keys) not in info.unique_keys:
+            raise TargetSchemaError(f"upsert into {self.table} needs a PRIMARY KEY or UNIQUE index on exactly "
+                                    f"{list(keys)}; create one (CREATE UNIQUE INDEX ... ON {self.table} ({', '.join(keys)}))"
+                                    f" - without it duplicates would be inserted; nothing was published")
+        return keys
+
+    def _delete_previous(self, cur: Any, d: Dialect, info: TableInfo, interval: Interval, parts: list[str]) -> None:
+        table_sql = d.table(self.table)
+        if self.interval_column:
+            col = self._table_columns(info, d, [self.interval_column])[0]
+            cur.execute(f"DELETE FROM {table_sql} WHERE {d.quote(col)} >= %s AND {d.quote(col)} < %s",
+                        (self._ts(d, interval.start), self._ts(d, interval.end)))
+            return
+        for part in parts:
+            values = partition_values(part)
+            cols = self._table_columns(info, d, list(values))
+            cur.execute(f"DELETE FROM {table_sql} WHERE " + " AND ".join(f"{d.quote(c)} = %s" for c in cols),
+                        tuple(values.values()))
+
+    def _batches(self, staged: StagedVersion, d: Dialect, file_cols: list[str], part_cols: list[str],
+                 counted: list[int]) -> Iterator[pa.RecordBatch]:
+        names = [*file_cols, *part_cols]
+        for part, f in staged.files():
+            values = partition_values(part)
+            with staged.open(part, f.name) as fh:
+                pf = pq.ParquetFile(fh)
+                missing = sorted(set(file_cols) - set(pf.schema_arrow.names))
+                if missing:
+                    raise TargetSchemaError(f"staged file {part}/{f.name} lacks column(s) {missing} that other "
+                                            "staged files have; the job must write one schema")
+                for b in pf.iter_batches(batch_size=self.batch_rows, columns=file_cols):
+                    arrays = [b.column(c) for c in file_cols]
+                    arrays += [pa.repeat(pa.scalar(values[k], pa.string()), b.num_rows) for k in part_cols]
+                    counted[0] += b.num_rows
+                    yield d.prepare(pa.RecordBatch.from_arrays(arrays, names=names))
+
+    @staticmethod
+    def _ts(d: Dialect, value: datetime) -> datetime:
+        return value.astimezone(timezone.utc).replace(tzinfo=None) if d.name == "mysql" else value
+
+    # ------------------------------------------------------------------ connections and errors
+    def _with_retries(self, what: str, body: Callable[[Any], T]) -> T:
+        ep = self.endpoint()
+        d = DIALECTS[ep.dialect]
+        for attempt in range(self.retries + 1):
+            conn = None
+            try:
+                conn = d.connect(ep)
+                return body(conn)
+            except Exception as exc:
+                _rollback_quietly(conn)
+                kind = d.classify(exc)
+                if kind in ("transient", "unavailable") and attempt < self.retries:
+                    logger.warning("%s on %s: %s (%s); starting over (%d/%d)", what, self.describe(), kind,
+                                   redact(exc, *ep.secrets()).splitlines()[0], attempt + 1, self.retries)
+                    time.sleep(min(0.2 * 2 ** attempt, 2.0))
+                    continue
+                if kind is None:
+                    if isinstance(exc, TargetSchemaError):
+                        raise TargetSchemaError(f"{what} into {self.describe()}: {exc}; the transaction rolled "
+                                                "back, nothing was published; fix the table or the job's output, "
+                                                "then commit again") from None
+                    raise
+                raise self._error(what, exc, kind, ep) from None
+            finally:
+                _close_quietly(conn)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _error(self, what: str, exc: BaseException, kind: str, ep: Endpoint) -> Exception:
+        msg = redact(exc, *ep.secrets()).strip()[:800]
+        where = f"{what} into {self.describe()}"
+        if kind == "schema":
+            return TargetSchemaError(f"{where}: the database refused the rows: {msg}. The transaction rolled back, "
+                                     "nothing was published; fix the table or the job's output, then commit again")
+        if kind == "permission":
+            return ConfigError(f"{where}: the database user lacks a privilege: {msg}. Grant it (MySQL: also "
+                               "local_infile=ON on the server for LOAD DATA LOCAL) and commit again")
+        return TargetUnavailableError(f"{where}: the database is unavailable ({kind}, {self.retries + 1} attempt(s)): "
+                                      f"{msg}. Anything in flight rolled back or committed with its marker; "
+                                      "publishing again is safe")
+
+
+def _rollback_quietly(conn: Any) -> None:
+    if conn is not None:
+        try:
+            conn.rollback()
+        except Exception:  # the connection is gone: the server rolls back on its own
+            pass
+
+
+def _close_quietly(conn: Any) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:
+            pass

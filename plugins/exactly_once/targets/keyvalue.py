@@ -1,0 +1,205 @@
+"""The key-value target (Redis): the seeds' idempotent sink, made exactly-once.
+
+Every staged row becomes one Redis string: key ``<namespace>:<partition>:<key values>`` (for example
+``app_pv:dt=2026-01-01:app_1``; key values percent-encoded except letters, digits and ``-_.~=``), value the
+row's other columns as a JSON object. Per interval, two bookkeeping keys sit beside the data:
+
+* ``<namespace>:_eo:marker:<interval>`` - a hash: the live ``epoch``, its ``pipeline``/``sink``, ``rows``;
+* ``<namespace>:_eo:keys:<interval>``   - a set: the data keys of the live version.
+
+A publish WATCHes both, reads the marker (equal epoch: ``already``; newer: ``superseded``), then in ONE
+``MULTI``/``EXEC`` deletes the keys of the previous version that the new one no longer has, writes every
+new value, replaces the key set and sets the marker. Redis runs EXEC as one step, so a reader sees, per
+key, either the old or the new version, never a half-published interval; if another publisher changed
+the marker after our WATCH, EXEC does nothing and we start over (and then see its epoch). A crash before
+EXEC leaves nothing behind (the server drops an unfinished MULTI when the connection closes).
+Single Redis node (or a primary behind Sentinel); Redis Cluster is not supported (keys of one interval
+span slots).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterator
+from urllib.parse import quote
+
+import pyarrow.parquet as pq
+
+from ..errors import ConfigError, TargetSchemaError, TargetUnavailableError
+from ..failpoints import failpoint
+from ..ids import Interval, TxnRef
+from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome
+from .endpoint import Endpoint, redact, resolve, where
+
+logger = logging.getLogger(__name__)
+CHUNK = 10_000  # keys per MSET / SADD / DEL inside the transaction
+
+
+def key_part(value: Any) -> str:
+    """One key column's value as it appears in a Redis key (percent-encoded; ``:`` never appears raw)."""
+    if value is None:
+        raise TargetSchemaError("a key column is null; Redis keys need every key column")
+    return quote(str(value), safe="-_.~=")
+
+
+def _chunks(items: list[Any], n: int = CHUNK) -> Iterator[list[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+@dataclass(frozen=True)
+class RedisTarget(PublishTarget):
+    """Publish a sink's interval as one Redis string per row, atomically with the interval's marker.
+
+    ``namespace`` prefixes every key (letters, digits, ``_``); ``key_columns`` name the row's key
+    (unique within a partition); ``value_columns`` the JSON value (default: every other column).
+    Exactly one of ``conn_id`` (an Airflow connection of type redis) or ``url`` (``redis://[:pw@]host:6379/0``).
+    Keys a reprocess no longer produces are deleted in the same EXEC that writes the new version.
+    """
+
+    namespace: str
+    key_columns: tuple[str, ...]
+    conn_id: str | None = None
+    url: str | None = field(default=None, repr=False)
+    value_columns: tuple[str, ...] = ()
+    max_conflicts: int = 20
+
+    def __post_init__(self) -> None:
+        check_identifier(self.namespace, "namespace")
+        object.__setattr__(self, "key_columns", tuple(check_identifier(k, "key column") for k in self.key_columns))
+        object.__setattr__(self, "value_columns", tuple(check_identifier(v, "value column") for v in self.value_columns))
+        if not self.key_columns:
+            raise ConfigError("RedisTarget needs key_columns")
+        if bool(self.conn_id) == bool(self.url):
+            raise ConfigError("give exactly one of conn_id (an Airflow connection) or url")
+
+    def endpoint(self) -> Endpoint:
+        return resolve(self.conn_id, self.url, ("redis",))
+
+    def describe(self) -> str:
+        return f"redis target {where(self.conn_id, self.url, ('redis',))} namespace {self.namespace}"
+
+    def marker_key(self, interval: Interval) -> str:
+        return f"{self.namespace}:_eo:marker:{interval.token}"
+
+    def keyset_key(self, interval: Interval) -> str:
+        return f"{self.namespace}:_eo:keys:{interval.token}"
+
+    def data_key(self, partition: str, row: dict[str, Any]) -> str:
+        """The Redis key of ``row`` of ``partition`` (what a reader GETs)."""
+        return ":".join([self.namespace, partition, *(key_part(row.get(k)) for k in self.key_columns)])
+
+    # ------------------------------------------------------------------ the contract
+    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        """Write ``staged`` as the live version of ``txn.interval`` in one MULTI/EXEC with its marker.
+
+        Returns per partition ``published`` / ``already`` / ``superseded``. Raises TargetSchemaError
+        (a missing key column, duplicate keys: nothing written), ConfigError (the marker belongs to
+        another sink) or TargetUnavailableError (Redis unreachable or the publish kept losing the race;
+        publishing again is safe).
+        """
+        import redis
+
+        ep = self.endpoint()
+        try:
+            client = self._client(ep)
+            try:
+                verdict = self._publish(client, txn, staged)
+            finally:
+                client.close()
+        except redis.RedisError as exc:
+            raise TargetUnavailableError(f"publish {txn.name} into {self.describe()}: "
+                                         f"{redact(exc, *ep.secrets())[:500]}; nothing or everything of it was "
+                                         "applied (MULTI/EXEC); publishing again is safe") from None
+        return outcome(staged.partitions, verdict)
+
+    def live_epoch(self, interval: Interval) -> int | None:
+        import redis
+
+        ep = self.endpoint()
+        try:
+            client = self._client(ep)
+            try:
+                epoch = client.hget(self.marker_key(interval), "epoch")
+            finally:
+                client.close()
+        except redis.RedisError as exc:
+            raise TargetUnavailableError(f"read the marker of {interval.token} from {self.describe()}: "
+                                         f"{redact(exc, *ep.secrets())[:500]}") from None
+        return int(epoch) if epoch else None
+
+    # ------------------------------------------------------------------ internals
+    def _client(self, ep: Endpoint) -> Any:
+        import redis
+
+        opts = {k: float(v) for k, v in ep.options.items() if k.endswith("timeout")}
+        opts.setdefault("socket_timeout", 30.0)
+        opts.setdefault("socket_connect_timeout", 10.0)
+        return redis.Redis(host=ep.host, port=ep.port, db=int(ep.database or 0), username=ep.user,
+                           password=ep.password, ssl=ep.tls, **opts)
+
+    def _publish(self, client: Any, txn: TxnRef, staged: StagedVersion) -> str:
+        import redis
+
+        values: dict[str, str] | None = None  # read only when the marker says we publish: a repeated
+        # publish of a live version must not need the staged files (they may be cleaned up already)
+        marker, keyset = self.marker_key(txn.interval), self.keyset_key(txn.interval)
+        for _ in range(self.max_conflicts):
+            with client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(marker, keyset)
+                    live = pipe.hgetall(marker)
+                    epoch = int(live.get(b"epoch", 0))
+                    if epoch >= txn.epoch:
+                        verdict = ALREADY if epoch == txn.epoch else SUPERSEDED
+                        logger.info("%s: %s (marker at epoch %d) in %s", txn.name, verdict, epoch, self.describe())
+                        return verdict
+                    owner = (live.get(b"pipeline", b"").decode(), live.get(b"sink", b"").decode())
+                    if live and owner != (txn.pipeline, txn.sink):
+                        raise ConfigError(f"namespace {self.namespace} is published by {owner[0]}/{owner[1]}, not "
+                                          f"{txn.pipeline}/{txn.sink}: a namespace belongs to one sink")
+                    if values is None:
+                        values = self._values(staged)
+                    stale = sorted({k.decode() for k in pipe.smembers(keyset)} - values.keys())
+                    pipe.multi()
+                    for chunk in _chunks(stale):
+                        pipe.delete(*chunk)
+                    for chunk in _chunks(list(values.items())):
+                        pipe.mset(dict(chunk))
+                    pipe.delete(keyset)
+                    for chunk in _chunks(sorted(values)):
+                        pipe.sadd(keyset, *chunk)
+                    pipe.hset(marker, mapping={"epoch": txn.epoch, "pipeline": txn.pipeline, "sink": txn.sink,
+                                               "rows": len(values),
+                                               "committed_at": datetime.now(timezone.utc).isoformat()})
+                    failpoint("commit.mid_publish")  # queued, not sent: a crash here writes nothing
+                    pipe.execute()
+                except redis.WatchError:
+                    continue  # another publisher moved the marker after our WATCH: look again
+            logger.info("%s: published %d keys (%d stale deleted) into %s", txn.name, len(values or ()),
+                        len(stale), self.describe())
+            return PUBLISHED
+        raise TargetUnavailableError(f"publish {txn.name} into {self.describe()}: lost the race for the marker "
+                                     f"{self.max_conflicts} times; publishing again is safe")
+
+    def _values(self, staged: StagedVersion) -> dict[str, str]:
+        """Every staged row as ``{redis key: JSON value}``; refuses duplicate keys and missing columns."""
+        out: dict[str, str] = {}
+        for part, f in staged.files():
+            with staged.open(part, f.name) as fh:
+                table = pq.read_table(fh)
+            missing = [c for c in (*self.key_columns, *self.value_columns) if c not in table.column_names]
+            if missing:
+                raise TargetSchemaError(f"staged file {part}/{f.name} has no column(s) {missing} (it has "
+                                        f"{table.column_names}); fix key_columns/value_columns or the job")
+            cols = list(self.value_columns) or [c for c in table.column_names if c not in self.key_columns]
+            for row in table.to_pylist():
+                key = self.data_key(part, row)
+                if key in out:
+                    raise TargetSchemaError(f"duplicate key {key!r} in the staged rows: key_columns "
+                                            f"{list(self.key_columns)} must be unique within a partition")
+                out[key] = json.dumps({c: row[c] for c in cols}, sort_keys=True, separators=(",", ":"),
+                                      default=str)
+        return out

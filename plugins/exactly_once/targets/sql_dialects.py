@@ -1,0 +1,412 @@
+"""What differs between PostgreSQL (psycopg2) and MariaDB/MySQL (PyMySQL) for the database target.
+
+Everything here works on an open DB-API connection inside the caller's transaction. Identifiers reach
+SQL only allow-listed (:func:`~exactly_once.targets.base.check_identifier`) *and* quoted; values are
+always bound parameters or travel in the bulk stream (CSV, quoted by pyarrow), never pasted into SQL.
+
+Bulk paths: PostgreSQL ``COPY ... FROM STDIN (FORMAT csv)`` streamed from the Parquet batches;
+MariaDB/MySQL ``LOAD DATA LOCAL INFILE`` of a private temporary CSV file, after which every warning
+counts as an error (``LOCAL`` turns data errors into warnings, so this is what keeps it strict).
+"""
+from __future__ import annotations
+
+import io
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from ..errors import TargetSchemaError, UnsafeIdentifierError
+from .base import check_identifier
+from .endpoint import Endpoint
+
+STAGE = "_eo_stage"  # the session-private staging table of upsert mode
+_NESTED = (pa.types.is_nested, pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A target table as the database describes it."""
+
+    columns: dict[str, str]            # column name -> the database's type
+    unique_keys: tuple[frozenset[str], ...]
+
+    def column(self, name: str, case_insensitive: bool) -> str | None:
+        if name in self.columns:
+            return name
+        if case_insensitive:
+            return next((c for c in self.columns if c.lower() == name.lower()), None)
+        return None
+
+
+def split_table(name: str, what: str = "table") -> tuple[str | None, str]:
+    """``schema.table`` or ``table`` -> (schema or None, table), each part allow-listed."""
+    parts = name.split(".") if isinstance(name, str) else [name]
+    if len(parts) > 2:
+        raise UnsafeIdentifierError(f"{what} {name!r}: expected table or schema.table")
+    return (check_identifier(parts[0], f"{what} schema"), check_identifier(parts[1], what)) if len(parts) == 2 \
+        else (None, check_identifier(parts[0], what))
+
+
+class Dialect(ABC):
+    """One database family: connecting, quoting, metadata, the marker's SQL, the bulk load, errors."""
+
+    name: str
+    case_insensitive_columns = False
+    quote_char = '"'
+
+    def quote(self, ident: str) -> str:
+        return f"{self.quote_char}{check_identifier(ident, 'column')}{self.quote_char}"
+
+    def table(self, name: str) -> str:
+        schema, table = split_table(name)
+        return ".".join(self.quote(p) for p in (schema, table) if p)
+
+    def columns_sql(self, cols: Sequence[str]) -> str:
+        return ", ".join(self.quote(c) for c in cols)
+
+    @abstractmethod
+    def connect(self, ep: Endpoint) -> Any: """An open connection, autocommit off, session set up."""
+
+    ts_type, text_type, table_options = "timestamptz", "text", ""
+
+    def commit_table_ddl(self, table_sql: str) -> str:
+        """CREATE TABLE IF NOT EXISTS of the commit table (one marker row per target table and interval)."""
+        ts = self.ts_type
+        return (f"CREATE TABLE IF NOT EXISTS {table_sql} (target varchar(255) NOT NULL, "
+                "interval_token varchar(64) NOT NULL, epoch bigint NOT NULL, pipeline varchar(128), "
+                f"sink varchar(128), interval_start {ts}, interval_end {ts}, partitions {self.text_type}, "
+                f"rows_loaded bigint, committed_at {ts}, PRIMARY KEY (target, interval_token)){self.table_options}")
+
+    @abstractmethod
+    def table_info(self, cur: Any, name: str) -> TableInfo | None: """None if there is no such table."""
+
+    @abstractmethod
+    def marker_insert_sql(self, table_sql: str) -> str:
+        """Insert the marker row at epoch 0 unless it exists (params: target, interval, start, end)."""
+
+    @abstractmethod
+    def load(self, cur: Any, table_sql: str, cols: Sequence[str], batches: Iterator[pa.RecordBatch]) -> int:
+        """Bulk-load ``batches`` into ``cols`` of the table; returns the rows the database loaded."""
+
+    @abstractmethod
+    def create_stage(self, cur: Any, table_sql: str) -> str: """A private empty copy of the table; its SQL name."""
+
+    @abstractmethod
+    def upsert_sql(self, table_sql: str, stage_sql: str, cols: Sequence[str], keys: Sequence[str]) -> str:
+        """Move every row of the stage into the table, updating rows whose key exists."""
+
+    @abstractmethod
+    def classify(self, exc: BaseException) -> str | None:
+        """``schema`` | ``transient`` | ``unavailable`` | ``permission`` | None (not a database error)."""
+
+    def prepare(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Columns the CSV bulk path can carry exactly; refuses nested and binary columns."""
+        arrays = []
+        for name, col in zip(batch.schema.names, batch.columns):
+            t = col.type
+            if pa.types.is_dictionary(t):
+                col, t = col.cast(t.value_type), t.value_type
+            if any(check(t) for check in _NESTED):
+                raise TargetSchemaError(f"column {name!r} has type {t}: the database target loads flat scalar "
+                                        "columns only; flatten or encode it in the job (e.g. to_json)")
+            if pa.types.is_timestamp(t) and t.unit == "ns":
+                try:  # databases keep microseconds; refuse to drop digits silently
+                    col = col.cast(pa.timestamp("us", t.tz))
+                except pa.ArrowInvalid:
+                    raise TargetSchemaError(f"column {name!r} has nanoseconds the database cannot store; "
+                                            "round it to microseconds in the job") from None
+            arrays.append(col)
+        return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+# --------------------------------------------------------------------------------------------- PostgreSQL
+class _CsvStream(io.RawIOBase):
+    """A read-only stream of CSV bytes rendered batch by batch (what COPY FROM STDIN reads)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks, self._buf = chunks, memoryview(b"")
+        self.error: BaseException | None = None  # what stopped the stream (the driver only reports "read failed")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buf:
+            try:
+                nxt = next(self._chunks, None)
+            except BaseException as exc:
+                self.error = exc
+                raise
+            if nxt is None:
+                return 0
+            self._buf = memoryview(nxt)
+        n = min(len(b), len(self._buf))
+        b[:n], self._buf = self._buf[:n], self._buf[n:]
+        return n
+
+
+def _csv_chunks(batches: Iterator[pa.RecordBatch], null: str) -> Iterator[bytes]:
+    """The batches as CSV, rendered ahead in a thread while the database ingests the previous chunk."""
+    opts = pacsv.WriteOptions(include_header=False, null_string=null, batch_size=8192)
+
+    def render() -> Iterator[bytes]:
+        for batch in batches:
+            sink = io.BytesIO()
+            pacsv.write_csv(batch, sink, opts)
+            yield sink.getvalue()
+
+    return prefetch(render())
+
+
+_DONE = object()
+
+
+def prefetch(items: Iterator[Any], depth: int = 4) -> Iterator[Any]:
+    """Iterate ``items`` in a worker thread, up to ``depth`` ahead (Parquet decoding and CSV rendering
+    release the GIL, so they overlap the database's ingest). An exception in the worker is raised here;
+    when the consumer stops early the worker stops too."""
+    q: queue.Queue[Any] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(x: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for x in items:
+                if not put((x, None)):
+                    return
+            put((_DONE, None))
+        except BaseException as exc:  # handed to the consumer, raised in its thread
+            put((_DONE, exc))
+
+    worker = threading.Thread(target=work, name="eo-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            x, exc = q.get()
+            if exc is not None:
+                raise exc
+            if x is _DONE:
+                return
+            yield x
+    finally:
+        stop.set()
+        worker.join()
+
+
+class Postgres(Dialect):
+    name = "postgresql"
+
+    def connect(self, ep: Endpoint) -> Any:
+        import psycopg2
+
+        opts = {"connect_timeout": "10", "application_name": "exactly-once", **ep.options}
+        conn = psycopg2.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
+                                dbname=ep.database, **opts)
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            cur.execute("SET TIME ZONE 'UTC'")
+        conn.commit()
+        return conn
+
+
+    def table_info(self, cur: Any, name: str) -> TableInfo | None:
+        reg = self.table(name)
+        cur.execute("SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass(%s)", (reg,))
+        kind = cur.fetchone()
+        if kind is None:
+            return None
+        if kind[0] not in ("r", "p"):
+            raise TargetSchemaError(f"{name!r} is not a table (relkind {kind[0]!r}); publish into a plain table")
+        cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                    "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (reg,))
+        cols = dict(cur.fetchall())
+        cur.execute("SELECT array_agg(a.attname::text) FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
+                    "i.indrelid AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND "
+                    "i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid", (reg,))
+        return TableInfo(cols, tuple(frozenset(r[0]) for r in cur.fetchall()))
+
+    def marker_insert_sql(self, table_sql: str) -> str:
+        return (f"INSERT INTO {table_sql} (target, interval_token, epoch, interval_start, interval_end) "
+                "VALUES (%s, %s, 0, %s, %s) ON CONFLICT (target, interval_token) DO NOTHING")
+
+    def load(self, cur: Any, table_sql: str, cols: Sequence[str], batches: Iterator[pa.RecordBatch]) -> int:
+        raw = _CsvStream(_csv_chunks(batches, ""))
+        try:
+            cur.copy_expert(f"COPY {table_sql} ({self.columns_sql(cols)}) FROM STDIN WITH (FORMAT csv)",
+                            io.BufferedReader(raw, buffer_size=1 << 20), size=1 << 20)
+        except Exception:
+            if raw.error is not None:  # our side stopped the COPY: raise why, not psycopg2's wrapper
+                raise raw.error from None
+            raise
+        return cur.rowcount
+
+    def create_stage(self, cur: Any, table_sql: str) -> str:
+        cur.execute(f"CREATE TEMP TABLE {self.quote(STAGE)} (LIKE {table_sql} INCLUDING DEFAULTS) ON COMMIT DROP")
+        return self.quote(STAGE)
+
+    def upsert_sql(self, table_sql: str, stage_sql: str, cols: Sequence[str], keys: Sequence[str]) -> str:
+        rest = [c for c in cols if c not in keys]
+        action = ("DO UPDATE SET " + ", ".join(f"{self.quote(c)} = EXCLUDED.{self.quote(c)}" for c in rest)
+                  if rest else "DO NOTHING")
+        c = self.columns_sql(cols)
+        return f"INSERT INTO {table_sql} ({c}) SELECT {c} FROM {stage_sql} ON CONFLICT ({self.columns_sql(keys)}) {action}"
+
+    def classify(self, exc: BaseException) -> str | None:
+        import psycopg2
+
+        if not isinstance(exc, psycopg2.Error):
+            return None
+        code = exc.pgcode or ""
+        if code in ("40P01", "40001", "55P03"):
+            return "transient"
+        if code[:2] == "08" or code.startswith("57P") or code == "" and isinstance(exc, (psycopg2.OperationalError,
+                                                                       psycopg2.InterfaceError)):
+            return "unavailable"
+        if code in ("42501",):
+            return "permission"
+        if code[:2] in ("21", "22", "23", "42"):
+            return "schema"
+        return None
+
+
+# --------------------------------------------------------------------------------------------- MariaDB/MySQL
+_MY_SCHEMA = {1146, 1054, 1366, 1264, 1265, 1292, 1406, 1048, 1062, 1364, 1451, 1452, 1263, 1261, 1262, 1136}
+_MY_UNAVAILABLE = {0, 1053, 1927, 2003, 2006, 2013, 2014, 2055}
+_MY_PERMISSION = {1044, 1045, 1142, 1143, 1148, 2068, 3948}
+_TRANSACTIONAL = {"innodb", "xtradb", "ndbcluster", "ndb", "tokudb", "rocksdb"}
+
+
+class MySQL(Dialect):
+    name = "mysql"
+    case_insensitive_columns = True
+    quote_char = "`"
+    ts_type, text_type, table_options = "datetime(6)", "longtext", " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+
+    def connect(self, ep: Endpoint) -> Any:
+        import pymysql
+
+        opts: dict[str, Any] = {"connect_timeout": 10, "charset": "utf8mb4", **ep.options}
+        opts["connect_timeout"] = int(opts["connect_timeout"])
+        conn = pymysql.connect(host=ep.host, port=ep.port, user=ep.user or "", password=ep.password or "",
+                               database=ep.database, local_infile=True, autocommit=False, **opts)
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,"
+                        "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'")
+            cur.execute("SET SESSION time_zone = '+00:00'")
+            # no gap locks: a publish locks only the rows of its own interval, not its neighbours'
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        conn.commit()
+        return conn
+
+
+    def table_info(self, cur: Any, name: str) -> TableInfo | None:
+        schema, table = split_table(name)
+        where = "TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s"
+        cur.execute(f"SELECT ENGINE, TABLE_TYPE FROM information_schema.TABLES WHERE {where}", (schema, table))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        if row[1] != "BASE TABLE":
+            raise TargetSchemaError(f"{name!r} is a {row[1]}, not a table; publish into a plain table")
+        if (row[0] or "").lower() not in _TRANSACTIONAL:
+            raise TargetSchemaError(f"table {name!r} uses the {row[0]} engine, which has no transactions: the "
+                                    f"load and its marker could not commit together. ALTER TABLE ... ENGINE=InnoDB")
+        cur.execute(f"SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE {where} "
+                    "ORDER BY ORDINAL_POSITION", (schema, table))
+        cols = {r[0]: r[1] for r in cur.fetchall()}
+        cur.execute(f"SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE {where} "
+                    "AND NON_UNIQUE = 0", (schema, table))
+        keys: dict[str, set[str]] = {}
+        for index, col in cur.fetchall():
+            keys.setdefault(index, set()).add(col)
+        return TableInfo(cols, tuple(frozenset(k) for k in keys.values()))
+
+    def marker_insert_sql(self, table_sql: str) -> str:
+        return (f"INSERT INTO {table_sql} (target, interval_token, epoch, interval_start, interval_end) "
+                "VALUES (%s, %s, 0, %s, %s) ON DUPLICATE KEY UPDATE epoch = epoch")
+
+    def prepare(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        batch = super().prepare(batch)
+        arrays = []
+        for col in batch.columns:
+            t = col.type
+            if pa.types.is_boolean(t):
+                col = col.cast(pa.int8())  # MySQL reads 1/0, not true/false
+            elif pa.types.is_timestamp(t) and t.tz is not None:
+                col = pc.cast(col, pa.timestamp(t.unit))  # the UTC wall clock; the session is at +00:00
+            arrays.append(col)
+        return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+    def load(self, cur: Any, table_sql: str, cols: Sequence[str], batches: Iterator[pa.RecordBatch]) -> int:
+        tmp = tempfile.mkdtemp(prefix="eo-load-")  # private (0700): the CSV holds the interval's rows
+        try:
+            path = os.path.join(tmp, "rows.csv")
+            with open(path, "wb") as f:
+                for chunk in _csv_chunks(batches, "NULL"):
+                    f.write(chunk)
+            cur.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE {table_sql} CHARACTER SET utf8mb4 "
+                        "FIELDS TERMINATED BY ',' OPTIONALLY ENCLOSED BY '\"' ESCAPED BY '' "
+                        f"LINES TERMINATED BY '\\n' ({self.columns_sql(cols)})", (path,))
+            loaded = cur.rowcount
+            self.raise_on_warnings(cur, f"LOAD DATA into {table_sql}")
+            return loaded
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @staticmethod
+    def raise_on_warnings(cur: Any, what: str) -> None:
+        """LOAD DATA LOCAL reports bad values, duplicates and truncation as warnings: make them errors."""
+        cur.execute("SHOW WARNINGS LIMIT 5")
+        bad = [w for w in cur.fetchall() if w[0] in ("Warning", "Error")]
+        if bad:
+            shown = "; ".join(f"{w[1]}: {w[2]}" for w in bad)
+            raise TargetSchemaError(f"{what} rejected rows ({shown})")
+
+    def create_stage(self, cur: Any, table_sql: str) -> str:
+        cur.execute(f"CREATE TEMPORARY TABLE {self.quote(STAGE)} LIKE {table_sql}")
+        return self.quote(STAGE)
+
+    def upsert_sql(self, table_sql: str, stage_sql: str, cols: Sequence[str], keys: Sequence[str]) -> str:
+        rest = [c for c in cols if c not in keys] or list(keys)[:1]  # nothing to update: a no-op assignment
+        c = self.columns_sql(cols)
+        updates = ", ".join(f"{self.quote(x)} = VALUES({self.quote(x)})" for x in rest)
+        return f"INSERT INTO {table_sql} ({c}) SELECT {c} FROM {stage_sql} ON DUPLICATE KEY UPDATE {updates}"
+
+    def classify(self, exc: BaseException) -> str | None:
+        import pymysql
+
+        if not isinstance(exc, pymysql.err.Error):
+            return None
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        if code in (1213, 1205):
+            return "transient"
+        if code in _MY_UNAVAILABLE or isinstance(exc, pymysql.err.InterfaceError):
+            return "unavailable"
+        if code in _MY_PERMISSION:
+            return "permission"
+        if code in _MY_SCHEMA or isinstance(exc, (pymysql.err.DataError, pymysql.err.IntegrityError,
+                                                  pymysql.err.ProgrammingError)):
+            return "schema"
+        if isinstance(exc, pymysql.err.OperationalError):
+            return "unavailable"
+        return None
+
+
+DIALECTS: dict[str, Dialect] = {"postgresql": Postgres(), "mysql": MySQL()}

@@ -1,0 +1,173 @@
+"""The Redis target against the real server on loopback: atomic values + marker, idempotent, fenced.
+
+Every test works in its own namespace (a fresh key prefix) and deletes it afterwards.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from eo_testing import need
+from target_helpers import REDIS_URL, gone, pv_rows, reachable, split, stage, txn
+
+from exactly_once import ConfigError, Interval, UnsafeIdentifierError
+from exactly_once.errors import TargetSchemaError, TargetUnavailableError
+from exactly_once.targets import RedisTarget
+from exactly_once.targets import keyvalue as keyvalue_module
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DAY = "2026-01-01"
+IV = Interval.daily(DAY)
+PART = f"dt={DAY}"
+
+
+@pytest.fixture
+def r():
+    need(reachable(6379), "redis is not running on 127.0.0.1:6379")
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=6379, db=0, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def ns(r):
+    name = f"eo_t_{uuid.uuid4().hex[:10]}"
+    yield name
+    keys = list(r.scan_iter(f"{name}:*"))
+    if keys:
+        r.delete(*keys)
+
+
+def target(ns, **kw) -> RedisTarget:
+    return RedisTarget(ns, ("app_id",), url=REDIS_URL, **kw)
+
+
+def live(r, ns) -> dict[str, dict]:
+    """Every data key of the namespace with its decoded value (bookkeeping keys left out)."""
+    keys = [k for k in r.scan_iter(f"{ns}:*") if ":_eo:" not in k]
+    return {k: json.loads(r.get(k)) for k in sorted(keys)}
+
+
+def expected(ns, rows, part=PART) -> dict[str, dict]:
+    return {f"{ns}:{part}:{x['app_id']}": {"cumulative_pv": x["cumulative_pv"], "pv": x["pv"], "uv": x["uv"]}
+            for x in rows}
+
+
+def test_publish_already_superseded_and_reprocess_drops_keys(r, ns, tmp_path):
+    t = target(ns)
+    v2 = pv_rows("a", 200)
+    s2 = stage(tmp_path, {PART: split(v2, 2)})
+    assert t.live_epoch(IV) is None
+    assert t.publish(txn(epoch=2), s2) == {PART: "published"}
+    assert live(r, ns) == expected(ns, v2) and t.live_epoch(IV) == 2
+    assert t.publish(txn(epoch=2), s2) == {PART: "already"}  # the lost acknowledgement
+    assert t.publish(txn(epoch=2), gone(s2)) == {PART: "already"}  # ... even after the staging was cleaned up
+    assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("z", 5)]})) == {PART: "superseded"}
+    assert live(r, ns) == expected(ns, v2)
+    other = pv_rows("o", 3)
+    t.publish(txn("2026-01-02", epoch=1), stage(tmp_path, {"dt=2026-01-02": [other]}))
+    # the reprocess produces half of the keys with new values: the other half disappears with it
+    v3 = [{**x, "pv": x["pv"] + 1} for x in v2[:100]]
+    assert t.publish(txn(epoch=3), stage(tmp_path, {PART: [v3]})) == {PART: "published"}
+    assert live(r, ns) == {**expected(ns, v3), **expected(ns, other, "dt=2026-01-02")}
+    assert r.scard(t.keyset_key(IV)) == 100 and r.hget(t.marker_key(IV), "epoch") == "3"
+
+
+def _other_publisher_after_the_watch(monkeypatch, other) -> list:
+    """Run ``other()`` (a whole publish) the first time a publisher, having WATCHed and read the marker,
+    is about to queue its MULTI; returns the list that receives its result."""
+    import redis.client
+
+    real = redis.client.Pipeline.multi
+    fired: list = []
+    started: list = []
+
+    def multi(self):
+        if not started:
+            started.append(1)
+            fired.append(other())
+        return real(self)
+
+    monkeypatch.setattr(redis.client.Pipeline, "multi", multi)
+    return fired
+
+
+@pytest.mark.parametrize("a_epoch,b_epoch,a_verdict", [(2, 3, "superseded"), (3, 2, "published")])
+def test_two_publishers_race_after_the_watch(r, ns, tmp_path, monkeypatch, a_epoch, b_epoch, a_verdict):
+    """A has WATCHed and read the marker; B publishes its whole version in between. A's EXEC must do
+    nothing; A looks again: B newer -> superseded (the values stay B's); B older -> A publishes over it
+    and B's keys go with B's version."""
+    a_rows, b_rows = pv_rows("A", 50), pv_rows("B", 20, start=900)
+    a, b = target(ns), target(ns)
+    b_staged = stage(tmp_path, {PART: [b_rows]})
+    fired = _other_publisher_after_the_watch(monkeypatch, lambda: b.publish(txn(epoch=b_epoch), b_staged))
+    assert a.publish(txn(epoch=a_epoch), stage(tmp_path, {PART: [a_rows]})) == {PART: a_verdict}
+    assert fired == [{PART: "published"}]
+    winner = b_rows if a_verdict == "superseded" else a_rows
+    assert live(r, ns) == expected(ns, winner) and a.live_epoch(IV) == max(a_epoch, b_epoch)
+
+
+def _child(ns, staged, epoch, crash=None, failpoints=""):
+    spec = {"target": "redis", "config": {"namespace": ns, "key_columns": ["app_id"], "url": REDIS_URL},
+            "staged": staged.root, "txn": txn(epoch=epoch).to_dict(), "crash": crash}
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tests", "target_child.py"), json.dumps(spec)],
+                          env={**os.environ, "EO_FAILPOINTS": failpoints}, capture_output=True, text=True, timeout=120)
+
+
+def test_crash_after_exec_and_before_exec(r, ns, tmp_path):
+    old = pv_rows("old", 4)
+    target(ns).publish(txn(epoch=1), stage(tmp_path, {PART: [old]}))
+    rows = pv_rows("c", 100)
+    staged = stage(tmp_path, {PART: [rows]})
+    proc = _child(ns, staged, 2, failpoints="commit.mid_publish=crash")  # queued, never sent
+    assert proc.returncode == 137, proc.stderr
+    assert live(r, ns) == expected(ns, old) and target(ns).live_epoch(IV) == 1
+    proc = _child(ns, staged, 2, crash="after_target_commit")  # EXEC done, the caller never hears
+    assert proc.returncode == 137, proc.stderr
+    assert target(ns).live_epoch(IV) == 2
+    assert target(ns).publish(txn(epoch=2), staged) == {PART: "already"}
+    assert live(r, ns) == expected(ns, rows)
+
+
+def test_bad_input_writes_nothing(r, ns, tmp_path):
+    t = target(ns)
+    with pytest.raises(TargetSchemaError, match="duplicate key"):
+        t.publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 3), pv_rows("a", 1)]}))
+    with pytest.raises(TargetSchemaError, match=r"no column\(s\) \['nope'\]"):
+        RedisTarget(ns, ("nope",), url=REDIS_URL).publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 3)]}))
+    assert list(r.scan_iter(f"{ns}:*")) == []
+    for bad in ("a:b", "x y", "", "ns*", "a\nb"):
+        with pytest.raises(UnsafeIdentifierError):
+            RedisTarget(bad, ("app_id",), url=REDIS_URL)
+
+
+def test_key_values_with_separators_cannot_collide(r, ns, tmp_path):
+    rows = [{"app_id": "a:b", "x": "c", "v": 1}, {"app_id": "a", "x": "b:c", "v": 2},
+            {"app_id": "%3A", "x": "", "v": 3}, {"app_id": "sp ace*?[", "x": "\n", "v": 4}]
+    t = RedisTarget(ns, ("app_id", "x"), url=REDIS_URL)
+    assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) == {PART: "published"}
+    got = live(r, ns)
+    assert len(got) == 4 and sorted(v["v"] for v in got.values()) == [1, 2, 3, 4]
+    assert got[t.data_key(PART, rows[0])] == {"v": 1}
+
+
+def test_another_sink_may_not_take_over_a_namespace(r, ns, tmp_path):
+    target(ns).publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
+    with pytest.raises(ConfigError, match="belongs to one sink"):
+        target(ns).publish(txn(epoch=2, sink="other"), stage(tmp_path, {PART: [pv_rows("b", 2)]}))
+
+
+def test_unreachable_redis_and_credentials(ns, tmp_path, caplog):
+    secret = "r3dis-pw-" + uuid.uuid4().hex[:6]
+    t = RedisTarget(ns, ("app_id",), url=f"redis://:{secret}@127.0.0.1:1/0")
+    with pytest.raises(TargetUnavailableError, match="publishing again is safe") as err:
+        t.publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
+    texts = [str(err.value), repr(t), t.describe(), *(x.getMessage() for x in caplog.records)]
+    assert not [x for x in texts if secret in x]
+    assert keyvalue_module.key_part("a:b") == "a%3Ab"
