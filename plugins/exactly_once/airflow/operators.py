@@ -88,12 +88,14 @@ class PreCommitOperator(PhaseOperator):
 
 
 class ReportLink(BaseOperatorLink):
-    """"Data quality report" button on the validate task: the run's Data Docs page."""
+    """"Data quality report" button on the validate task: the plugin's report page of the run."""
 
     name = "Data quality report"
 
     def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        return getattr(operator, "report_link", "") or ""
+        from ..reports import run_report_url  # noqa: PLC0415 - the run's page: values, limits, all suites
+
+        return run_report_url(ti_key.dag_id, ti_key.run_id) if ti_key is not None else ""
 
 
 class ValidateOperator(PhaseOperator):
