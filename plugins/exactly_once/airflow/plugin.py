@@ -1,5 +1,5 @@
 """The Airflow plugin: the tables page and reports (served by the API server behind Airflow's login),
-the validate task's report link, and the UI entries that open them."""
+the validate task's report link, the UI entries that open them, and the run notes."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -8,6 +8,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from ..reports import URL_PREFIX
+from .notes import RunNotes
 from .operators import ReportLink
 
 
@@ -32,6 +33,7 @@ class ExactlyOncePlugin(AirflowPlugin):
     name = "exactly_once"
     operator_extra_links = [ReportLink()]
     fastapi_apps = _LazyApps()  # type: ignore[assignment]
+    listeners = [RunNotes()]  # each DAG run's note: what it published, or why not
     external_views = [
         {"name": "Exactly-once tables", "href": f"{URL_PREFIX}/tables", "url_route": "eo-tables",
          "destination": "nav", "category": "browse"},
