@@ -9,7 +9,8 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYTHONPATH := $(CURDIR)/plugins:$(PYTHONPATH)
 UV_VERSION := 0.13.8
 
-.PHONY: install lock test test-fast demo run-interval chaos bench clean check-java
+.PHONY: install lock test test-fast demo run-interval chaos bench clean check-java ui
+UI_PORT ?= 8080
 
 $(BIN)/.installed: requirements.lock pyproject.toml
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
@@ -41,6 +42,10 @@ demo: install
 run-interval: install
 	@test -n "$(DAG)" -a -n "$(DATE)" || { echo "usage: make run-interval DAG=<dag_id> DATE=YYYY-MM-DD [REPROCESS=1]"; exit 2; }
 	@$(BIN)/python -m exactly_once.cli run-interval --dag "$(DAG)" --date "$(DATE)" $(if $(filter 1,$(REPROCESS)),--reprocess)
+
+# The Airflow UI (project DAGs + plugin, no examples) on UI_PORT; login: see README "Open the Airflow UI"
+ui: install
+	@$(BIN)/python -m exactly_once.uiserver --port "$(UI_PORT)"
 
 chaos: install
 	$(BIN)/python -m exactly_once.chaos $(CHAOS_ARGS)

@@ -5,6 +5,7 @@
     eo status [--dag pv_pipeline]   every interval's epochs and states, from the transaction log
     eo recover [--dag pv_pipeline]  finish decided commits, abort stale attempts
     eo gc [--dag pv_pipeline]       delete what the log says is finished (staging, old versions)
+    eo history <table-url>          every version of every interval: time, rows, verdict (history.py)
 """
 from __future__ import annotations
 
@@ -171,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--min-age", type=float, default=3600, help="gc: keep superseded versions this long")
         s.add_argument("-v", "--verbose", action="store_true")
         s.set_defaults(fn=fn)
+    from .history import add_parser as add_history  # noqa: PLC0415 - the command lives in its module
+
+    add_history(sub)
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     code = args.fn(args)

@@ -160,6 +160,7 @@ def _summary(frames: Frames, runs: list[SuiteRun], results: list[Any], pages: li
         "engine": engine, "partition": partition, "rows": frames.rows,
         "malformed_ratio": _plain(row.get("malformed_ratio")), "max_malformed_ratio": max_ratio,
         "completeness_gap": _plain(row.get("completeness_gap")),
+        "measured": {str(k): _plain(v) for k, v in row.items()},  # what the counts suite checked
         "suites": {run.suite.name: {"success": bool(res.success),
                                     "evaluated": res.statistics.get("evaluated_expectations"),
                                     "failed": res.statistics.get("unsuccessful_expectations"),

@@ -7,6 +7,7 @@ and the "Data quality reports" menu entry open them in the browser.
 from __future__ import annotations
 
 import os
+from urllib.parse import quote
 
 from .config import reports_dir
 
@@ -27,3 +28,18 @@ def report_link(path: str | None) -> str:
         rel = os.path.relpath(os.path.abspath(local), root)
         return f"{URL_PREFIX}/reports/{rel}"
     return path
+
+
+def run_report_url(dag_id: str, run_id: str) -> str:
+    """The plugin's report page of one DAG run: measured values next to limits, every suite's page."""
+    return f"{URL_PREFIX}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def table_page_url(dag_id: str, sink: str) -> str:
+    """The plugin's page of one table: every interval, its epochs, the live version."""
+    return f"{URL_PREFIX}/dags/{quote(dag_id, safe='')}/tables/{quote(sink, safe='')}"
+
+
+def version_page_url(dag_id: str, sink: str, version: str) -> str:
+    """The plugin's report page of one transaction (one epoch of one interval)."""
+    return f"{table_page_url(dag_id, sink)}/versions/{quote(version, safe='')}"

@@ -10,12 +10,14 @@ import json
 import os
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
 from pv_checks import assert_clean, expected_rows, sink, visible_rows
 
 from exactly_once.ids import Interval
+from exactly_once.txlog import State
 from exactly_once.localrun import run_interval
 from exactly_once.sample_data import generate
 
@@ -23,15 +25,49 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 DAYS = ["2026-01-01", "2026-01-02", "2026-01-03"]
 
 
-def assert_report_links(root) -> None:
-    """The validate task's "Data quality report" button (an extra link, stored as XCom) opens a real page."""
-    db = Path(os.environ["AIRFLOW_HOME"]) / "airflow.db"
-    with sqlite3.connect(db) as con:
-        links = [json.loads(v) for (v,) in con.execute(
-            "select value from xcom where key = '_link_ReportLink' and task_id = 'app_pv.validate'")]
-    assert links and all(lk.startswith("/eo/reports/data_docs/") for lk in links), links
-    page = root / "reports" / links[-1][len("/eo/reports/"):]
-    assert page.is_file() and "app_pv" in page.read_text()
+def _db(query: str) -> list[tuple]:
+    with sqlite3.connect(Path(os.environ["AIRFLOW_HOME"]) / "airflow.db") as con:
+        return list(con.execute(query))
+
+
+def assert_report_links() -> None:
+    """The validate task's "Data quality report" button (an extra link, stored as XCom) opens the run's
+    report page of the plugin (served behind Airflow's login: tests/integration/test_airflow_ui.py)."""
+    rows = _db("select x.value, r.run_id from xcom x join dag_run r on r.id = x.dag_run_id "
+               "where x.key = '_link_ReportLink' and x.task_id = 'app_pv.validate'")
+    assert rows, "no report link"
+    for value, run_id in rows:
+        assert json.loads(value) == f"/eo/dags/pv_pipeline/runs/{quote(run_id, safe='')}"
+
+
+def notes_by_day() -> dict[str, str | None]:
+    """The note of the latest run of pv_pipeline per interval start day (set by the plugin's listener;
+    ``airflow dags test`` replaces an earlier run of the same logical date)."""
+    rows = _db("select substr(r.data_interval_start, 1, 10), n.content from dag_run r "
+               "left join dag_run_note n on n.dag_run_id = r.id where r.dag_id = 'pv_pipeline' order by r.id")
+    return dict(rows)
+
+
+def latest_asset_extras(n: int) -> list[dict]:
+    rows = _db(f"select extra from asset_event order by id desc limit {int(n)}")
+    return [json.loads(extra) for (extra,) in reversed(rows)]
+
+
+def assert_published_notes_and_events(root, versions: list[tuple[str, int]]) -> None:
+    """The asset events of the last runs, and each interval's latest run note, name the version it
+    published, with its rows and files (``versions``: (day, epoch) in run order)."""
+    notes = notes_by_day()
+    for (day, epoch), extra in zip(versions, latest_asset_extras(len(versions))):
+        iv = Interval.daily(day)
+        st = sink(root).status(iv)[epoch]
+        assert st.state is State.COMMITTED
+        rows, files = st.manifest["rows"], st.manifest["files"]
+        assert extra["version"] == sink(root).ref(iv, epoch).name and extra["rows"] == rows and extra["files"] == files
+        assert extra["interval"] == {"start": iv.start.isoformat(), "end": iv.end.isoformat()}
+        assert extra["partitions"] == [f"dt={day}"]
+        assert extra["report_url"].startswith("/eo/dags/pv_pipeline/runs/")
+        if epoch == max(e for d, e in versions if d == day):
+            assert notes[day] == f"published e{epoch}: {rows} rows, {files} file{'s' if files != 1 else ''}"
 
 
 def run_ok(day: str, **kw) -> None:
@@ -46,7 +82,7 @@ def test_intervals_match_the_reference_and_reruns_publish_identical_versions(dat
     expected = expected_rows(data_root, DAYS)
     assert visible_rows(data_root) == expected
     assert_clean(data_root, DAYS)
-    assert_report_links(data_root)
+    assert_report_links()
 
     # re-running a committed interval publishes one new, identical version, and says nothing is stale
     run_ok(DAYS[1])
@@ -57,6 +93,7 @@ def test_intervals_match_the_reference_and_reruns_publish_identical_versions(dat
                          / f"{Interval.daily(DAYS[1]).token}.e000002.json").read_text())
     assert report["stale_intervals"] == [] and report["late_files"]["new"] == []
     assert_clean(data_root, DAYS)
+    assert_published_notes_and_events(data_root, [(DAYS[0], 1), (DAYS[1], 1), (DAYS[2], 1), (DAYS[1], 2)])
 
 
 def test_ordering_late_files_and_reprocessing(data_root):
@@ -64,6 +101,7 @@ def test_ordering_late_files_and_reprocessing(data_root):
     # day 2 before day 1: refused with a clear error, nothing published
     res = run_interval("pv_pipeline", DAYS[1])
     assert not res.ok and "OrderingError" in res.log_path.read_text()
+    assert notes_by_day()[DAYS[1]] == "not published: app_pv.begin failed"
     assert visible_rows(data_root) == {}
     run_ok(DAYS[0])
     run_ok(DAYS[1])
@@ -117,6 +155,10 @@ def test_crash_at_every_failpoint_each_recovered_by_the_next_run(data_root, monk
 def test_failing_gate_with_abort_crashing_midway_then_clean_rerun(data_root, monkeypatch):
     generate(str(data_root / "landing"), DAYS[:1], events_per_day=300)
     monkeypatch.setenv("EO_PV_MAX_MALFORMED_RATIO", "0.0")  # the sample has malformed lines: gate fails
+    assert not run_interval("pv_pipeline", DAYS[0]).ok       # the run's note says which check failed
+    failed = sink(data_root).status(Interval.daily(DAYS[0]))[1]
+    ratio = failed.validation["summary"]["malformed_ratio"]
+    assert notes_by_day()[DAYS[0]] == f"aborted: malformed_ratio {ratio:.3g} > 0"
     monkeypatch.setenv("EO_FAILPOINTS", "abort.mid=crash")
     assert not run_interval("pv_pipeline", DAYS[0]).ok
     assert visible_rows(data_root) == {}, "a failed gate must publish nothing"
@@ -125,6 +167,7 @@ def test_failing_gate_with_abort_crashing_midway_then_clean_rerun(data_root, mon
     run_ok(DAYS[0])
     assert visible_rows(data_root) == expected_rows(data_root, DAYS[:1])
     assert_clean(data_root, DAYS[:1])
+    assert_published_notes_and_events(data_root, [(DAYS[0], 3)])
 
 
 def test_airflow_retries_recover_within_one_run(data_root, monkeypatch):

@@ -1,5 +1,8 @@
-"""The Airflow plugin: it loads, registers the report link, and serves the reports the link points to."""
+"""The Airflow plugin: it loads, registers the report link, and reads report files safely (the HTTP side,
+behind Airflow's login, is tested on a real API server in test_airflow_ui.py)."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -29,30 +32,37 @@ def test_plugin_is_loaded_by_airflow_with_its_link_and_views():
     assert any(app["url_prefix"] == "/eo" for app in apps)
 
 
-def test_report_link_points_at_the_served_page(reports):
+def test_report_link_points_at_the_run_report_page(reports):
+    from types import SimpleNamespace
+
     from exactly_once.airflow.operators import ReportLink, ValidateOperator
-    from exactly_once.config import PipelineConfig
     from exactly_once.reports import report_link
 
     root, page = reports
-    link = report_link(str(page))
-    assert link == "/eo/reports/data_docs/validations/app_pv/run1/page.html"
+    assert report_link(str(page)) == "/eo/reports/data_docs/validations/app_pv/run1/page.html"
     assert report_link("/elsewhere/x.html") == "/elsewhere/x.html"  # not under the reports root: unchanged
-    op = ValidateOperator(task_id="v", config=PipelineConfig(pipeline="p", sink="s", source="x", application="a.py"))
-    op.report_link = link
-    assert ReportLink().get_link(op, ti_key=None) == link
+    key = SimpleNamespace(dag_id="pv_pipeline", run_id="manual__2026-01-02T00:00:00+00:00")
+    assert ReportLink().get_link(None, ti_key=key) == \
+        "/eo/dags/pv_pipeline/runs/manual__2026-01-02T00%3A00%3A00%2B00%3A00"
     assert any(isinstance(lk, ReportLink) for lk in ValidateOperator.operator_extra_links)
 
 
-def test_reports_app_serves_pages_and_refuses_escapes(reports):
-    from fastapi.testclient import TestClient
-
-    from exactly_once.airflow.plugin import _reports_app
+def test_report_files_are_read_without_symlinks_or_escapes(reports, tmp_path):
+    from exactly_once.airflow.files import read_under
+    from exactly_once.errors import UnsafeIdentifierError
 
     root, page = reports
-    client = TestClient(_reports_app())
-    ok = client.get("/reports/data_docs/validations/app_pv/run1/page.html")
-    assert ok.status_code == 200 and "Status: Succeeded" in ok.text
-    assert client.get("/reports/data_docs/index.html").status_code == 200
-    assert client.get("/reports/../../etc/passwd").status_code == 404
-    assert client.get("/reports/%2e%2e/%2e%2e/etc/passwd").status_code == 404
+    found = read_under(str(root), "data_docs/validations/app_pv/run1/page.html")
+    assert b"Status: Succeeded" in found.content and found.media_type == "text/html"
+    assert read_under(str(root), "data_docs/").content == b"<html>index</html>"
+    assert read_under(str(root), "data_docs").directory
+    (tmp_path / "secret").write_text("secret")
+    (root / "data_docs" / "leak.html").symlink_to(tmp_path / "secret")
+    (root / "data_docs" / "out").symlink_to(tmp_path)
+    os.mkfifo(root / "data_docs" / "fifo")
+    for rel in ("data_docs/leak.html", "data_docs/out/secret", "data_docs/fifo", "nothing.html"):
+        with pytest.raises(FileNotFoundError):
+            read_under(str(root), rel)
+    for rel in ("../secret", "data_docs/../../secret", "data_docs/./index.html", "a//b", "a\\b", "/etc/passwd"):
+        with pytest.raises(UnsafeIdentifierError):
+            read_under(str(root), rel)

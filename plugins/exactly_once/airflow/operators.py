@@ -57,8 +57,12 @@ class PhaseOperator(BaseOperator):
         except FINAL as exc:
             # No retry can fix this: end the transaction now (the teardown repeats it, idempotently).
             began = context["ti"].xcom_pull(task_ids=self.begin_task_id) if self.phase != "begin" else None
-            if began:
-                run.abort(TxnRef.from_dict(began["txn"]))
+            txn = TxnRef.from_dict(began["txn"]) if began else None
+            from .notes import failed_note, on_final_error  # noqa: PLC0415 - the run's note, first: abort may die
+
+            on_final_error(context, failed_note(run, txn, exc))
+            if txn is not None:
+                run.abort(txn)
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
 
     def call(self, run: IntervalRun, context: Any) -> Any:
@@ -88,12 +92,14 @@ class PreCommitOperator(PhaseOperator):
 
 
 class ReportLink(BaseOperatorLink):
-    """"Data quality report" button on the validate task: the run's Data Docs page."""
+    """"Data quality report" button on the validate task: the plugin's report page of the run."""
 
     name = "Data quality report"
 
     def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        return getattr(operator, "report_link", "") or ""
+        from ..reports import run_report_url  # noqa: PLC0415 - the run's page: values, limits, all suites
+
+        return run_report_url(ti_key.dag_id, ti_key.run_id) if ti_key is not None else ""
 
 
 class ValidateOperator(PhaseOperator):
@@ -122,7 +128,11 @@ class CommitOperator(PhaseOperator):
     ui_color = "#cfe2ff"
 
     def call(self, run: IntervalRun, context: Any) -> Any:
-        return run.commit(self.txn(context))
+        from .notes import on_commit  # noqa: PLC0415 - asset event extra + the run's note
+
+        summary = run.commit(self.txn(context))
+        on_commit(self, context, summary)
+        return summary
 
 
 class AbortOperator(PhaseOperator):

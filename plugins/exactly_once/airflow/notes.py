@@ -1,0 +1,145 @@
+"""What a run tells Airflow about its table: the asset event's extra and the DAG run's note.
+
+* The commit task's asset event carries ``{"version", "interval": {"start", "end"}, "rows", "files",
+  "partitions", "report_url"}`` (``outlet_events[asset].extra``), so a consumer DAG knows exactly
+  which version it was triggered by.
+* A task cannot set its DAG run's note through the Task SDK (Airflow 3.3's execution API has no such
+  call; the REST API would need credentials in every worker). So the phase tasks push a one-line note
+  as XCom ``eo_note`` ("published e2: 5 rows, 1 file", "aborted: malformed_ratio 0.081 > 0.05"), and
+  a listener of this plugin - run by the scheduler (or ``airflow dags test``), which owns the DagRun
+  row - copies it into the note when the run ends. A note a person wrote is never overwritten.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow.listeners import hookimpl
+
+from ..reports import run_report_url
+
+log = logging.getLogger(__name__)
+NOTE_KEY = "eo_note"
+OURS = ("published ", "aborted", "fenced", "not published")   # a note starting so was written by us
+
+
+def report_url(dag_id: str, run_id: str) -> str:
+    """The run's report page; absolute when ``[api] base_url`` is configured."""
+    from airflow.configuration import conf
+
+    base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+    return f"{base}{run_report_url(dag_id, run_id)}"
+
+
+def published_note(summary: dict[str, Any]) -> str:
+    """``published e2: 5 rows, 1 file`` from the commit's summary (``IntervalRun.commit``)."""
+    version = str(summary.get("version", ""))
+    epoch = version.rsplit(".e", 1)[-1].lstrip("0") or "?"
+    rows, files = summary.get("rows"), summary.get("files") or 0
+    return (f"published e{epoch}: {'?' if rows is None else rows} row{'' if rows == 1 else 's'}, "
+            f"{files} file{'' if files == 1 else 's'}")
+
+
+def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
+    """``aborted: malformed_ratio 0.081 > 0.05`` (the failed check) or ``aborted: <error>``."""
+    from ..errors import FencedError
+    from ..inspection import quality_of
+
+    if isinstance(exc, FencedError):
+        return f"fenced: {exc}"[:300]
+    st = run.sink.status(txn.interval).get(txn.epoch) if txn is not None else None
+    quality = quality_of(st) if st is not None else None
+    if quality is not None and quality.passed is False:
+        return f"aborted: {quality.headline}"[:300]
+    return f"aborted: {type(exc).__name__}: {exc}"[:300]
+
+
+def on_commit(operator: Any, context: Any, summary: dict[str, Any]) -> None:
+    """Commit task: the asset event's extra and the run's note."""
+    ti = context["ti"]
+    extra = {"version": summary.get("version"), "rows": summary.get("rows"), "files": summary.get("files"),
+             "partitions": sorted(summary.get("partitions") or {}),
+             "interval": {"start": context["data_interval_start"].isoformat(),
+                          "end": context["data_interval_end"].isoformat()},
+             "report_url": report_url(ti.dag_id, ti.run_id)}
+    for outlet in operator.outlets or []:
+        context["outlet_events"][outlet].extra.update(extra)
+    ti.xcom_push(key=NOTE_KEY, value=published_note(summary))
+
+
+def on_final_error(context: Any, note: str) -> None:
+    """A phase failed for good: leave the note for the run (best effort; never hides the error)."""
+    try:
+        context["ti"].xcom_push(key=NOTE_KEY, value=note)
+    except Exception:  # noqa: BLE001 - the task fails with its own error anyway
+        log.warning("could not record the run note %r", note, exc_info=True)
+
+
+def run_note(dag_run: Any, session: Any) -> str | None:
+    """The notes the run's tasks left (one per table), joined; None if none."""
+    from sqlalchemy import select
+
+    from airflow.models.xcom import XComModel
+
+    rows = session.scalars(select(XComModel).where(
+        XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.key == NOTE_KEY)
+        .order_by(XComModel.task_id)).all()
+    notes = [str(XComModel.deserialize_value(x)) for x in rows]
+    if not notes:
+        return None
+    if len(rows) == 1:
+        return notes[0]
+    return "; ".join(f"{x.task_id.rsplit('.', 1)[0]}: {n}" for x, n in zip(rows, notes))
+
+
+def failed_tasks(dag_run: Any, session: Any) -> list[str]:
+    """The task ids of the run that failed (for a note when no phase could say more)."""
+    from sqlalchemy import select
+
+    from airflow.models.taskinstance import TaskInstance
+
+    return list(session.scalars(select(TaskInstance.task_id).where(
+        TaskInstance.dag_id == dag_run.dag_id, TaskInstance.run_id == dag_run.run_id,
+        TaskInstance.state == "failed").order_by(TaskInstance.task_id)))
+
+
+class RunNotes:
+    """Listener: when a DAG run ends, its note says what it did to its tables.
+
+    It runs inside the scheduler's (or ``dags test``'s) state update, so it uses that session: the
+    note is committed with the run's final state (a second session would wait on SQLite's lock).
+    """
+
+    @hookimpl
+    def on_dag_run_success(self, dag_run: Any, msg: str) -> None:
+        set_note(dag_run, failed=False)
+
+    @hookimpl
+    def on_dag_run_failed(self, dag_run: Any, msg: str) -> None:
+        set_note(dag_run, failed=True)
+
+
+def set_note(dag_run: Any, *, failed: bool) -> None:
+    """Copy the tasks' notes into ``dag_run.note`` unless a person wrote one. Never raises."""
+    from sqlalchemy.orm import object_session
+
+    try:
+        session = object_session(dag_run)
+        if session is None:
+            from airflow.utils.session import create_session
+
+            with create_session() as own:
+                _apply(own.merge(dag_run), own, failed)
+        else:
+            _apply(dag_run, session, failed)
+    except Exception:  # noqa: BLE001 - a listener must never break the scheduler
+        log.warning("could not set the note of %s", getattr(dag_run, "run_id", "?"), exc_info=True)
+
+
+def _apply(dag_run: Any, session: Any, failed: bool) -> None:
+    note = run_note(dag_run, session)
+    if note is None and failed:
+        note = f"not published: {', '.join(failed_tasks(dag_run, session)) or 'the run'} failed"
+    current = dag_run.note
+    if note is not None and (not current or current.startswith(OURS)) and current != note:
+        dag_run.note = note

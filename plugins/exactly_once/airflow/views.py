@@ -1,0 +1,237 @@
+"""What the plugin's pages show, assembled from the transaction logs (no HTML here; see ``pages``).
+
+* :func:`table_page`   every interval of one table (filtered by state and date), its epochs, the
+                       live version, stale intervals, late files and the ``recover`` dry run;
+* :func:`run_page`     the transactions one Airflow DAG run began, with measured values and limits;
+* :func:`version_page` one transaction (a version) of one table.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from typing import Any
+
+from ..errors import ExactlyOnceError
+from ..ids import Interval, parse_txn_name
+from ..inspection import EpochView, IntervalView, interval_view, intervals
+from ..run_report import Measure, measures
+from .tables import TableRef
+
+log = logging.getLogger(__name__)
+STATES = ("COMMITTED", "ABORTED", "PRE_COMMITTED", "OPEN")
+ATTENTION = "attention"
+MAX_ROWS = 500
+
+
+@dataclass(frozen=True)
+class Filters:
+    """``state``: one of STATES, ``attention`` (anything an on-call engineer must look at) or "" (all);
+    ``since``/``until``: interval start dates, inclusive."""
+
+    state: str = ""
+    since: date | None = None
+    until: date | None = None
+    limit: int = 100
+
+    @classmethod
+    def parse(cls, state: str | None, since: str | None, until: str | None, limit: int | None) -> "Filters":
+        state = (state or "").strip()
+        if state and state not in (*STATES, ATTENTION):
+            raise ValueError(f"unknown state filter {state!r}: use one of {', '.join((*STATES, ATTENTION))}")
+        return cls(state, _date(since, "since"), _date(until, "until"), max(1, min(int(limit or 100), MAX_ROWS)))
+
+    def keeps(self, iv: Interval) -> bool:
+        day = iv.start.date()
+        return (self.since is None or day >= self.since) and (self.until is None or day <= self.until)
+
+
+def _date(text: str | None, what: str) -> date | None:
+    if not text:
+        return None
+    try:
+        return date.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{what} must be a date YYYY-MM-DD, not {text!r}") from None
+
+
+@dataclass(frozen=True)
+class IntervalRow:
+    view: IntervalView
+    stale: bool = False
+    late: dict[str, list[str]] | None = None   # None: not known (no landing declared)
+    late_error: str = ""
+
+    @property
+    def needs_attention(self) -> bool:
+        v = self.view
+        late = self.late or {}
+        return (self.stale or bool(v.recover) or v.live is None or bool(late.get("new") or late.get("changed")
+                or late.get("missing")) or any(e.state.value in ("OPEN", "PRE_COMMITTED") for e in v.epochs))
+
+    def matches(self, state: str) -> bool:
+        if not state:
+            return True
+        if state == ATTENTION:
+            return self.needs_attention
+        return self.view.state == state or any(e.state.value == state for e in self.view.epochs)
+
+
+@dataclass(frozen=True)
+class TablePage:
+    table: TableRef
+    filters: Filters
+    rows: list[IntervalRow]
+    total: int
+    stale: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def table_page(table: TableRef, filters: Filters) -> TablePage:
+    """Every interval of ``table`` that passes ``filters``, newest first (at most ``filters.limit``)."""
+    try:
+        sink = table.handle()
+        every = intervals(sink)
+    except (ExactlyOnceError, OSError) as exc:
+        return TablePage(table, filters, [], 0, error=f"cannot read the transaction log: {exc}")
+    stale = _stale(table, sink, every)
+    rows = []
+    for iv in reversed([iv for iv in every if filters.keeps(iv)]):
+        row = _with_late(table, IntervalRow(interval_view(sink, iv), stale=_is_stale(iv, stale)))
+        if row.matches(filters.state):
+            rows.append(row)
+        if len(rows) >= filters.limit:
+            break
+    return TablePage(table, filters, rows, len(every), stale)
+
+
+def _is_stale(iv: Interval, stale: list[str]) -> bool:
+    return iv.token in stale or iv.day in stale
+
+
+def _stale(table: TableRef, sink: Any, every: list[Interval]) -> list[str]:
+    """Later intervals whose input state is no longer the committed state of their predecessor."""
+    if table.config is None or not table.config.stateful:
+        return []
+    from ..pipeline import IntervalRun
+
+    first = next((iv for iv in every if sink.committed(iv) is not None), None)
+    if first is None:
+        return []
+    try:
+        return list(IntervalRun(table.config, first, log=log.debug).stale_after())
+    except (ExactlyOnceError, OSError) as exc:
+        log.warning("%s/%s: stale check failed: %s", table.pipeline, table.sink, exc)
+        return []
+
+
+def _with_late(table: TableRef, row: IntervalRow) -> IntervalRow:
+    """Files that landed in the interval's source folder after its committed version froze them."""
+    if table.config is None or row.view.live is None:
+        return row
+    from ..pipeline import IntervalRun
+
+    try:
+        late = IntervalRun(table.config, row.view.interval, log=log.debug).late_files()
+    except (ExactlyOnceError, OSError) as exc:
+        return IntervalRow(row.view, row.stale, None, f"landing not readable: {exc}")
+    return IntervalRow(row.view, row.stale, late)
+
+
+@dataclass(frozen=True)
+class VersionReport:
+    """One transaction with its measures, in the table it belongs to."""
+
+    table: TableRef
+    interval: Interval
+    epoch: EpochView
+    live: EpochView | None
+    measures: list[Measure]
+
+
+def _report(table: TableRef, view: IntervalView, epoch: EpochView) -> VersionReport:
+    suite = table.config.suite if table.config is not None else None
+    return VersionReport(table, view.interval, epoch, view.live, measures(epoch, suite))
+
+
+def version_page(table: TableRef, version: str) -> VersionReport | None:
+    """The transaction named ``version`` (``<interval token>.e<epoch>``) of ``table``; None if unknown."""
+    parsed = parse_txn_name(version)
+    if parsed is None:
+        return None
+    view = interval_view(table.handle(), Interval.from_token(parsed[0]), with_recover=False)
+    epoch = next((e for e in view.epochs if e.epoch == parsed[1]), None)
+    return _report(table, view, epoch) if epoch else None
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """What one Airflow DAG run did to each table of its pipeline."""
+
+    dag_id: str
+    run_id: str
+    interval: Interval | None
+    reports: list[VersionReport]
+    untouched: list[TableRef]      # tables of the pipeline this run began no transaction in
+    error: str = ""
+
+
+def run_page(dag_id: str, run_id: str, tables: list[TableRef]) -> RunPage:
+    """The transactions DAG run ``run_id`` began (found by the run id the begin task recorded)."""
+    interval = _run_interval(dag_id, run_id)
+    if interval is None:
+        return RunPage(dag_id, run_id, None, [], tables, error="no such DAG run with a data interval")
+    reports, untouched = [], []
+    for table in tables:
+        try:
+            view = interval_view(table.handle(), interval, with_recover=False)
+        except (ExactlyOnceError, OSError) as exc:
+            return RunPage(dag_id, run_id, interval, reports, untouched, error=f"{table.sink}: {exc}")
+        mine = [e for e in view.epochs if e.run_id == run_id]
+        reports += [_report(table, view, e) for e in mine]
+        if not mine:
+            untouched.append(table)
+    return RunPage(dag_id, run_id, interval, reports, untouched)
+
+
+def _run_interval(dag_id: str, run_id: str) -> Interval | None:
+    """The data interval of a DAG run, from Airflow's metadata database."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.execute(select(DagRun.data_interval_start, DagRun.data_interval_end)
+                              .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).first()
+    if row is None or row[0] is None or row[1] is None or not row[0] < row[1]:
+        return None
+    return Interval(_aware(row[0]), _aware(row[1]))
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def page_json(page: TablePage) -> dict[str, Any]:
+    """The table page as JSON (for scripts and tests): the same facts the HTML shows."""
+    return {"pipeline": page.table.pipeline, "sink": page.table.sink, "location": page.table.describe(),
+            "intervals_total": page.total, "stale": page.stale, "error": page.error or None,
+            "intervals": [_row_json(r) for r in page.rows]}
+
+
+def _row_json(row: IntervalRow) -> dict[str, Any]:
+    v = row.view
+    return {"interval": v.interval.token, "start": v.interval.start.isoformat(), "end": v.interval.end.isoformat(),
+            "state": v.state, "live": v.live.version if v.live else None,
+            "rows": v.live.rows if v.live else None, "files": v.live.files if v.live else None,
+            "stale": row.stale, "late": row.late, "recover": list(v.recover),
+            "epochs": [epoch_json(e) for e in v.epochs]}
+
+
+def epoch_json(e: EpochView) -> dict[str, Any]:
+    q = e.quality
+    return {"epoch": e.epoch, "version": e.version, "state": e.state.value, "published": e.published,
+            "reason": e.reason, "run_id": e.run_id, "rows": e.rows, "files": e.files, "passed": q.passed,
+            "malformed_ratio": q.malformed_ratio, "max_malformed_ratio": q.max_malformed_ratio,
+            "failures": list(q.failures), "counts": dict(q.counts)}

@@ -1,0 +1,284 @@
+"""The plugin's pages on a real ``airflow api-server`` started the way ``make ui`` starts it.
+
+One server for the module (SimpleAuthManager; users admin and viewer with known passwords), a table
+``app_pv`` of ``pv_pipeline`` whose log holds every situation the table page must explain: a clean
+commit with a late file, a failed check and a re-run, a reprocessed interval that makes the next one
+stale, and an attempt fenced by a newer one that is pre-committed but not committed (recover would
+commit it). Every route refuses anonymous and unauthorized requests; logged-in users see the facts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from eo_testing import free_port, need
+from protocol_helpers import write_output
+
+pytestmark = pytest.mark.airflow
+
+PIPELINE, SINK = "pv_pipeline", "app_pv"
+D1, D2, D3, D4 = "2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"
+PASSWORDS = {"admin": "admin-pw-for-tests", "viewer": "viewer-pw-for-tests"}
+JWT_SECRET = "eo-ui-test-jwt-secret-0123456789abcdef"
+
+
+# ------------------------------------------------------------------------------------------ the data
+def _summary(reports: Path, txn: str, ratio: float, passed: bool) -> dict:
+    suites = {}
+    for suite in ("app_pv", "app_pv.counts", "app_pv.checkpoint"):
+        page = reports / "data_docs" / "validations" / suite / f"{PIPELINE}.{txn}" / "t" / "page.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(f"<html><body>suite {suite} of {txn}</body></html>")
+        suites[suite] = {"success": passed or suite != "app_pv.counts", "report": str(page)}
+    failures = [] if passed else [f"expect_column_values_to_be_between(malformed_ratio): observed {ratio}, "
+                                  "expected >= 0 and <= 0.05"]
+    return {"malformed_ratio": ratio, "max_malformed_ratio": 0.05, "completeness_gap": 0, "suites": suites,
+            "failures": failures, "measured": {"lines_read": 1000, "malformed": round(ratio * 1000),
+                                               "malformed_ratio": ratio, "completeness_gap": 0,
+                                               "rows_written_gap": 0}}
+
+
+def _attempt(sink, day: str, run_id: str, *, ratio: float = 0.02, verdict: bool | None = True,
+             commit: bool = True, prev: str | None = None, fingerprint: str = "f") -> str:
+    from exactly_once.ids import Interval
+    from exactly_once.sources import list_positions
+
+    sources = list_positions(sink.storage, os.environ["EO_UI_LANDING"], day)
+    txn = sink.begin(Interval.daily(day), sources=sources, meta={"prev": prev, "run": {"run_id": run_id}})
+    write_output(sink, txn, {f"dt={day}": [[(1, "a"), (2, "b")], [(3, "c")]]})
+    counts = {"lines_read": 1000, "malformed": round(ratio * 1000), "duplicates_dropped": 7, "rows_written": 3}
+    sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": fingerprint})
+    if verdict is not None:
+        sink.record_validation(txn, verdict, _summary(Path(os.environ["EO_UI_REPORTS"]), txn.name, ratio, verdict))
+    if verdict is False:
+        sink.abort(txn)
+    elif commit:
+        sink.commit(txn)
+    return txn.name
+
+
+def build_table(root: Path, run_id: str) -> None:
+    """The log of app_pv over four days (see the module docstring)."""
+    from exactly_once.ids import Interval
+    from exactly_once.transaction import TwoPhaseCommitSink
+
+    landing = root / "landing" / "app_logs"
+    for day in (D1, D2, D3, D4):
+        (landing / f"dt={day}").mkdir(parents=True)
+        (landing / f"dt={day}" / "part-0.jsonl").write_text('{"x": 1}\n')
+    sink = TwoPhaseCommitSink.at(str(root / "warehouse" / SINK), pipeline=PIPELINE, sink=SINK,
+                                 require_validation=True)
+    d1 = _attempt(sink, D1, "run-d1")
+    (landing / f"dt={D1}" / "late.jsonl").write_text('{"x": 2}\n')                # lands after the commit
+    _attempt(sink, D2, run_id, ratio=0.081, verdict=False, prev=d1)                # fails the gate
+    d2 = _attempt(sink, D2, "run-d2-rerun", prev=d1, fingerprint="s2")
+    _attempt(sink, D3, "run-d3", prev=d2, fingerprint="s3")                         # reads d2's state
+    _attempt(sink, D2, "run-d2-reprocess", prev=d1, fingerprint="s2-new")          # D3 is now stale
+    sink.begin(Interval.daily(D4), meta={"prev": None, "run": {"run_id": "run-d4-zombie"}})  # never finishes
+    _attempt(sink, D4, "run-d4", commit=False, fingerprint="s4")                   # fences it; not committed
+
+
+# ------------------------------------------------------------------------------------------ the server
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    from exactly_once import uiserver
+
+    base = tmp_path_factory.mktemp("ui")
+    home, root = base / "airflow-home", base / "data"
+    home.mkdir()
+    (home / "passwords.json").write_text(json.dumps(PASSWORDS))
+    os.environ["EO_UI_REPORTS"] = str(root / "reports")
+    os.environ["EO_UI_LANDING"] = str(root / "landing" / "app_logs")
+    port = free_port()
+    env = uiserver.ui_env({
+        "AIRFLOW_HOME": str(home), "EO_DATA_ROOT": str(root),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET, "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}"})
+    env.pop("EO_REPORTS_DIR", None)
+    uiserver.prepare(env)
+    log = open(base / "api-server.log", "wb")
+    proc = subprocess.Popen(uiserver.api_server_command(port, "127.0.0.1"), env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        client = httpx.Client(base_url=url, timeout=60)
+        deadline = time.time() + 180
+        while True:
+            try:
+                if client.get("/api/v2/monitor/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, (base / "api-server.log").read_text()[-3000:]
+            assert time.time() < deadline, "api-server did not start"
+            time.sleep(0.5)
+        tokens = {u: client.post("/auth/token", json={"username": u, "password": p}).json()["access_token"]
+                  for u, p in PASSWORDS.items()}
+        admin = {"Authorization": f"Bearer {tokens['admin']}"}
+        made = client.post(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin, json={
+            "logical_date": f"{D2}T12:00:00Z", "data_interval_start": f"{D2}T00:00:00Z",
+            "data_interval_end": f"{D3}T00:00:00Z"})
+        assert made.status_code == 200, made.text
+        run_id = made.json()["dag_run_id"]
+        build_table(root, run_id)
+        yield {"client": client, "url": url, "tokens": tokens, "run_id": run_id, "root": root, "base": base}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
+        os.environ.pop("EO_UI_REPORTS", None)
+        os.environ.pop("EO_UI_LANDING", None)
+
+
+def routes(run_id: str) -> list[str]:
+    """Every kind of route the plugin serves (and some it does not)."""
+    txn = "20260102T000000Z_20260103T000000Z.e000001"
+    return ["/eo/", "/eo/tables", f"/eo/dags/{PIPELINE}", f"/eo/dags/{PIPELINE}/tables/{SINK}",
+            f"/eo/api/dags/{PIPELINE}/tables/{SINK}", f"/eo/dags/{PIPELINE}/tables/{SINK}/versions/{txn}",
+            f"/eo/dags/{PIPELINE}/runs/{run_id}", "/eo/reports/data_docs/index.html",
+            f"/eo/reports/data_docs/validations/app_pv.counts/{PIPELINE}.{txn}/t/page.html",
+            "/eo/reports/data_docs/_gx/runs.jsonl", f"/eo/reports/runs/{PIPELINE}/{txn}.json",
+            "/eo/docs", "/eo/redoc", "/eo/openapi.json", "/eo/no-such-page"]
+
+
+def test_every_route_refuses_anonymous_and_bad_tokens(ui):
+    client = ui["client"]
+    for path in routes(ui["run_id"]):
+        for headers in ({}, {"Authorization": "Bearer not-a-jwt"}, {"Cookie": "_token=forged"}):
+            got = client.get(path, headers=headers)
+            assert got.status_code in (401, 403), (path, headers, got.status_code)
+            assert "malformed" not in got.text and "suite" not in got.text
+        assert client.post(path).status_code in (401, 403), path
+
+
+def test_a_user_without_a_role_is_authenticated_but_not_authorized(ui, monkeypatch):
+    """A valid token of a user the auth manager grants nothing: 403 on every page of the pipeline."""
+    monkeypatch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", JWT_SECRET)
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+    token = SimpleAuthManager._get_token_signer().generate({"sub": "nobody", "role": None, "teams": None})
+    headers = {"Authorization": f"Bearer {token}"}
+    client = ui["client"]
+    for path in routes(ui["run_id"])[2:11]:
+        assert client.get(path, headers=headers).status_code == 403, path
+    index = client.get("/eo/tables", headers=headers)
+    assert index.status_code == 200 and f"/tables/{SINK}" not in index.text and "1 more table" in index.text
+
+
+def test_logged_in_users_see_every_page_and_no_symlink_or_escape(ui):
+    client, root = ui["client"], ui["root"]
+    reports = root / "reports"
+    (reports / "data_docs" / "_gx").mkdir(parents=True, exist_ok=True)
+    (reports / "data_docs" / "_gx" / "runs.jsonl").write_text('{"run_name": "x"}\n')
+    (reports / "data_docs" / "index.html").write_text("<html>index</html>")
+    (reports / "runs" / PIPELINE).mkdir(parents=True, exist_ok=True)
+    (reports / "runs" / PIPELINE / "20260102T000000Z_20260103T000000Z.e000001.json").write_text("{}")
+    secret = root / "secret.txt"
+    secret.write_text("outside the reports root")
+    (reports / "link.html").symlink_to(secret)
+    (reports / "linked-dir").symlink_to(root)
+    cookie = {"Cookie": f"_token={ui['tokens']['admin']}"}
+    bearer = {"Authorization": f"Bearer {ui['tokens']['viewer']}"}
+    browser_like = httpx.Client(base_url=ui["url"], cookies={"_token": ui["tokens"]["admin"]}, timeout=60)
+    for path in routes(ui["run_id"])[:11]:
+        for got in (browser_like.get(path, follow_redirects=True),
+                    client.get(path, headers=bearer, follow_redirects=True)):
+            assert got.status_code == 200, (path, got.status_code, got.text[:300])
+    for path in ("/eo/docs", "/eo/openapi.json", "/eo/no-such-page", "/eo/reports/link.html",
+                 "/eo/reports/linked-dir/secret.txt", "/eo/reports/%2e%2e/secret.txt",
+                 "/eo/reports/..%2fsecret.txt", "/eo/reports/data_docs/%2e%2e/%2e%2e/secret.txt"):
+        got = client.get(path, headers=cookie)
+        assert got.status_code == 404 and "outside the reports root" not in got.text, path
+    directory = browser_like.get("/eo/reports/data_docs", follow_redirects=True)
+    assert directory.status_code == 200 and directory.text == "<html>index</html>"
+
+
+def test_table_page_explains_every_interval(ui):
+    client = ui["client"]
+    headers = {"Authorization": f"Bearer {ui['tokens']['viewer']}"}
+    page = client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=headers).json()
+    by_day = {iv["start"][:10]: iv for iv in page["intervals"]}
+    assert list(by_day) == [D4, D3, D2, D1] and page["intervals_total"] == 4
+    d1, d2, d3, d4 = (by_day[d] for d in (D1, D2, D3, D4))
+    assert d1["state"] == "COMMITTED" and d1["rows"] == 3 and d1["files"] == 2
+    assert d1["late"] == {"new": ["late.jsonl"], "changed": [], "missing": []}
+    assert [e["state"] for e in d2["epochs"]] == ["ABORTED", "COMMITTED", "COMMITTED"]
+    assert d2["epochs"][0]["reason"] == "failed check: malformed_ratio 0.081 > 0.05"
+    assert d2["epochs"][0]["run_id"] == ui["run_id"]
+    assert d2["epochs"][1]["reason"] == "superseded by e3" and d2["live"].endswith(".e000003")
+    assert page["stale"] == [D3] and d3["stale"] and not d2["stale"]
+    assert [e["state"] for e in d4["epochs"]] == ["ABORTED", "PRE_COMMITTED"]
+    assert d4["epochs"][0]["reason"] == "fenced by e2" and d4["live"] is None
+    assert d4["recover"] == ["e2: would commit it (pre-committed, validated)"]
+    assert d1["recover"] == d2["recover"] == d3["recover"] == []
+
+    def days(**query) -> list[str]:
+        got = client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=headers, params=query)
+        assert got.status_code == 200, got.text
+        return [iv["start"][:10] for iv in got.json()["intervals"]]
+
+    assert days(state="ABORTED") == [D4, D2]
+    assert days(state="PRE_COMMITTED") == [D4]
+    assert days(since=D2, until=D3) == [D3, D2]
+    assert days(state="attention") == [D4, D3, D1]   # not committed / stale / late file
+    assert days(limit=1) == [D4]
+    bad = client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=headers, params={"since": "yesterday"})
+    assert bad.status_code == 400 and "YYYY-MM-DD" in bad.text
+    html = client.get(f"/eo/dags/{PIPELINE}/tables/{SINK}", headers=headers).text
+    for text in ("failed check: malformed_ratio 0.081 &gt; 0.05", "fenced by e2", "would commit it",
+                 "Stale", "1 new (late.jsonl)", "/eo/reports/data_docs/validations/app_pv.counts/"):
+        assert text in html, text
+
+
+def test_run_report_shows_measured_values_next_to_limits(ui):
+    client = ui["client"]
+    headers = {"Authorization": f"Bearer {ui['tokens']['admin']}"}
+    html = client.get(f"/eo/dags/{PIPELINE}/runs/{ui['run_id']}", headers=headers).text
+    assert "ABORTED" in html and "failed check: malformed_ratio 0.081 &gt; 0.05" in html
+    row = html[html.index("malformed ratio"):].split("</tr>")[0]
+    assert "0.081" in row and "&lt;= 0.05" in row and "VIOLATED" in row
+    for label, value in (("lines read", "1000"), ("malformed lines", "81"), ("duplicates dropped", "7"),
+                         ("rows written", "3"), ("completeness gap", "0")):
+        assert value in html[html.index(label):].split("</tr>")[0], label
+    for suite in ("app_pv", "app_pv.counts", "app_pv.checkpoint"):
+        link = f"/eo/reports/data_docs/validations/{suite}/{PIPELINE}.20260102T000000Z_20260103T000000Z.e000001/"
+        assert link in html, suite
+    other = client.get(f"/eo/dags/{PIPELINE}/runs/no-such-run", headers=headers)
+    assert other.status_code == 200 and "no such DAG run" in other.text
+
+
+def test_the_ui_lists_the_plugin_and_shows_the_table_page_in_chromium(ui, tmp_path):
+    client = ui["client"]
+    headers = {"Authorization": f"Bearer {ui['tokens']['admin']}"}
+    plugins = client.get("/api/v2/plugins", headers=headers).json()["plugins"]
+    assert [p["name"] for p in plugins] == ["exactly_once"]          # no example plugins
+    routes_ = {v["url_route"] for v in plugins[0]["external_views"]}
+    assert {"eo-tables", "eo-dag-tables", "eo-run-report"} <= routes_
+    dags = client.get("/api/v2/dags", headers=headers).json()["dags"]
+    assert [d["dag_id"] for d in dags] == [PIPELINE]                   # no example DAGs
+    from cdp import CHROMIUM, Browser
+
+    need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    shot = tmp_path / "eo-tables.png"
+    with Browser() as browser:
+        browser.cookie(ui["url"], "_token", ui["tokens"]["admin"])
+        browser.open(f"{ui['url']}/plugin/eo-tables")               # the UI's navigation entry (an iframe)
+        browser.wait_for_text(SINK)
+        browser.screenshot(tmp_path / "airflow-ui-nav.png")
+        browser.open(f"{ui['url']}/dags/{PIPELINE}/plugin/eo-dag-tables")
+        browser.wait_for_text(SINK)
+        browser.open(f"{ui['url']}/eo/dags/{PIPELINE}/tables/{SINK}")
+        text = browser.wait_for_text("fenced by e2")
+        browser.screenshot(shot)
+    assert "failed check: malformed_ratio 0.081 > 0.05" in text and "would commit it" in text
+    assert shot.stat().st_size > 20_000
+    print(f"screenshots: {shot} {tmp_path / 'airflow-ui-nav.png'}")
+    if os.environ.get("EO_KEEP_SCREENSHOT"):
+        Path(os.environ["EO_KEEP_SCREENSHOT"]).write_bytes(shot.read_bytes())
