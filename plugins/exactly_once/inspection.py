@@ -114,13 +114,14 @@ def _at(st: EpochStatus, kind: str) -> float | None:
 
 def epoch_view(st: EpochStatus, statuses: Mapping[int, EpochStatus], version: str) -> EpochView:
     """Describe epoch ``st`` among all ``statuses`` of its interval (``version`` = its transaction name)."""
-    manifest = st.manifest or {}
+    manifest = st.manifest
     quality = quality_of(st)
     ended = _at(st, "outcome")
     run = ((st.records.get("open") or {}).get("meta") or {}).get("run") or {}
     return EpochView(epoch=st.epoch, version=version, state=st.state, published=st.published,
                      started_at=st.started_at, ended_at=ended, run_id=run.get("run_id"),
-                     rows=manifest.get("rows"), files=manifest.get("files"), quality=quality,
+                     rows=manifest.rows if manifest else None, files=manifest.files if manifest else None,
+                     quality=quality,
                      reason=_reason(st, statuses, quality, ended))
 
 
@@ -134,6 +135,8 @@ def _reason(st: EpochStatus, statuses: Mapping[int, EpochStatus], quality: Quali
     if st.state is State.ABORTED:
         if quality.passed is False:
             return f"failed check: {quality.headline}"
+        if st.reason and st.reason != "aborted":
+            return st.reason
         fencer = next((s for s in newer if _fenced_by(st, s, ended)), None)
         if fencer is not None:
             return f"fenced by e{fencer.epoch}"
@@ -218,8 +221,7 @@ def interval_view(sink: TwoPhaseCommitSink, interval: Interval, *, with_recover:
 
 
 def _is_live(sink: TwoPhaseCommitSink, interval: Interval, st: EpochStatus) -> bool:
-    name = sink.ref(interval, st.epoch).name
-    return any(sink.storage.live_version(sink.table, p) == name for p in (st.manifest or {}).get("partitions", {}))
+    return sink.is_live(st)
 
 
 def _has_leftovers(sink: TwoPhaseCommitSink, interval: Interval, st: EpochStatus) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import posixpath
 import shutil
 import uuid
 from abc import ABC, abstractmethod
@@ -244,6 +245,18 @@ def redact(url: str) -> str:
     if ":" in parts.netloc and "@" in url:  # key:se/cret@host - a '/' in the secret ends the netloc early
         return f"{parts.scheme}://***@{url.rsplit('@', 1)[1]}"
     return url
+
+
+INTERNALS = "_exactly_once"  # a table's internals: <parent>/_exactly_once/<table name>/
+
+
+def default_home(table: str) -> str:
+    """Where a table's internals live: ``<parent>/_exactly_once/<name>``, outside the table directory,
+    so that no reader listing or globbing the table can reach staged, superseded or log files."""
+    parent, name = posixpath.split(table.rstrip("/"))
+    if not parent or not name or parent.endswith(":"):
+        raise ConfigError(f"table location {table!r} needs a parent directory (e.g. <bucket>/warehouse/t)")
+    return posixpath.join(parent, INTERNALS, name)
 
 
 def storage_for(url: str, **options: Any) -> tuple[Storage, str]:

@@ -30,26 +30,26 @@ list. Garbage collection lives in :mod:`exactly_once.maintenance`.
 from __future__ import annotations
 
 import logging
-import posixpath
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from . import manifest as manifests
+from . import ordering
 from .errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError,
                      StorageError, TransactionAbortedError, TransactionStateError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, check_name, check_partition
 from .manifest import Manifest
 from .ownership import PartitionClaims, bind_table
-from .storage import MANIFEST, Storage, storage_for, to_json
+from .storage import MANIFEST, Storage, default_home, storage_for, to_json
+from .targets import files_target
 from .targets.base import PublishTarget, StagedVersion
 from .txlog import EpochStatus, State, TxLog
 
 log = logging.getLogger(__name__)
 Validator = Callable[[TxnRef, Manifest], tuple[bool, dict[str, Any]]]
-INTERNALS = "_exactly_once"  # sibling of the table dir: <parent>/_exactly_once/<table name>/
 
 
 @dataclass
@@ -62,26 +62,6 @@ class CommitResult:
     files: int
     rows: int | None
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def default_home(table: str) -> str:
-    """Where a table's internals live: ``<parent>/_exactly_once/<name>``, outside the table directory,
-    so that no reader listing or globbing the table can reach staged, superseded or log files."""
-    parent, name = posixpath.split(table.rstrip("/"))
-    if not parent or not name or parent.endswith(":"):
-        raise ConfigError(f"table location {table!r} needs a parent directory (e.g. <bucket>/warehouse/t)")
-    return posixpath.join(parent, INTERNALS, name)
-
-
-def files_target(storage: Storage, table: str, home: str) -> PublishTarget:
-    """The files target for ``storage``: versioned dirs + symlink swap locally, copies + manifest on S3."""
-    if storage.can_rename:
-        from .targets.files import LocalFilesTarget
-
-        return LocalFilesTarget(storage, table, home)  # type: ignore[arg-type]
-    from .targets.s3files import S3FilesTarget
-
-    return S3FilesTarget(storage, table)  # type: ignore[arg-type]
 
 
 class TwoPhaseCommitSink:
@@ -361,6 +341,26 @@ class TwoPhaseCommitSink:
         return False
 
     # ------------------------------------------------------------------ queries
+    @classmethod
+    def open(cls, url: str, *, storage_options: dict[str, Any] | None = None, **kwargs: Any) -> "TwoPhaseCommitSink":
+        """The existing table at ``url``, with the pipeline and sink names its owner record holds (for
+        tools that address a table by URL: ``eo status <url>``, the UI). ConfigError if it has none."""
+        storage, root = storage_for(url, **(storage_options or {}))
+        try:
+            owner = storage.read_json(storage.join(kwargs.get("home") or default_home(root), "_owner.json"))
+        except FileNotFoundError:
+            raise ConfigError(f"{storage.url(root)} is not an exactly-once table (no owner record in "
+                              f"{storage.url(default_home(root))}); check the URL") from None
+        return cls(storage, root, pipeline=owner["pipeline"], sink=owner["sink"], **kwargs)
+
+    def intervals(self) -> list[Interval]:
+        """Every interval the log knows, oldest first."""
+        return self.log.intervals()
+
+    def is_live(self, st: EpochStatus) -> bool:
+        """True if the version of epoch status ``st`` is what readers see now."""
+        return self._is_live(st)
+
     def status(self, interval: Interval) -> dict[int, EpochStatus]:
         """Every epoch of ``interval`` as the log records it."""
         return self.log.statuses(interval)
@@ -435,36 +435,12 @@ class TwoPhaseCommitSink:
                                 f"{problem} (a second writer?)")
         self.log.append(txn.interval, txn.epoch, "intent", {})
         if st.reads is not None:
-            newer = self._newer_than(st.reads)
+            newer = ordering.newer_than(self, st.reads)
             if newer:
                 return self._decide(txn, State.ABORTED, "input_changed",
                                     f"input state changed: it read {st.reads.name}, but {newer} replaced it")
-        stale += self._fence_successors(txn)
+        stale += ordering.fence_successors(self, txn)
         return self._decide(txn, State.COMMITTED, stale=stale)
-
-    def _newer_than(self, reads: TxnRef) -> str | None:
-        """A version of ``reads``' interval newer than ``reads`` that is committed or committing."""
-        for epoch, st in self.log.statuses(reads.interval).items():
-            if epoch > reads.epoch and (st.state is State.COMMITTED or
-                                        ("intent" in st.records and st.state is not State.ABORTED)):
-                return self.ref(reads.interval, epoch).name
-        return None
-
-    def _fence_successors(self, txn: TxnRef) -> list[str]:
-        """Abort undecided successor transactions that read an older version of ``txn``'s interval;
-        return the successors that had already committed on an older version (now stale)."""
-        stale = []
-        for iv in (i for i in self.log.intervals() if i.start == txn.interval.end):
-            for epoch, st in self.log.statuses(iv).items():
-                reads = st.reads
-                if reads is None or reads.interval != txn.interval or reads.epoch >= txn.epoch:
-                    continue
-                other = self.ref(iv, epoch)
-                if st.state is State.COMMITTED or ("intent" in st.records and self._decide(
-                        other, State.ABORTED, "input_changed",
-                        f"input state changed: {txn.name} replaces {reads.name}") is State.COMMITTED):
-                    stale.append(other.name)
-        return stale
 
     def _seal_and_verify(self, txn: TxnRef, manifest: Manifest) -> str | None:
         """Move the staged data out of the writer's reach (where storage can rename) and compare it

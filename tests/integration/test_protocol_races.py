@@ -16,6 +16,7 @@ from exactly_once import (FencedError, InputChangedError, Interval, OwnershipErr
 from exactly_once import transaction as transaction_module
 from exactly_once import failpoints as failpoints_module
 from exactly_once import maintenance as maintenance_module
+from exactly_once import ordering as ordering_module
 from exactly_once.maintenance import garbage_judge, gc
 from protocol_helpers import (assert_exact_version, commit_version, interleave, is_local, leftovers,
                               log_problems, make_rows, open_sink, split, table_url,  # noqa: F401
@@ -225,7 +226,7 @@ def test_reprocess_deciding_between_the_dependents_intent_and_its_check(table_ur
     sink, other = open_sink(table_url), open_sink(table_url)
     d1 = commit_version(sink, IV, {PART: [make_rows("d1", 2)]})
     d2 = _stateful_day2(sink, reads=d1)
-    fired = interleave(monkeypatch, sink, "_newer_than", lambda reads: True,
+    fired = interleave(monkeypatch, ordering_module, "newer_than", lambda *a: True,
                        lambda: commit_version(other, IV, {PART: [make_rows("d1b", 3, start=10)]}))
     with pytest.raises(InputChangedError):
         sink.commit(d2)

@@ -10,9 +10,21 @@ version live, idempotently, with a marker of its own that it changes atomically 
 
 See docs/TARGETS.md.
 """
+from ..storage import Storage
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedFile, StagedVersion
 from .database import DatabaseTarget
 from .keyvalue import RedisTarget
 
+
+def files_target(storage: Storage, table: str, home: str) -> PublishTarget:
+    """The files target for ``storage``: versioned dirs + symlink swap locally, copies + manifest on S3."""
+    if storage.can_rename:
+        from .files import LocalFilesTarget
+
+        return LocalFilesTarget(storage, table, home)  # type: ignore[arg-type]
+    from .s3files import S3FilesTarget
+
+    return S3FilesTarget(storage, table)  # type: ignore[arg-type]
+
 __all__ = ["ALREADY", "PUBLISHED", "SUPERSEDED", "DatabaseTarget", "PublishTarget", "RedisTarget", "StagedFile",
-           "StagedVersion"]
+           "StagedVersion", "files_target"]
