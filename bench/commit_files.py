@@ -83,7 +83,7 @@ def _one(sink: TwoPhaseCommitSink, day: str, n: int) -> dict[str, float]:
     t["begin"], txn = clock(lambda: sink.begin(iv))
     t["stage"], _ = clock(lambda: _stage(sink, sink.storage.join(sink.data_dir(txn), f"dt={day}"), n))
     t["pre_commit"], manifest = clock(lambda: sink.pre_commit(txn))
-    assert manifest["files"] == n, manifest["files"]
+    assert manifest.files == n, manifest.files
     t["commit"], result = clock(lambda: sink.commit(txn))
     assert result.partitions == {f"dt={day}": "published"}, result.partitions
     assert len(sink.live_files(f"dt={day}")) == n

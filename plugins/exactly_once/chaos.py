@@ -59,7 +59,8 @@ def check_table(data_root: Path, days: list[str]) -> tuple[list[str], dict[str, 
 
     table = data_root / "warehouse" / SINK
     sink = TwoPhaseCommitSink.at(str(table), pipeline=DAG_ID, sink=SINK, require_validation=True)
-    staging = sorted(os.listdir(table / "_staging")) if (table / "_staging").exists() else []
+    staging_root = Path(sink.home) / "_staging"
+    staging = sorted(os.listdir(staging_root)) if staging_root.exists() else []
     bad = [f"staging leftovers: {staging}"] if staging else []
     rows_by_day: dict[str, list[dict[str, Any]]] = {}
     if table.exists():
@@ -83,14 +84,14 @@ def check_table(data_root: Path, days: list[str]) -> tuple[list[str], dict[str, 
         committed_days += 1
         name, live = sink.ref(iv, done[-1]).name, sink.live_version(f"dt={day}")
         bad += [f"{day}: live version {live} is not the newest committed {name}"] if live != name else []
-        files = (sts[done[-1]].manifest or {}).get("partitions", {}).get(f"dt={day}", [])
+        manifest = sts[done[-1]].manifest
+        files = {f"{name}--{f.name}": f for f in (manifest.partitions.get(f"dt={day}", ()) if manifest else ())}
         part = table / f"dt={day}"
         seen = sorted(n for n in os.listdir(part) if not n.startswith(("_", "."))) if part.is_dir() else []
-        bad += [f"{day}: visible files {seen} differ from the manifest's"] if seen != sorted(
-            f["name"] for f in files) else []
-        bad += [f"{day}: {f['name']} does not match its manifest checksum" for f in files if (part / f["name"])
-                .is_file() and hashlib.sha256((part / f["name"]).read_bytes()).hexdigest() != f["sha256"]]
-        rows, expected = rows_by_day.get(day, []), sum(f["rows"] or 0 for f in files)
+        bad += [f"{day}: visible files {seen} differ from the manifest's"] if seen != sorted(files) else []
+        bad += [f"{day}: {n} does not match its manifest checksum" for n, f in files.items() if (part / n)
+                .is_file() and hashlib.sha256((part / n).read_bytes()).hexdigest() != f.sha256]
+        rows, expected = rows_by_day.get(day, []), sum(f.rows or 0 for f in files.values())
         bad += [f"{day}: {len(rows)} rows visible, manifest says {expected}"] if len(rows) != expected else []
         bad += [f"{day}: duplicate app_id rows"] if len({r["app_id"] for r in rows}) != len(rows) else []
         for r in rows:  # cumulative_pv = the app's previous cumulative_pv (0 if none) + pv

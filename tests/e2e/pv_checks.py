@@ -49,7 +49,7 @@ def sink(root: Path) -> TwoPhaseCommitSink:
 def assert_clean(root: Path, days: list[str]) -> None:
     """No staging leftovers; every day has exactly one live, published, committed version."""
     s = sink(root)
-    staging = root / "warehouse" / "app_pv" / "_staging"
+    staging = root / "warehouse" / "_exactly_once" / "app_pv" / "_staging"
     assert not (staging.exists() and os.listdir(staging)), f"staging leftovers: {os.listdir(staging)}"
     for day in days:
         statuses = s.status(Interval.daily(day))

@@ -61,7 +61,7 @@ def assert_published_notes_and_events(root, versions: list[tuple[str, int]]) -> 
         iv = Interval.daily(day)
         st = sink(root).status(iv)[epoch]
         assert st.state is State.COMMITTED
-        rows, files = st.manifest["rows"], st.manifest["files"]
+        rows, files = st.manifest.rows, st.manifest.files
         assert extra["version"] == sink(root).ref(iv, epoch).name and extra["rows"] == rows and extra["files"] == files
         assert extra["interval"] == {"start": iv.start.isoformat(), "end": iv.end.isoformat()}
         assert extra["partitions"] == [f"dt={day}"]

@@ -32,6 +32,7 @@ from conftest import free_port, make_bucket
 from exactly_once.config import PipelineConfig, storage_options_from_connection
 from exactly_once.errors import ConfigError
 from exactly_once.ids import Interval, TxnRef
+from exactly_once.maintenance import gc
 from exactly_once.pipeline import IntervalRun
 from exactly_once.sample_data import generate
 
@@ -173,7 +174,7 @@ def test_two_days_and_a_reprocess_on_s3_with_the_connection_only(env, caplog, ca
 
     runs = [run_phases(cfg, day) for day in DAYS]
     expected, expected_counts = reference(env, DAYS)
-    table = "warehouse/app_pv"
+    table, home = "warehouse/app_pv", "warehouse/_exactly_once/app_pv"
     for day, run in zip(DAYS, runs):
         txn = run["txn"].name
         assert run["summary"]["partitions"] == {f"dt={day}": "published"}
@@ -182,7 +183,7 @@ def test_two_days_and_a_reprocess_on_s3_with_the_connection_only(env, caplog, ca
         # the S3 layout: manifest + success marker per partition, data files named by transaction
         assert names_below(env, f"{table}/dt={day}") == sorted(["_MANIFEST.json", "_SUCCESS",
                                                                 f"{txn}--part-0.parquet"])
-        assert env.fs.cat_file(f"{env.prefix}/{table}/dt={day}/_SUCCESS").decode() == txn
+        assert env.fs.cat_file(f"{env.prefix}/{table}/dt={day}/_SUCCESS") == b""  # Hadoop's marker
         # the counts the write step staged are the job's keys and the reference's numbers
         assert run["counts"] == expected_counts[day]
         assert run["sealed"]["counts"] == expected_counts[day]
@@ -190,8 +191,8 @@ def test_two_days_and_a_reprocess_on_s3_with_the_connection_only(env, caplog, ca
         report = Path(run["verdict"]["report"])
         assert report.is_file() and env.reports in report.parents
         assert (env.reports / "runs" / "pv_pipeline" / f"{txn}.json").is_file()
-    assert runs[1]["began"]["spec"].startswith(f"s3://{env.prefix}/{table}/_staging/")
-    assert not names_below(env, f"{table}/_staging"), "staging leftovers"
+    assert runs[1]["began"]["spec"].startswith(f"s3://{env.prefix}/{home}/_staging/")
+    assert not names_below(env, f"{home}/_staging"), "staging leftovers"
     assert not env.fs.exists(f"{env.prefix}/reports"), "reports must not go to the bucket"
 
     # reprocess day 2 after a late file landed: a new version replaces the old one in the live prefix
@@ -207,15 +208,17 @@ def test_two_days_and_a_reprocess_on_s3_with_the_connection_only(env, caplog, ca
     assert again["summary"]["partitions"] == {f"dt={DAYS[1]}": "published"}
     assert again["summary"]["stale_intervals"] == []  # the last interval: nothing after it to re-run
     live = names_below(env, f"{table}/dt={DAYS[1]}")
+    assert live == sorted(["_MANIFEST.json", "_SUCCESS", f"{new}--part-0.parquet", f"{old}--part-0.parquet"]), live
+    gc(cfg.sink_handle(), min_age=0)  # the superseded version stays for the grace period, then goes
+    live = names_below(env, f"{table}/dt={DAYS[1]}")
     assert live == sorted(["_MANIFEST.json", "_SUCCESS", f"{new}--part-0.parquet"]), live
-    assert not any(name.startswith(old) for name in live)
     assert cfg.sink_handle().live_files(f"dt={DAYS[1]}") == [
         f"{env.prefix}/{table}/dt={DAYS[1]}/{new}--part-0.parquet"]
     expected, _ = reference(env, DAYS)
     assert ("app_late", 5, 3, 5) in expected[DAYS[1]]
     assert published_rows(cfg, DAYS[1]) == expected[DAYS[1]]
     assert published_rows(cfg, DAYS[0]) == expected[DAYS[0]]  # untouched
-    assert not names_below(env, f"{table}/_staging"), "staging leftovers"
+    assert not names_below(env, f"{home}/_staging"), "staging leftovers"
 
     # no credential anywhere: logs (every level, every logger), console, reports, run summaries, and
     # every object the pipeline wrote (transaction log, specs, manifests, counts, checkpoints)
