@@ -75,6 +75,17 @@ if pytest is not None:
 
 
 def open_sink(url: str, **kwargs: Any) -> TwoPhaseCommitSink:
+    """The sink of the table at ``url``; ``target={"kind": "database"|"redis", ...}`` (JSON, so a child
+    process gets it too) publishes into that target instead of files."""
+    spec = kwargs.pop("target", None)
+    if isinstance(spec, dict):
+        from exactly_once.targets import DatabaseTarget, RedisTarget
+
+        spec = dict(spec)
+        kind = spec.pop("kind")
+        kwargs["target"] = (DatabaseTarget if kind == "database" else RedisTarget)(**spec)
+    elif spec is not None:
+        kwargs["target"] = spec
     return TwoPhaseCommitSink.at(url, pipeline=kwargs.pop("pipeline", PIPELINE),
                                  sink=kwargs.pop("sink", SINK), **kwargs)
 
