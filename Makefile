@@ -43,7 +43,7 @@ run-interval: install
 	@$(BIN)/python -m exactly_once.cli run-interval --dag "$(DAG)" --date "$(DATE)" $(if $(filter 1,$(REPROCESS)),--reprocess)
 
 chaos: install
-	$(BIN)/python -m exactly_once.chaos $(CHAOS_ARGS)
+	$(BIN)/python -m tools.chaos $(CHAOS_ARGS)
 
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)

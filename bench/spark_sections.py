@@ -210,7 +210,7 @@ def validate_cost(spark: Any, work: Path, events: int, reps: int, warmup: int) -
     """The pv job's write (in-process, no JVM start) vs ``validate_staged`` on its staged output."""
     import pv_counts
     from exactly_once.quality import validate_staged
-    from exactly_once.sample_data import generate
+    from tools.sample_data import generate
     from exactly_once.sources import list_positions
     from exactly_once.storage import LocalStorage
 

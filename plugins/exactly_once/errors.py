@@ -49,3 +49,15 @@ class OwnershipError(ExactlyOnceError):
 class InputChangedError(ExactlyOnceError):
     """The predecessor state a stateful interval read was replaced before it could commit; re-run the
     interval (a new attempt reads the new state)."""
+
+
+class LayoutError(ConfigError):
+    """A layout declaration (partitions, sources, schedule) cannot work; refused before any write."""
+
+
+class ContractError(ConfigError):
+    """A job spec or counts document does not follow its contract (:mod:`exactly_once.contracts`)."""
+
+
+class NoInputError(ExactlyOnceError):
+    """A source matched no input file for an interval and does not declare empty intervals normal."""

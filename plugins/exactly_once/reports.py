@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from .config import reports_dir
+from .settings import reports_dir
 
 URL_PREFIX = "/eo"
 

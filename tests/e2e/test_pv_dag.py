@@ -16,8 +16,8 @@ import pytest
 from pv_checks import assert_clean, expected_rows, sink, visible_rows
 
 from exactly_once.ids import Interval
-from exactly_once.localrun import run_interval
-from exactly_once.sample_data import generate
+from tools.localrun import run_interval
+from tools.sample_data import generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 DAYS = ["2026-01-01", "2026-01-02", "2026-01-03"]

@@ -43,7 +43,7 @@ from fault_helpers import (PHASES, Driver, Outcome, Setup, epoch_problems, footp
 
 from exactly_once.failpoints import CRASH_EXIT_CODE, NAMES
 from exactly_once.ids import Interval
-from exactly_once.sample_data import generate
+from tools.sample_data import generate
 from exactly_once.txlog import State
 
 pytestmark = pytest.mark.timeout(600)

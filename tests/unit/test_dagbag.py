@@ -53,7 +53,7 @@ def test_pv_pipeline_is_the_two_phase_commit_in_order(dagbag):
 
 def test_timetable_gives_real_daily_intervals(dagbag):
     """Airflow 3's default cron timetable gives zero-length intervals; ours must not."""
-    from exactly_once.localrun import logical_date_for
+    from tools.localrun import logical_date_for
 
     from airflow.serialization.encoders import coerce_to_core_timetable
 

@@ -21,7 +21,7 @@ import random
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
-from .storage import LocalStorage
+from exactly_once.storage import LocalStorage
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 OTHER_EVENTS = ("click", "scroll", "purchase")
@@ -144,7 +144,7 @@ def generate(landing_root: str, days: list[str], *, seed: int = 42, events_per_d
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m exactly_once.sample_data --root DIR --days 2026-01-01 ...``; prints the summary."""
+    """``python -m tools.sample_data --root DIR --days 2026-01-01 ...``; prints the summary."""
     p = argparse.ArgumentParser(description="Write deterministic sample landing data (app_logs).")
     p.add_argument("--root", required=True, help="landing root (the app_logs/ dir goes below it)")
     p.add_argument("--days", nargs="+", required=True, metavar="YYYY-MM-DD")
