@@ -69,7 +69,11 @@ def utc(value: datetime | date | str) -> datetime:
         value = datetime(value.year, value.month, value.day)
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    value = value.astimezone(timezone.utc)
+    if type(value) is not datetime:  # pendulum's DateTime (Airflow) subtracts to its own Interval type
+        value = datetime(value.year, value.month, value.day, value.hour, value.minute, value.second,
+                         value.microsecond, tzinfo=timezone.utc)
+    return value
 
 
 @dataclass(frozen=True, order=True)

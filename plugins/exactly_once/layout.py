@@ -207,10 +207,11 @@ def timetable_intervals(timetable: Any, start: Any, count: int = 48) -> list[Int
     Raises LayoutError for a timetable without real data intervals (zero-length intervals, such as
     Airflow 3's default ``CronTriggerTimetable``) or one that schedules nothing.
     """
+    import pendulum
     from airflow.timetables.base import DataInterval, TimeRestriction  # only inside Airflow
 
     core = _core_timetable(timetable)
-    restriction = TimeRestriction(earliest=start, latest=None, catchup=True)
+    restriction = TimeRestriction(earliest=pendulum.instance(start), latest=None, catchup=True)
     out: list[Interval] = []
     last: DataInterval | None = None
     for _ in range(count):

@@ -32,7 +32,8 @@ from .operators import AbortOperator, BeginOperator, CommitOperator, PreCommitOp
 
 SPARK_DEFAULTS = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                   "spark.sql.shuffle.partitions": "8"}
-_TABLES: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
+# per DAG object (by identity: a DAG's hash changes as tasks are added): table URL -> group id
+_TABLES: dict[int, tuple["weakref.ref[Any]", dict[str, str]]] = {}
 
 
 def retry_args(retries: int | None = None, delay_seconds: float | None = None) -> dict[str, Any]:
@@ -63,7 +64,10 @@ def check_schedule(config: PipelineConfig, dag: Any, count: int = 48) -> None:
 
 
 def _register_table(dag: Any, config: PipelineConfig, group_id: str) -> None:
-    tables = _TABLES.setdefault(dag, {})
+    ref, tables = _TABLES.get(id(dag), (None, {}))
+    if ref is None or ref() is not dag:
+        tables = {}
+        _TABLES[id(dag)] = (weakref.ref(dag, lambda _r, key=id(dag): _TABLES.pop(key, None)), tables)
     other = tables.get(config.table_url)
     if other is not None and other != group_id:
         raise LayoutError(f"{dag.dag_id}: groups {other} and {group_id} both write {config.sink} "
