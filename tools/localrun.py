@@ -117,7 +117,7 @@ def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
     from exactly_once.errors import LayoutError
     from exactly_once.layout import timetable_intervals
 
-    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"), include_examples=False)
+    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
     dag = bag.dags.get(dag_id)
     if dag is None:
         raise SystemExit(f"no DAG {dag_id!r} in {PROJECT_ROOT / 'dags'} (import errors: {list(bag.import_errors)})")

@@ -55,7 +55,7 @@ def dag_sinks(dag_id: str, sink: str | None = None) -> Iterator[TwoPhaseCommitSi
     from .airflow.connections import storage_options
     from .airflow.operators import BeginOperator
 
-    bag = DagBag(include_examples=False)
+    bag = DagBag()
     dag = bag.dags.get(dag_id)
     if dag is None:
         errors = "; ".join(f"{k}: {str(v).splitlines()[-1]}" for k, v in bag.import_errors.items())
