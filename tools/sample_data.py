@@ -167,3 +167,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def pv_spec(landing: str, day: str, staging: str, prev_state: str | None = None) -> Any:
+    """A pv_counts job spec over the current files of ``<landing>/dt=<day>/`` (benchmarks, no protocol)."""
+    from exactly_once.contracts import JobSpec, SourceInputs
+    from exactly_once.ids import Interval
+    from exactly_once.layout import Source, list_inputs
+
+    iv = Interval.daily(day)
+    source = Source("app_logs", format="json")
+    inputs = tuple(list_inputs(LocalStorage(), landing, source, iv))
+    return JobSpec(pipeline="pv_pipeline", sink="app_pv", txn=f"bench-{day}", interval_start=iv.start.isoformat(),
+                   interval_end=iv.end.isoformat(), partitions=(f"dt={day}",),
+                   sources=(SourceInputs("app_logs", "json", {}, inputs),), staging_dir=staging,
+                   data_dir=os.path.join(staging, "data"), prev_state=prev_state, stateful=True)
