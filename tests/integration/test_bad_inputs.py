@@ -176,7 +176,7 @@ def test_rejected_run_keeps_its_quarantine_for_inspection_when_asked(pipe):
     assert {(q["raw"], q["reason"]) for q in quarantined} == set(BAD.items())
     assert json.loads((rejected / "_counts.json").read_text())["records_rejected"] == 4
     assert visible_rows(pipe.setup) == {}
-    assert not os.listdir(Path(run.sink.table) / "_staging")
+    assert not os.path.exists(run.sink.staging_dir(txn))
 
 
 # --------------------------------------------------------------------------- empty interval
@@ -247,7 +247,7 @@ def test_path_like_and_unicode_app_ids_are_data_never_paths(any_pipe, tmp_path):
     before = _local_tree(tmp_path)
     res = pipe.run(D1)
     assert res["abort"] == "COMMITTED"
-    assert res["pre_commit"]["counts"]["malformed"] == 0
+    assert res["pre_commit"]["counts"]["records_rejected"] == 0
     seen = visible_rows(pipe.setup)
     assert sorted(r[0] for r in seen[D1]) == sorted(HOSTILE_APPS)  # every value came back as data
     sink = pipe.sink()
