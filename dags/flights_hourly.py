@@ -23,9 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FLIGHTS = PipelineConfig(
     pipeline="flights_hourly",
     sink="departures",
-    root=settings.data_root(),
-    reports=settings.reports_dir(),
-    storage_conn_id=settings.storage_conn_id(),
+    **settings.from_env(),  # root (EO_DATA_ROOT), reports, storage connection (EO_STORAGE_CONN_ID)
     # the hour's file(s); an hour without departures still gets a (header-only) file from the feed
     sources=Source("flights", format="csv", options={"header": "true", "mode": "PERMISSIVE"},
                    path="dt={start:%Y-%m-%d}/flights_{start:%Y%m%d%H}*.csv"),

@@ -23,9 +23,7 @@ START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))
 PV = PipelineConfig(
     pipeline="pv_pipeline",
     sink="app_pv",
-    root=settings.data_root(),
-    reports=settings.reports_dir(),
-    storage_conn_id=settings.storage_conn_id(),
+    **settings.from_env(),  # root (EO_DATA_ROOT), reports, storage connection (EO_STORAGE_CONN_ID)
     # JSON lines in landing/app_logs/dt=YYYY-MM-DD/ (any hour=HH/ below): every file of the day
     sources=Source("app_logs", format="json", path="dt={start:%Y-%m-%d}", allow_empty=True),
     partitions="dt={start:%Y-%m-%d}",

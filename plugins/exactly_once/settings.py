@@ -27,3 +27,10 @@ def reports_dir(root: str | None = None) -> str:
 def storage_conn_id() -> str | None:
     """``EO_STORAGE_CONN_ID``: the Airflow connection with the S3 credentials, if any."""
     return os.environ.get("EO_STORAGE_CONN_ID") or None
+
+
+def from_env() -> dict[str, str | None]:
+    """``root``, ``reports`` and ``storage_conn_id`` for a PipelineConfig, from the environment:
+    ``PipelineConfig(pipeline=..., sink=..., **settings.from_env(), ...)`` in a DAG file."""
+    root = data_root()
+    return {"root": root, "reports": reports_dir(root), "storage_conn_id": storage_conn_id()}

@@ -84,7 +84,7 @@ def table(cfg: PipelineConfig) -> dict[str, tuple[int, int]]:
     return {r["month"]: (r["n"], r["total"]) for r in t}
 
 
-def test_monthly_state_comes_from_the_committed_predecessor_in_the_log(tmp_path):
+def test_monthly_state_comes_from_the_committed_predecessor_in_the_log(tmp_path, capsys):
     cfg = config(tmp_path, stateful=True, start="2013-01-01")
     for m, values in ((1, [1, 2]), (2, [10]), (3, [100, 200])):
         land(tmp_path, f"2013-{m:02d}", "a.csv", values)
@@ -98,6 +98,12 @@ def test_monthly_state_comes_from_the_committed_predecessor_in_the_log(tmp_path)
     assert sink.status(month(2))[1].reads == jan["txn"] and sink.status(month(3))[1].reads == feb["txn"]
     assert sink.status(month(1))[1].reads is None  # the first interval reads no state
     assert mar["txn"].epoch == 1
+    # eo addresses the table by its URL alone (the owner record names its pipeline)
+    from exactly_once.cli import main
+
+    assert main(["status", cfg.table_url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"p/t: {cfg.table_url}") and out.count("e1:COMMITTED") == 3
 
 
 def test_no_input_fails_before_anything_is_written_unless_empty_is_normal(tmp_path):

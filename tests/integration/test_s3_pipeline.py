@@ -53,8 +53,7 @@ def aws_conn(login: str, password: str, endpoint: str) -> str:
 def pv_config() -> PipelineConfig:
     """The DAG's PipelineConfig (dags/pv_pipeline.py); root and connection come from the environment,
     resolved as the DAG file does (exactly_once.settings)."""
-    return PipelineConfig(pipeline="pv_pipeline", sink="app_pv", root=settings.data_root(),
-                          reports=settings.reports_dir(), storage_conn_id=settings.storage_conn_id(),
+    return PipelineConfig(pipeline="pv_pipeline", sink="app_pv", **settings.from_env(),
                           sources=Source("app_logs", allow_empty=True),
                           application=str(ROOT / "spark_jobs" / "pv_counts.py"),
                           suite=str(ROOT / "expectations" / "app_pv.json"), stateful=True,
