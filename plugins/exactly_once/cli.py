@@ -1,6 +1,6 @@
 """``eo`` - inspect and repair the transactions of a table, from any directory.
 
-    eo status  s3://bucket/warehouse/app_pv     every interval's epochs and states, from the log
+    eo status  s3://bucket/warehouse/orders     every interval's epochs and states, from the log
     eo status  --dag pv_pipeline                 the tables the DAG's exactly-once groups write
     eo recover <table-url> | --dag <id>          finish decided commits, abort stale attempts
     eo gc      <table-url> | --dag <id>          delete what the log says is finished
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                                ("recover", cmd_recover, "finish or abort unfinished transactions"),
                                ("gc", cmd_gc, "remove finished staging, old versions, compact the log")):
         s = sub.add_parser(name, help=helptext)
-        s.add_argument("table", nargs="?", help="table URL or path (s3://bucket/warehouse/app_pv)")
+        s.add_argument("table", nargs="?", help="table URL or path (s3://bucket/warehouse/orders)")
         s.add_argument("--dag", help="a DAG id: its exactly-once groups' tables (through Airflow's DagBag)")
         s.add_argument("--sink", help="with --dag: only this sink")
         s.add_argument("--conn-id", default=settings.storage_conn_id(),

@@ -184,7 +184,7 @@ class Counts:
     exactly once: ``records_in == records_out + records_rejected + records_deduplicated +
     records_filtered``. ``rows_written`` maps each partition written to its output row count (it must
     equal the staged rows). ``rejected_by_reason`` breaks ``records_rejected`` down; ``metrics`` holds a
-    job's own numbers (for its own suite, e.g. ``page_views``).
+    job's own numbers (for its own suite, e.g. ``flights``).
     """
 
     records_in: int

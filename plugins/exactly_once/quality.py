@@ -5,7 +5,7 @@
    record read is accounted for (``completeness_gap == 0``), the rejected share is at most
    ``max_malformed_ratio``, the rows each partition holds are the rows the job says it wrote, and no
    partition outside the interval's own was written.
-2. **The table's own suite** - ``suite_path`` (e.g. ``expectations/app_pv.json``) on the staged data,
+2. **The table's own suite** - ``suite_path`` (e.g. ``expectations/orders.json``) on the staged data,
    plus its companions ``<stem>.<anything>.json`` on the frames of :mod:`exactly_once.quality_frames`
    (``meta.eo.frame``: ``"data"`` - the default -, ``"counts"`` or ``"checkpoint"``; ``meta.eo.key_columns``
    identify a row in failure reports and key the checkpoint frame; ``meta.eo.fill``/``derive`` add columns).
