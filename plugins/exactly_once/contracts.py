@@ -25,6 +25,8 @@ COUNTS = "_counts.json"       # the job's counts, in the staging dir; written la
 STATE = "_state"              # the job's new keyed state (stateful pipelines), in the staging dir
 QUARANTINE = "_quarantine"    # rejected input records, in the staging dir
 CONTRACT_VERSION = 1
+# column names of the gate's counts frame besides the Counts fields (a metric may not take one)
+DERIVED = ("staged_rows", "completeness_gap", "rejected_ratio", "rows_written_gap", "unowned_partitions")
 
 
 def _int(d: Mapping[str, Any], key: str, what: str, default: Any = ...) -> Any:
@@ -234,6 +236,9 @@ class Counts:
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 for v in metrics.values()):
             raise ContractError(f"counts: metrics must map names to finite numbers, not {metrics!r}")
+        clash = sorted(k for k in metrics if k in RESERVED or str(k).startswith("sum_"))
+        if clash:
+            raise ContractError(f"counts: metric names {clash} are taken by the counts frame; rename them")
         obj = object.__new__(cls)
         values = {
             "records_in": _int(d, "records_in", what), "records_out": _int(d, "records_out", what),
@@ -248,3 +253,6 @@ class Counts:
         for k, v in values.items():
             object.__setattr__(obj, k, v)
         return obj
+
+
+RESERVED = frozenset({f.name for f in fields(Counts)} | set(DERIVED))

@@ -113,6 +113,7 @@ def test_contracts_round_trip_and_refuse_malformed_documents():
     assert Counts.from_dict(counts.to_dict()) == counts
     for bad, match in (({"records_in": -1}, "non-negative"), ({"records_out": True}, "non-negative"),
                        ({"lines_read": 3}, "unknown fields"), ({"rows_written": {"../x": 1}}, "unsafe partition"),
-                       ({"metrics": {"x": float("nan")}}, "finite numbers")):
+                       ({"metrics": {"x": float("nan")}}, "finite numbers"),
+                       ({"metrics": {"staged_rows": 1}}, "taken by the counts frame")):
         with pytest.raises((ContractError, UnsafeIdentifierError), match=match):
             Counts.from_dict({**counts.to_dict(), **bad})
