@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYTHONPATH := $(CURDIR)/plugins:$(PYTHONPATH)
 UV_VERSION := 0.13.8
 
-.PHONY: install lock test test-fast demo run-interval chaos bench clean check-java ui
+.PHONY: install lock test test-fast demo run-interval sample chaos bench clean check-java ui
 UI_PORT ?= 8080
 
 $(BIN)/.installed: requirements.lock pyproject.toml
@@ -37,18 +37,24 @@ test-fast: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: install
-	@$(BIN)/python -m exactly_once.cli demo
+	@$(BIN)/python -m tools.dev demo
 
+# one interval of any DAG in dags/: DATE=YYYY-MM-DD (the daily interval) or START=<ISO-8601 UTC instant>
 run-interval: install
-	@test -n "$(DAG)" -a -n "$(DATE)" || { echo "usage: make run-interval DAG=<dag_id> DATE=YYYY-MM-DD [REPROCESS=1]"; exit 2; }
-	@$(BIN)/python -m exactly_once.cli run-interval --dag "$(DAG)" --date "$(DATE)" $(if $(filter 1,$(REPROCESS)),--reprocess)
+	@test -n "$(DAG)" -a -n "$(DATE)$(START)" || { echo "usage: make run-interval DAG=<dag_id> (DATE=YYYY-MM-DD | START=2013-01-01T05:00:00Z) [REPROCESS=1]"; exit 2; }
+	@$(BIN)/python -m tools.dev run-interval --dag "$(DAG)" $(if $(DATE),--date "$(DATE)") $(if $(START),--start "$(START)") $(if $(filter 1,$(REPROCESS)),--reprocess)
+
+# an example DAG's landing zone under EO_DATA_ROOT: make sample DAG=flights_hourly [SAMPLE_START=2013-01-01 SAMPLE_DAYS=2]
+sample: install
+	@test -n "$(DAG)" || { echo "usage: make sample DAG=<pv_pipeline|flights_hourly> [SAMPLE_START=YYYY-MM-DD SAMPLE_DAYS=n]"; exit 2; }
+	@$(BIN)/python -m tools.dev sample --dag "$(DAG)" $(if $(SAMPLE_START),--start "$(SAMPLE_START)") $(if $(SAMPLE_DAYS),--days "$(SAMPLE_DAYS)")
 
 # The Airflow UI (project DAGs + plugin, no examples) on UI_PORT; login: see README "Open the Airflow UI"
 ui: install
 	@$(BIN)/python -m exactly_once.uiserver --port "$(UI_PORT)"
 
 chaos: install
-	$(BIN)/python -m exactly_once.chaos $(CHAOS_ARGS)
+	$(BIN)/python -m tools.chaos $(CHAOS_ARGS)
 
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -1,6 +1,6 @@
 """Section 4: one interval of ``pv_pipeline`` through Airflow vs the naive one-task DAG ``naive_pv``.
 
-Both run with ``airflow dags test`` (``exactly_once.localrun.run_interval``) in one environment: the
+Both run with ``airflow dags test`` (``tools.localrun.run_interval``) in one environment: the
 same AIRFLOW_HOME (SQLite), a temporary DAGs folder holding symlinks to ``dags/pv_pipeline.py`` and
 ``bench/dags/naive_pv.py`` (so both runs parse the same two files), the same landing data, local Spark.
 Intervals alternate ours / naive. Per-task durations come from Airflow's own task_instance table.
@@ -18,8 +18,8 @@ from typing import Any
 
 from bench.common import ROOT, loadavg, say, stats
 
-from exactly_once.localrun import airflow_env, ensure_db, run_interval
-from exactly_once.sample_data import generate
+from tools.localrun import airflow_env, ensure_db, run_interval
+from tools.sample_data import generate
 
 OURS, NAIVE = "pv_pipeline", "naive_pv"
 

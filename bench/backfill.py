@@ -1,6 +1,6 @@
 """Section ``backfill``: a K-interval backfill of ``pv_pipeline`` vs the naive DAG under the real scheduler.
 
-One :class:`exactly_once.deployment.Deployment` - a fresh PostgreSQL metadata DB, api-server, scheduler
+One :class:`tools.deployment.Deployment` - a fresh PostgreSQL metadata DB, api-server, scheduler
 (LocalExecutor, workers forked from the preloaded forkserver, as docker-compose.yaml ships it) and
 dag-processor - whose DAGs folder holds ``dags/pv_pipeline.py`` and ``bench/dags/naive_pv.py``. Each DAG
 backfills the same K+1 days of landing data with ``airflow backfill create --max-active-runs 1`` (a
@@ -23,8 +23,8 @@ from typing import Any
 
 from bench.common import ROOT, loadavg, say, stats
 
-from exactly_once.deployment import FINAL, Deployment, postgres_problem
-from exactly_once.sample_data import generate
+from tools.deployment import FINAL, Deployment, postgres_problem
+from tools.sample_data import generate
 
 OURS, NAIVE = "pv_pipeline", "naive_pv"
 

@@ -16,14 +16,13 @@ from datetime import date, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT / "plugins", ROOT / "spark_jobs"):
+for p in (ROOT, ROOT / "plugins", ROOT / "spark_jobs"):
     sys.path.insert(0, str(p))
 
 import pv_counts  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
-from exactly_once.sources import list_positions  # noqa: E402
-from exactly_once.storage import LocalStorage  # noqa: E402
+from tools.sample_data import pv_spec  # noqa: E402
 
 
 def main() -> int:
@@ -33,15 +32,14 @@ def main() -> int:
     ap.add_argument("--target", required=True)
     a = ap.parse_args()
     prev = os.path.join(a.target, (date.fromisoformat(a.day) - timedelta(days=1)).isoformat(), "_state")
-    spec = {"partition": f"dt={a.day}", "inputs": list_positions(LocalStorage(), a.landing, a.day),
-            "prev_state": prev if os.path.isdir(prev) else None, "staging_dir": os.path.join(a.target, a.day)}
+    spec = pv_spec(a.landing, a.day, os.path.join(a.target, a.day), prev if os.path.isdir(prev) else None)
     spark = SparkSession.builder.appName(f"naive_pv {a.day}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
         counts = pv_counts.run(spark, spec)
     finally:
         spark.stop()
-    print(json.dumps({"day": a.day, "counts": counts}, sort_keys=True))
+    print(json.dumps({"day": a.day, "counts": counts.to_dict()}, sort_keys=True))
     return 0
 
 

@@ -210,30 +210,29 @@ def validate_cost(spark: Any, work: Path, events: int, reps: int, warmup: int) -
     """The pv job's write (in-process, no JVM start) vs ``validate_staged`` on its staged output."""
     import pv_counts
     from exactly_once.quality import validate_staged
-    from exactly_once.sample_data import generate
-    from exactly_once.sources import list_positions
-    from exactly_once.storage import LocalStorage
+    from tools.sample_data import generate
+    from tools.sample_data import pv_spec
 
     say(f"validate: pv job on {events:,} events")
     base = work / "validate"
     shutil.rmtree(base, ignore_errors=True)
     day = "2030-01-01"
     gen = generate(str(base / "landing"), [day], events_per_day=events, apps=500, users=max(1000, events // 10))
-    inputs = list_positions(LocalStorage(), str(base / "landing" / "app_logs"), day)
     staging = str(base / "staging")
-    spec = {"partition": f"dt={day}", "inputs": inputs, "prev_state": None, "staging_dir": staging}
+    spec = pv_spec(str(base / "landing" / "app_logs"), day, staging)
     suite = str(ROOT / "expectations" / "app_pv.json")
     counts: dict[str, Any] = {}
     first_validate: dict[str, Any] = {}
 
     def write() -> float:
         nonlocal counts
-        secs, counts = clock(lambda: pv_counts.run(spark, spec))
+        secs, counts = clock(lambda: pv_counts.run(spark, spec).to_dict())
         return secs
 
     def validate(i: int) -> float:
         secs, outcome = clock(lambda: validate_staged(
-            suite_path=suite, staging_dir=staging, partition=f"dt={day}", counts=counts, prev_state_dir=None,
+            suite_path=suite, table="app_pv", staging_dir=staging, partitions=[f"dt={day}"], counts=counts,
+            prev_state_dir=None,
             report_root=str(base / "reports"), run_name=f"bench.v{i}"))
         if not outcome.passed:
             raise RuntimeError(f"validation failed on the bench data: {outcome.failures}")
@@ -249,8 +248,8 @@ def validate_cost(spark: Any, work: Path, events: int, reps: int, warmup: int) -
         writes.append(write())
         validates.append(validate(i))
     w, v = stats(writes), stats(validates)
-    res = {"events": events, "lines": gen["lines"][day], "input_files": len(inputs),
-           "rows_out": counts.get("rows_written"), "write": w, "validate": v,
+    res = {"events": events, "lines": gen["lines"][day], "input_files": len(spec.source().inputs),
+           "rows_out": sum((counts.get("rows_written") or {}).values()), "write": w, "validate": v,
            "share_of_write": round(v["median"] / w["median"], 3), "first_validate_in_process": first_validate,
            "gx_import_fresh_process": gx_import_seconds(max(reps, 1)), "loadavg": loadavg()}
     say(f"  write {w['median']:.2f}s, validate {v['median']:.2f}s ({res['share_of_write']:.0%} of the write); "

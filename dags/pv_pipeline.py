@@ -12,8 +12,10 @@ from pathlib import Path
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
+from exactly_once import settings
 from exactly_once.airflow import exactly_once_group
 from exactly_once.config import PipelineConfig
+from exactly_once.layout import Source
 
 ROOT = Path(__file__).resolve().parents[1]
 START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))
@@ -21,11 +23,14 @@ START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))
 PV = PipelineConfig(
     pipeline="pv_pipeline",
     sink="app_pv",
-    source="app_logs",
+    **settings.from_env(),  # root (EO_DATA_ROOT), reports, storage connection (EO_STORAGE_CONN_ID)
+    # JSON lines in landing/app_logs/dt=YYYY-MM-DD/ (any hour=HH/ below): every file of the day
+    sources=Source("app_logs", format="json", path="dt={start:%Y-%m-%d}", allow_empty=True),
+    partitions="dt={start:%Y-%m-%d}",
     application=str(ROOT / "spark_jobs" / "pv_counts.py"),
     suite=str(ROOT / "expectations" / "app_pv.json"),
-    stateful=True,  # cumulative_pv: interval n reads the state committed by n-1
-    start=START,
+    stateful=True,  # cumulative_pv: interval n reads the state committed by the interval ending at its start
+    start=START,    # the first interval: reads no state
     max_malformed_ratio=float(os.environ.get("EO_PV_MAX_MALFORMED_RATIO", "0.05")),
     keep_rejected=os.environ.get("EO_KEEP_REJECTED", "0") == "1",
 )

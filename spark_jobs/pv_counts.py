@@ -5,22 +5,18 @@ run as ``python spark_jobs/pv_counts.py --spec spec.json``, or called in-process
 ``run(spark, spec)`` against any session, including a long-lived Spark Connect one: ``run`` uses only
 the DataFrame API (no RDDs, no SparkContext, no Python UDFs, no driver-local temp files).
 
-Spec (JSON)::
+It uses the job-side API (:mod:`exactly_once.job`, ``docs/JOB_API.md``) for the plumbing: the spec,
+the frozen inputs (checked unchanged), the output dir of its one partition (``dt=YYYY-MM-DD``), the
+previous and new state dirs, the quarantine dir and the counts. What it writes:
 
-    {"pipeline", "sink", "txn", "day": "YYYY-MM-DD", "partition": "dt=YYYY-MM-DD",
-     "inputs": [{"path", "size", "mtime", "etag"}...],     # the frozen source positions
-     "prev_state": "<dir of the previous checkpoint's state parquet>" | null,
-     "staging_dir": "<the transaction's staging dir>", "spark_remote": "sc://..." | null}
-
-Outputs, only below ``staging_dir`` (``s3://`` URLs are handed to Spark as ``s3a://``):
-
-* ``data/<partition>/part-*.parquet`` - ``app_id`` string, ``pv``/``uv``/``cumulative_pv`` long;
+* ``<partition>/part-*.parquet`` - ``app_id`` string, ``pv``/``uv``/``cumulative_pv`` long;
   one row per app with ``pv >= 1``, one file, sorted by ``app_id``;
-* ``_quarantine/part-*.json`` - ``{"file", "raw" (first 10,000 chars), "reason"}`` per malformed
+* quarantine ``part-*.json`` - ``{"file", "raw" (first 10,000 chars), "reason"}`` per malformed
   line (absent when there is none);
-* ``_state/part-*.parquet`` - ``app_id`` string, ``cumulative_pv`` long: the full new keyed state;
-* ``_counts.json`` - written last, atomically, by the driver: its presence means the dir is complete.
-  A stale one is deleted first, so a run that dies part-way never leaves a complete-looking dir.
+* state ``part-*.parquet`` - ``app_id`` string, ``cumulative_pv`` long: the full new keyed state;
+* counts (:class:`~exactly_once.contracts.Counts`): records = input lines; rejected = malformed (by
+  reason); deduplicated = valid lines dropped as duplicate events; out = distinct events;
+  ``metrics.page_views``.
 
 Line rules (``tests/reference_pv.py`` implements them independently; the two must agree exactly).
 Lines are split on ``\\n`` only (a UTF-8 BOM at the start of a file is skipped; invalid UTF-8 becomes
@@ -44,9 +40,6 @@ value is stored as ``?`` (UTF-8 cannot hold it).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 from functools import reduce
 from pathlib import Path
@@ -59,10 +52,10 @@ if _PLUGINS not in sys.path:
 from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from exactly_once.errors import ConfigError, StorageError  # noqa: E402
+from exactly_once.contracts import Counts, FrozenInput, JobSpec  # noqa: E402
+from exactly_once.errors import ConfigError  # noqa: E402
 from exactly_once.failpoints import failpoint  # noqa: E402
-from exactly_once.ids import check_partition  # noqa: E402
-from exactly_once.storage import storage_for, to_json  # noqa: E402
+from exactly_once.job import JobContext, run_job, spark_path  # noqa: E402
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 MAX_LINE_CHARS = 2_000_000
@@ -75,49 +68,12 @@ PAGE_VIEW = "page_view"
 STATE_SCHEMA = "app_id string, cumulative_pv long"
 # ASCII digits only; \z: Java's $ would also match before a final line terminator inside the value.
 TS_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\z"
-_GLOB_CHARS = "\\*?[]{}"
 
 
-def spark_url(path: str) -> str:
-    """The URL Spark should use for ``path``: ``file://`` for local paths, ``s3a://`` for ``s3://``.
-
-    Hadoop glob metacharacters are escaped, so a file literally named ``a[1].jsonl`` is read as such.
-    """
-    if path.startswith("s3://"):
-        url = "s3a://" + path[len("s3://"):]
-    elif "://" in path:
-        url = path
-    else:
-        url = "file://" + os.path.abspath(path)
-    return "".join("\\" + c if c in _GLOB_CHARS else c for c in url)
-
-
-def _child(base: str, *parts: str) -> str:
-    """``base/part/...`` for a local path or a URL (parts are fixed names or checked partitions)."""
-    return "/".join([base.rstrip("/"), *parts])
-
-
-def check_frozen(inputs: Sequence[dict[str, Any]]) -> None:
-    """Refuse to run unless every input still has its frozen size (and etag, when both are known)."""
-    for item in inputs:
-        path, size = item["path"], int(item["size"])
-        store, key = storage_for(path)
-        try:
-            meta = store.file_meta(key)
-        except FileNotFoundError:
-            meta = {"size": "missing", "etag": None}
-        if meta["size"] != size:
-            raise StorageError(f"source {path} changed since it was frozen (size {size} -> {meta['size']}); "
-                               "replay is impossible")
-        if item.get("etag") and meta.get("etag") and item["etag"] != meta["etag"]:
-            raise StorageError(f"source {path} changed since it was frozen (etag {item['etag']} -> "
-                               f"{meta['etag']}); replay is impossible")
-
-
-def read_lines(spark: SparkSession, inputs: Sequence[dict[str, Any]]) -> DataFrame:
+def read_lines(spark: SparkSession, inputs: Sequence[FrozenInput]) -> DataFrame:
     """``file`` (the spec's path, verbatim), ``raw`` (the line, valid UTF-8): every line of every input."""
-    frames = [spark.read.option("lineSep", "\n").text(spark_url(item["path"]))
-              .select(F.lit(item["path"]).alias("file"), F.make_valid_utf8("value").alias("raw"))
+    frames = [spark.read.option("lineSep", "\n").text(spark_path(item.path))
+              .select(F.lit(item.path).alias("file"), F.make_valid_utf8("value").alias("raw"))
               for item in inputs]
     if not frames:
         return spark.createDataFrame([], "file string, raw string")
@@ -211,36 +167,32 @@ def per_app(parsed: DataFrame, prev_state: DataFrame) -> DataFrame:
         (F.col("prev").isNotNull() | (pv > 0)).alias("in_state"))
 
 
-def _validate(spark: SparkSession, spec: dict[str, Any]) -> None:
-    """Refuse a spec that lacks keys or would write outside its staging dir, and a session whose
-    configuration would change the line rules (duplicate keys must stay malformed)."""
+def _check_session(spark: SparkSession, spec: JobSpec) -> str:
+    """The one partition of a daily interval; refuses a session whose configuration would change the
+    line rules (duplicate keys must stay malformed)."""
     if spark.conf.get("spark.sql.variant.allowDuplicateKeys", "false").lower() == "true":
         raise ConfigError("spark.sql.variant.allowDuplicateKeys=true would accept duplicate JSON keys")
-    missing = [k for k in ("partition", "inputs", "staging_dir") if k not in spec]
-    if missing:
-        raise ConfigError(f"pv_counts spec lacks {missing}")
-    check_partition(spec["partition"])
-    prev = spec.get("prev_state")
-    if prev and prev.rstrip("/").startswith(spec["staging_dir"].rstrip("/") + "/"):
-        raise ConfigError(f"prev_state {prev} lies inside the staging dir it would overwrite")
+    if len(spec.partitions) != 1:
+        raise ConfigError(f"pv_counts writes one partition per interval, the spec owns {list(spec.partitions)}")
+    return spec.partitions[0]
 
 
-def run(spark: SparkSession, spec: dict[str, Any]) -> dict[str, Any]:
-    """Compute and stage one interval (see the module docstring); returns the ``_counts.json`` dict.
+def run(spark: SparkSession, spec: JobSpec | dict[str, Any] | str) -> Counts:
+    """Compute and stage one interval (see the module docstring); returns the counts it wrote.
 
     Raises StorageError if an input is no longer as frozen, FailpointError at ``write.partial``.
     """
-    _validate(spark, spec)
-    inputs, partition, staging = list(spec["inputs"]), spec["partition"], spec["staging_dir"]
-    store, root = storage_for(staging)
-    counts_path = store.join(root, "_counts.json")
-    store.remove_tree(counts_path)
-    check_frozen(inputs)
+    ctx = JobContext.open(spark, spec)
+    return ctx.finish(compute(ctx))
 
+
+def compute(ctx: JobContext) -> Counts:
+    """Page views per app for one interval (see the module docstring)."""
+    spark = ctx.spark
+    partition = _check_session(spark, ctx.spec)
+    inputs = ctx.source().inputs
     parsed = classify(read_lines(spark, inputs)).persist()
-    prev = (spark.read.schema(STATE_SCHEMA).parquet(spark_url(spec["prev_state"])) if spec.get("prev_state")
-            else spark.createDataFrame([], STATE_SCHEMA))
-    apps = per_app(parsed, prev).persist()
+    apps = per_app(parsed, ctx.read_prev_state(STATE_SCHEMA)).persist()
     try:
         by_reason = {r["reason"]: r["count"] for r in parsed.groupBy("reason").count().collect()}
         tot = apps.agg(F.sum("events").alias("events"), F.sum("pv").alias("pv"),
@@ -249,51 +201,31 @@ def run(spark: SparkSession, spec: dict[str, Any]) -> dict[str, Any]:
         valid, distinct = by_reason.get(None, 0), int(tot["events"] or 0)
 
         (apps.filter(F.col("pv") > 0).select("app_id", "pv", "uv", "cumulative_pv").coalesce(1)
-         .sortWithinPartitions("app_id").write.mode("overwrite").parquet(spark_url(_child(staging, "data", partition))))
+         .sortWithinPartitions("app_id").write.mode("overwrite").parquet(ctx.output_dir(partition)))
         if malformed:
             (parsed.filter(F.col("reason").isNotNull())
              .select("file", F.substring("raw", 1, RAW_CHARS).alias("raw"), "reason").coalesce(1)
-             .write.mode("overwrite").json(spark_url(_child(staging, "_quarantine"))))
+             .write.mode("overwrite").json(ctx.quarantine_dir))
         else:
-            store.remove_tree(store.join(root, "_quarantine"))
+            ctx.clear_quarantine()
         failpoint("write.partial")
         (apps.filter("in_state").select("app_id", "cumulative_pv").coalesce(1).sortWithinPartitions("app_id")
-         .write.mode("overwrite").parquet(spark_url(_child(staging, "_state"))))
+         .write.mode("overwrite").parquet(ctx.state_dir))
     finally:
         apps.unpersist()
         parsed.unpersist()
 
-    counts = {
-        "lines_read": valid + sum(malformed.values()), "malformed": sum(malformed.values()),
-        "valid_lines": valid, "duplicates_dropped": valid - distinct, "distinct_events": distinct,
-        "page_views": int(tot["pv"] or 0), "rows_written": int(tot["rows"]),
-        "rows_per_partition": {partition: int(tot["rows"])}, "apps_in_state": int(tot["state"]),
-        "input_files": len(inputs), "input_bytes": sum(int(i["size"]) for i in inputs),
-        "malformed_by_reason": malformed,
-    }
-    store.write_atomic(counts_path, to_json(counts))
-    return counts
+    files, size = ctx.input_stats()
+    return Counts(records_in=valid + sum(malformed.values()), records_out=distinct,
+                  records_rejected=sum(malformed.values()), records_deduplicated=valid - distinct,
+                  rows_written={partition: int(tot["rows"])}, state_rows=int(tot["state"]),
+                  input_files=files, input_bytes=size, rejected_by_reason=malformed,
+                  metrics={"page_views": int(tot["pv"] or 0)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI / spark-submit entry point: ``--spec <path or URL of the spec JSON>``; prints the counts."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, help="path or s3:// URL of the job spec JSON")
-    args = parser.parse_args(argv)
-    store, key = storage_for(args.spec)
-    spec = json.loads(store.read_bytes(key))
-    remote = spec.get("spark_remote")
-    if remote:
-        spark = SparkSession.builder.remote(remote).getOrCreate()
-    else:
-        spark = SparkSession.builder.appName(f"pv_counts {spec.get('txn', '')}".strip()).getOrCreate()
-        spark.sparkContext.setLogLevel("WARN")
-    try:
-        counts = run(spark, spec)
-    finally:
-        spark.stop()
-    print(json.dumps({"txn": spec.get("txn"), "counts": counts}, sort_keys=True))
-    return 0
+    return run_job(compute, argv, app_name="pv_counts")
 
 
 if __name__ == "__main__":

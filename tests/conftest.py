@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tools/ (harnesses outside the installed package)
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT / "tests"))
 # Airflow reads its home at import: give every test run its own, never ~/airflow or the demo's.

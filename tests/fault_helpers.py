@@ -43,7 +43,10 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import reference_pv as ref  # noqa: E402
+from exactly_once.airflow.connections import storage_options as conn_options  # noqa: E402
 from exactly_once.config import PipelineConfig  # noqa: E402
+from exactly_once.contracts import JobSpec  # noqa: E402
+from exactly_once.layout import Source  # noqa: E402
 from exactly_once.errors import (FencedError, StorageError, TransactionAbortedError,  # noqa: E402
                                  UnsafeIdentifierError, ValidationFailedError)
 from exactly_once.failpoints import failpoint  # noqa: E402
@@ -93,33 +96,33 @@ def stage_write(spec_url: str, storage_options: dict[str, Any]) -> dict[str, Any
     the staging dir, and writes ``_counts.json`` last. Returns the counts.
     """
     store, spec_key = storage_for(spec_url, **storage_options)
-    spec = store.read_json(spec_key)
-    _, staging = storage_for(spec["staging_dir"], **storage_options)
-    partition = spec["partition"]
+    spec = JobSpec.from_json(store.read_bytes(spec_key))
+    _, staging = storage_for(spec.staging_dir, **storage_options)
+    partition = spec.partitions[0]
     counts_path = store.join(staging, "_counts.json")
     if store.exists(counts_path):
         _rm(store, counts_path)
     with tempfile.TemporaryDirectory(prefix="eo-fault-write-") as tmp:
         local_files, by_local = [], {}
-        for i, item in enumerate(spec["inputs"]):
-            in_store, key = storage_for(item["path"], **storage_options)
+        for i, item in enumerate(spec.source().inputs):
+            in_store, key = storage_for(item.path, **storage_options)
             meta = in_store.file_meta(key)
-            if meta["size"] != int(item["size"]) or (item.get("etag") and meta.get("etag")
-                                                      and meta["etag"] != item["etag"]):
-                raise StorageError(f"source {item['path']} changed since it was frozen; replay is impossible")
+            if meta["size"] != item.size or (item.etag and meta.get("etag") and meta["etag"] != item.etag):
+                raise StorageError(f"source {item.path} changed since it was frozen; replay is impossible")
             local = os.path.join(tmp, f"{i:05d}.jsonl")
             with open(local, "wb") as f:
                 f.write(in_store.read_bytes(key))
             local_files.append(local)
-            by_local[local] = item["path"]
+            by_local[local] = item.path
         prev: dict[str, int] = {}
-        if spec.get("prev_state"):
-            state_store, state_dir = storage_for(spec["prev_state"], **storage_options)
+        if spec.prev_state:
+            state_store, state_dir = storage_for(spec.prev_state, **storage_options)
             for entry in state_store.walk_files(state_dir):
                 if entry.rel.endswith(".parquet") and not entry.rel.startswith(("_", ".")):
                     with state_store.open(state_store.join(state_dir, entry.rel), "rb") as f:
                         prev.update({r["app_id"]: r["cumulative_pv"] for r in pq.read_table(f).to_pylist()})
         rows, new_state, counts = ref.compute(local_files, prev, partition)
+        counts["input_bytes"] = sum(i.size for i in spec.source().inputs)
         bad = [dict(q, file=by_local[q["file"]]) for q in ref.quarantine(local_files)]
 
     store.write_atomic(store.join(staging, "data", partition, "part-0.parquet"),
@@ -155,11 +158,19 @@ class Setup:
     env: dict[str, str] = field(default_factory=dict)
 
     def config(self) -> PipelineConfig:
-        return PipelineConfig(pipeline=self.pipeline, sink=self.sink, source="app_logs",
+        return PipelineConfig(pipeline=self.pipeline, sink=self.sink,
+                              sources=Source("app_logs", path="dt={start:%Y-%m-%d}", allow_empty=True),
                               application=APPLICATION, suite=self.suite, stateful=True,
                               start=date.fromisoformat(self.start),
                               max_malformed_ratio=self.max_malformed_ratio, root=self.root,
-                              storage_conn_id=self.conn_id)
+                              reports=self.reports, storage_conn_id=self.conn_id)
+
+    def options(self) -> dict[str, Any]:
+        """The storage connection's credentials, resolved as the Airflow layer does (once per task)."""
+        return conn_options(self.conn_id)
+
+    def run(self, day: str, config: PipelineConfig | None = None) -> IntervalRun:
+        return IntervalRun(config or self.config(), Interval.daily(day), storage_options=self.options())
 
     def replace(self, **kw: Any) -> "Setup":
         return Setup(**{**asdict(self), **kw})
@@ -181,20 +192,18 @@ def run_phase(setup: Setup, day: str, phase: str, xcom: dict[str, Any], **kw: An
         return _run_phase(setup, day, phase, xcom, **kw)
     except FINAL:
         if phase not in ("begin", "abort", "recover") and "txn" in xcom:
-            IntervalRun(setup.config(), Interval.daily(day), log=lambda _m: None).abort(
-                TxnRef.from_dict(xcom["txn"]))
+            setup.run(day).abort(TxnRef.from_dict(xcom["txn"]))
         raise
 
 
 def _run_phase(setup: Setup, day: str, phase: str, xcom: dict[str, Any], **kw: Any) -> Any:
-    cfg = setup.config()
-    run = IntervalRun(cfg, Interval.daily(day), log=lambda _msg: None)
+    run = setup.run(day)
     _refresh_fs(run.storage)
     txn = TxnRef.from_dict(xcom["txn"]) if "txn" in xcom else None
     if phase == "begin":
         return run.begin(refresh_sources=kw.get("refresh", False), run={"run_id": f"fault__{day}"})
     if phase == "write":
-        return stage_write(xcom["spec"], cfg.storage_options())
+        return stage_write(xcom["spec"], setup.options())
     if phase == "pre_commit":
         return run.pre_commit(txn)
     if phase == "validate":
@@ -344,7 +353,7 @@ class Driver:
 
 # ------------------------------------------------------------------------------------ readers / checks
 def sink_of(setup: Setup) -> TwoPhaseCommitSink:
-    sink = setup.config().sink_handle()
+    sink = setup.config().sink_handle(setup.options())
     _refresh_fs(sink.storage)
     return sink
 

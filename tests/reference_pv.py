@@ -172,8 +172,8 @@ def compute(files: list[str], prev_state: dict[str, int], partition: str | None 
             ) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, Any]]:
     """One interval: ``(rows sorted by app_id, new_state, counts)``.
 
-    ``counts`` has the keys of the job's ``_counts.json``; ``rows_per_partition`` only if ``partition``
-    is given.
+    ``counts`` is the job's ``_counts.json`` (the counts schema); ``rows_written`` names ``partition``
+    only if it is given.
     """
     lines = malformed = 0
     by_reason: dict[str, int] = {}
@@ -201,13 +201,12 @@ def compute(files: list[str], prev_state: dict[str, int], partition: str | None 
         new_state[app] = prev_state.get(app, 0) + n
     rows = [{"app_id": app, "pv": pv[app], "uv": len(users[app]), "cumulative_pv": new_state[app]}
             for app in sorted(pv, key=lambda a: a.encode("utf-8"))]
-    counts: dict[str, Any] = {
-        "lines_read": lines, "malformed": malformed, "valid_lines": valid,
-        "duplicates_dropped": valid - len(best), "distinct_events": len(best),
-        "page_views": sum(pv.values()), "rows_written": len(rows), "apps_in_state": len(new_state),
-        "input_files": len(files), "input_bytes": sum(os.path.getsize(p) for p in files),
-        "malformed_by_reason": dict(sorted(by_reason.items())),
+    counts: dict[str, Any] = {  # the counts schema of docs/JOB_API.md, as the job writes it
+        "version": 1, "records_in": lines, "records_out": len(best), "records_rejected": malformed,
+        "records_deduplicated": valid - len(best), "records_filtered": 0,
+        "rows_written": {partition: len(rows)} if partition is not None else {},
+        "state_rows": len(new_state), "input_files": len(files),
+        "input_bytes": sum(os.path.getsize(p) for p in files),
+        "rejected_by_reason": dict(sorted(by_reason.items())), "metrics": {"page_views": sum(pv.values())},
     }
-    if partition is not None:
-        counts["rows_per_partition"] = {partition: len(rows)}
     return rows, new_state, counts

@@ -12,7 +12,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from exactly_once.airflow.taskgroup import spark_env
-from exactly_once.config import data_root
+from exactly_once.settings import data_root
 
 ROOT = Path(__file__).resolve().parents[2]
 START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))

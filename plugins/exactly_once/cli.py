@@ -1,173 +1,118 @@
-"""``eo`` - the command line: demo, run one interval, inspect and repair transactions.
+"""``eo`` - inspect and repair the transactions of a table, from any directory.
 
-    eo demo                         sample logs for several days, each day run through Airflow, a summary
-    eo run-interval --dag pv_pipeline --date 2026-01-03 [--reprocess]
-    eo status [--dag pv_pipeline]   every interval's epochs and states, from the transaction log
-    eo recover [--dag pv_pipeline]  finish decided commits, abort stale attempts
-    eo gc [--dag pv_pipeline]       delete what the log says is finished (staging, old versions)
-    eo history <table-url>          every version of every interval: time, rows, verdict (history.py)
+    eo status  s3://bucket/warehouse/orders     every interval's epochs and states, from the log
+    eo status  --dag pv_pipeline                 the tables the DAG's exactly-once groups write
+    eo recover <table-url> | --dag <id>          finish decided commits, abort stale attempts
+    eo gc      <table-url> | --dag <id>          delete what the log says is finished
+    eo history <table-url>                      every version of every interval: time, rows, verdict
+
+A table is addressed by its URL (a local path, ``file://`` or ``s3://``; credentials from the Airflow
+connection ``--conn-id``, default ``EO_STORAGE_CONN_ID``, or the usual AWS environment) or a DAG by its
+id, found through Airflow's DagBag (the configured dags folder). Running one interval, the demo and
+sample data are development tools of a checkout: ``make run-interval``, ``make demo``, ``make sample``.
 """
 from __future__ import annotations
 
 import argparse
-import os
+import logging
 import sys
-import time
-from datetime import date, timedelta
-from typing import Any
+from typing import Any, Iterator
 
-from .config import data_root, reports_dir
-from .ids import Interval
-from .storage import redact
+from . import settings
+from .errors import ConfigError, ExactlyOnceError
+from .transaction import TwoPhaseCommitSink
 from .txlog import State
 
-DEMO_DAYS = 5
-DEMO_START = "2026-01-01"
+log = logging.getLogger(__name__)
 
 
-def dag_config(dag_id: str) -> Any:
-    """The PipelineConfig that ``dags/<dag_id>.py`` declares (the DAG file is the single source)."""
-    import importlib.util
+def _options(conn_id: str | None) -> dict[str, Any]:
+    if not conn_id:
+        return {}
+    from .airflow.connections import storage_options
 
-    from .config import PROJECT_ROOT, PipelineConfig
-
-    path = PROJECT_ROOT / "dags" / f"{dag_id}.py"
-    spec = importlib.util.spec_from_file_location(f"eo_dag_{dag_id}", path)
-    if spec is None or not path.exists():
-        raise SystemExit(f"no DAG file {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    configs = [v for v in vars(module).values() if isinstance(v, PipelineConfig)]
-    if len(configs) != 1:
-        raise SystemExit(f"{path} must declare exactly one PipelineConfig")
-    return configs[0]
+    return storage_options(conn_id)
 
 
-def summary_rows(dag_id: str, days: list[str]) -> list[dict[str, Any]]:
-    """Per day: input lines, duplicates dropped, malformed, pv total, committed version."""
-    sink = dag_config(dag_id).sink_handle()
-    rows = []
-    for day in days:
-        found = sink.committed(Interval.daily(day))
-        if not found:
-            rows.append({"day": day, "version": "NOT COMMITTED"})
-            continue
-        txn, st = found
-        counts = st.records.get("pre_committed", {}).get("counts", {})
-        rows.append({"day": day, "version": f"e{txn.epoch:06d}", "lines": counts.get("lines_read"),
-                     "dups": counts.get("duplicates_dropped"), "malformed": counts.get("malformed"),
-                     "pv": counts.get("page_views"), "apps": counts.get("rows_written")})
-    return rows
+def open_table(url: str, conn_id: str | None = None) -> TwoPhaseCommitSink:
+    """The sink of the table at ``url``, as the pipeline that owns it (read from the table's owner record)."""
+    try:
+        return TwoPhaseCommitSink.open(url, storage_options=_options(conn_id), require_validation=True)
+    except ConfigError as exc:
+        raise SystemExit(f"eo: {exc}") from None
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    head = ("day", "lines in", "dups dropped", "malformed", "pv total", "apps", "committed version")
-    keys = ("day", "lines", "dups", "malformed", "pv", "apps", "version")
-    table = [head] + [tuple("-" if r.get(k) is None else str(r.get(k)) for k in keys) for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    for i, r in enumerate(table):
-        print("  " + "  ".join(c.rjust(w) if 0 < j < 6 else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths))))
-        if i == 0:
-            print("  " + "  ".join("-" * w for w in widths))
+def dag_sinks(dag_id: str, sink: str | None = None) -> Iterator[TwoPhaseCommitSink]:
+    """The sinks of ``dag_id``'s exactly-once groups (one per group), loaded through Airflow's DagBag."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from .airflow.connections import storage_options
+    from .airflow.operators import BeginOperator
+
+    bag = DagBag()
+    dag = bag.dags.get(dag_id)
+    if dag is None:
+        errors = "; ".join(f"{k}: {str(v).splitlines()[-1]}" for k, v in bag.import_errors.items())
+        raise SystemExit(f"no DAG {dag_id!r} in {bag.dag_folder}" + (f" (import errors: {errors})" if errors else ""))
+    configs = [t.config for t in dag.tasks if isinstance(t, BeginOperator)]
+    configs = [c for c in configs if sink is None or c.sink == sink]
+    if not configs:
+        raise SystemExit(f"DAG {dag_id} has no exactly-once group" + (f" writing {sink}" if sink else ""))
+    for cfg in configs:
+        yield cfg.sink_handle(storage_options(cfg.storage_conn_id))
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .localrun import run_interval
-    from .sample_data import generate
-
-    root = data_root()
-    days = [(date.fromisoformat(args.start) + timedelta(days=i)).isoformat() for i in range(args.days)]
-    print(f"exactly-once demo: pv_pipeline over {len(days)} days ({days[0]} .. {days[-1]})")
-    print(f"  data root: {redact(root)}  (EO_DATA_ROOT)")
-    info = generate(f"{root}/landing", days)
-    print(f"  generated sample app logs: {len(info['files'])} files, {sum(info['lines'].values())} lines, incl. "
-          f"{sum(info['duplicates'].values())} duplicates and {sum(info['malformed'].values())} malformed lines")
-    print("  each day = one Airflow DAG run (airflow dags test): begin -> spark write -> pre_commit -> "
-          "validate -> commit, abort as teardown")
-    failed = 0
-    for i, day in enumerate(days, 1):
-        print(f"  [{i}/{len(days)}] {day} ... ", end="", flush=True)
-        res = run_interval("pv_pipeline", day)
-        print(f"{'ok' if res.ok else 'FAILED'} ({res.seconds:.0f} s)")
-        if not res.ok:
-            from .localrun import failure_reason
-
-            failed += 1
-            print(f"      reason: {failure_reason(res.log_path)}\n      full log: {res.log_path}")
-            break
-    print("\nSummary (from the transaction log):")
-    print_table(summary_rows("pv_pipeline", days))
-    print(f"\n  output table : {root}/warehouse/app_pv/dt=YYYY-MM-DD/ (Parquet: app_id, pv, uv, cumulative_pv)")
-    print(f"  read it      : pyarrow.dataset.dataset('{root}/warehouse/app_pv', partitioning='hive')")
-    print(f"  DQ reports   : {reports_dir()}/data_docs/index.html  (open in a browser)")
-    print(f"  run summaries: {reports_dir()}/runs/pv_pipeline/")
-    print(f"  task logs    : {root}/logs/pv_pipeline/")
-    return 1 if failed else 0
-
-
-def cmd_run_interval(args: argparse.Namespace) -> int:
-    from .localrun import failure_reason, run_interval
-
-    Interval.daily(args.date)  # refuses a malformed date before anything runs
-    print(f"{args.dag}: running interval [{args.date}, +1 day) through Airflow"
-          + (" (reprocess: re-freezing sources)" if args.reprocess else "") + " ...", flush=True)
-    res = run_interval(args.dag, args.date, reprocess=args.reprocess)
-    if res.ok:
-        print(f"{args.dag} {args.date}: succeeded in {res.seconds:.0f} s (log: {res.log_path})")
-        if args.dag == "pv_pipeline":
-            print_table(summary_rows(args.dag, [args.date]))
-        return 0
-    print(f"{args.dag} {args.date}: FAILED after {res.seconds:.0f} s: {failure_reason(res.log_path)}\n"
-          f"  full log: {res.log_path}", file=sys.stderr)
-    return 1
-
-
-def _sink(args: argparse.Namespace) -> Any:
-    return dag_config(args.dag).sink_handle()
+def _sinks(args: argparse.Namespace) -> Iterator[TwoPhaseCommitSink]:
+    if bool(args.table) == bool(args.dag):
+        raise SystemExit("give a table URL or --dag <dag_id> (one of them)")
+    if args.dag:
+        yield from dag_sinks(args.dag, args.sink)
+    else:
+        yield open_table(args.table, args.conn_id)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    sink = _sink(args)
-    for iv in sink.log.intervals():
-        epochs = sink.status(iv)
-        desc = ", ".join(f"e{e}:{st.state.value}{'' if st.published or st.state is not State.COMMITTED else '(publishing)'}"
-                         for e, st in epochs.items())
-        print(f"{iv.day}  {desc}")
+    for sink in _sinks(args):
+        print(f"{sink.pipeline}/{sink.sink}: {sink.storage.url(sink.table)}")
+        for iv in sink.log.intervals():
+            desc = ", ".join(f"e{e}:{st.state.value}"
+                             f"{'' if st.published or st.state is not State.COMMITTED else '(publishing)'}"
+                             for e, st in sink.status(iv).items())
+            print(f"  {iv.start.isoformat()} .. {iv.end.isoformat()}  {desc}")
     return 0
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    actions = _sink(args).recover(stale_after=args.stale_after)
-    print("\n".join(actions) or "nothing to recover")
-    return 0
+    failed = False
+    for sink in _sinks(args):
+        actions = sink.recover(stale_after=args.stale_after)
+        failed |= any(a.startswith("FAILED") for a in actions)
+        print(f"{sink.sink}: " + ("\n  ".join(["", *actions]) if actions else "nothing to recover"))
+    return 1 if failed else 0
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from .maintenance import gc
 
-    report = gc(_sink(args), min_age=args.min_age)
-    for k, v in report.items():
-        print(f"{k}: {len(v)}" + ("".join(f"\n  {x}" for x in v) if args.verbose else ""))
+    for sink in _sinks(args):
+        report = gc(sink, min_age=args.min_age)
+        for k, v in report.items():
+            print(f"{sink.sink} {k}: {len(v)}" + ("".join(f"\n  {x}" for x in v) if args.verbose else ""))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="eo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="run the page-view demo end to end")
-    d.add_argument("--days", type=int, default=DEMO_DAYS)
-    d.add_argument("--start", default=DEMO_START)
-    d.set_defaults(fn=cmd_demo)
-    r = sub.add_parser("run-interval", help="one DAG run for the daily interval starting at --date")
-    r.add_argument("--dag", required=True)
-    r.add_argument("--date", required=True)
-    r.add_argument("--reprocess", action="store_true", help="re-freeze the sources (take in late files)")
-    r.set_defaults(fn=cmd_run_interval)
     for name, fn, helptext in (("status", cmd_status, "show the transaction log"),
                                ("recover", cmd_recover, "finish or abort unfinished transactions"),
                                ("gc", cmd_gc, "remove finished staging, old versions, compact the log")):
         s = sub.add_parser(name, help=helptext)
-        s.add_argument("--dag", default="pv_pipeline", help="the DAG (pipeline) whose sink to inspect")
+        s.add_argument("table", nargs="?", help="table URL or path (s3://bucket/warehouse/orders)")
+        s.add_argument("--dag", help="a DAG id: its exactly-once groups' tables (through Airflow's DagBag)")
+        s.add_argument("--sink", help="with --dag: only this sink")
+        s.add_argument("--conn-id", default=settings.storage_conn_id(),
+                       help="Airflow connection with the S3 credentials (default EO_STORAGE_CONN_ID)")
         s.add_argument("--stale-after", type=float, default=6 * 3600, help="seconds before an open txn is stale")
         s.add_argument("--min-age", type=float, default=3600, help="gc: keep superseded versions this long")
         s.add_argument("-v", "--verbose", action="store_true")
@@ -176,11 +121,12 @@ def main(argv: list[str] | None = None) -> int:
 
     add_history(sub)
     args = p.parse_args(argv)
-    t0 = time.perf_counter()
-    code = args.fn(args)
-    if args.cmd == "demo":
-        print(f"\ndone in {time.perf_counter() - t0:.0f} s")
-    return code
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.fn(args)
+    except ExactlyOnceError as exc:
+        print(f"eo {args.cmd}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

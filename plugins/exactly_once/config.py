@@ -1,109 +1,116 @@
-"""Pipeline configuration: where data lives and how a sink is checked - from settings, never from code.
+"""Pipeline configuration: plain frozen data, declared in a DAG file (no environment reads, no Airflow).
 
-``EO_DATA_ROOT`` (default ``./data``) holds ``landing/``, ``warehouse/`` (tables, each with its
-transaction log) and ``reports/``. It may be a local path or ``s3://bucket/prefix``; S3 credentials come
-from the Airflow connection named by ``EO_STORAGE_CONN_ID`` (or the usual AWS environment), never from
-code, and are never logged.
+Everything deployment-specific (the data root, the storage connection) is passed in by the DAG file,
+usually from :mod:`exactly_once.settings`; credentials are resolved from the connection by the Airflow
+layer, once per task, and handed to :class:`~exactly_once.pipeline.IntervalRun` - never stored here.
 """
 from __future__ import annotations
 
-import os
+import math
 from dataclasses import dataclass, field
-from datetime import date
-from pathlib import Path
-from typing import Any
+from datetime import date, datetime
+from typing import Any, Mapping, Sequence, Union
 
-from .ids import check_name
+from .errors import ConfigError
+from .ids import check_name, utc
+from .layout import Partitions, Source, Template
 from .storage import redact
 from .transaction import TwoPhaseCommitSink
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SourcesArg = Union[Source, str, Sequence[Union[Source, str]]]
 
 
-def data_root() -> str:
-    """``EO_DATA_ROOT`` as an absolute local path or an ``s3://`` URL."""
-    root = os.environ.get("EO_DATA_ROOT") or str(PROJECT_ROOT / "data")
-    return root.rstrip("/") if "://" in root else os.path.abspath(root)
-
-
-def reports_dir(root: str | None = None) -> str:
-    """Where Data Docs and run summaries go: always a local directory."""
-    root = root or data_root()
-    default = f"{root}/reports" if "://" not in root else str(PROJECT_ROOT / "data" / "reports")
-    return os.path.abspath(os.environ.get("EO_REPORTS_DIR") or default)
-
-
-def storage_options_from_connection(conn_id: str | None) -> dict[str, Any]:
-    """s3fs options from an Airflow (aws) connection: key, secret, endpoint_url. Empty if no conn id."""
-    if not conn_id:
-        return {}
-    from airflow.sdk import BaseHook  # only needed inside Airflow
-
-    conn = BaseHook.get_connection(conn_id)
-    extra = conn.extra_dejson
-    opts: dict[str, Any] = {}
-    if conn.login:
-        opts["key"] = conn.login
-    if conn.password:
-        opts["secret"] = conn.password
-    endpoint = extra.get("endpoint_url") or (extra.get("service_config", {}).get("s3", {}) or {}).get("endpoint_url")
-    if endpoint:
-        opts["endpoint_url"] = endpoint
-    return opts
+def _source(value: Source | str) -> Source:
+    return value if isinstance(value, Source) else Source(value)
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """One pipeline writing one sink (table) from one landing source.
+    """One pipeline writing one sink (table) from its sources; see ``docs/LAYOUT.md``.
 
-    ``stateful`` pipelines run their intervals in order: interval n reads the state committed by n-1,
-    except the first interval (``start``). ``max_malformed_ratio`` is the completeness gate's limit on
-    malformed input lines. ``keep_rejected`` keeps an aborted run's staging (data + quarantine) under
-    ``<table>/_rejected/`` for inspection instead of deleting it.
+    * ``application``: the write job (a PySpark script run by spark-submit) with ``application_args``
+      and ``spark_conf``.
+    * ``sources``: :class:`~exactly_once.layout.Source` declarations (a bare name means JSON lines under
+      ``<root>/landing/<name>/dt=YYYY-MM-DD/``); ``partitions``: the partitions an interval owns (a
+      template, a callable of the interval, or :class:`~exactly_once.layout.Partitions`).
+    * ``stateful``: interval n reads the state committed by the interval that ends where n starts (the
+      first interval - the one starting at or before ``start`` - reads none). Off by default.
+    * ``suite``: the table's own GX suite (``expectations/<table>.json``; its companions
+      ``<stem>.<name>.json`` run with it). The completeness check from the job's counts always runs;
+      ``max_malformed_ratio`` is its limit on the share of rejected input records.
+    * ``keep_rejected``: keep an aborted run's staging (data + quarantine) for inspection.
+    * ``root``: the data root (local path or ``s3://``); ``table``: the table URL (default
+      ``<root>/warehouse/<sink>``); ``reports``: the local reports dir (default ``<root>/reports``).
     """
 
     pipeline: str
     sink: str
-    source: str
     application: str
+    root: str
+    sources: SourcesArg = ()
+    partitions: Union[Partitions, Template] = field(default_factory=Partitions)
     suite: str | None = None
-    stateful: bool = True
-    start: date | None = None
+    stateful: bool = False
+    start: Union[datetime, date, str, None] = None
     max_malformed_ratio: float = 0.05
     keep_rejected: bool = False
-    root: str = field(default_factory=data_root)
-    storage_conn_id: str | None = field(default_factory=lambda: os.environ.get("EO_STORAGE_CONN_ID") or None)
+    storage_conn_id: str | None = None
+    table: str | None = None
+    reports: str | None = None
+    application_args: Sequence[str] = ()
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_name(self.pipeline, "pipeline id")
         check_name(self.sink, "sink name")
-        check_name(self.source, "source name")
-        if not 0.0 <= self.max_malformed_ratio <= 1.0:
-            raise ValueError(f"max_malformed_ratio must be within [0, 1], got {self.max_malformed_ratio}")
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - normalising a frozen dataclass
+        raw = self.sources
+        sources = tuple(_source(s) for s in ([raw] if isinstance(raw, (Source, str)) else raw))
+        if not sources:
+            raise ConfigError(f"{self.pipeline}: declare at least one source, e.g. sources=Source('events')")
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{self.pipeline}: source names must be unique, got {names}")
+        set_("sources", sources)
+        if not isinstance(self.partitions, Partitions):
+            set_("partitions", Partitions(self.partitions))
+        if self.start is not None:
+            set_("start", utc(self.start))
+        if not isinstance(self.max_malformed_ratio, (int, float)) or math.isnan(self.max_malformed_ratio) \
+                or not 0.0 <= self.max_malformed_ratio <= 1.0:
+            raise ConfigError(f"max_malformed_ratio must be within [0, 1], got {self.max_malformed_ratio}")
+        if isinstance(self.application_args, str) or not all(isinstance(a, str) for a in self.application_args):
+            raise ConfigError("application_args must be a list of strings, e.g. ['--min-delay', '15']")
+        set_("application_args", tuple(self.application_args))
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(self.spark_conf).items()):
+            raise ConfigError("spark_conf must map strings to strings, e.g. {'spark.executor.memory': '2g'}")
+        set_("spark_conf", dict(self.spark_conf))
 
     @property
     def table_url(self) -> str:
-        return f"{self.root}/warehouse/{self.sink}"
+        return self.table or f"{self.root.rstrip('/')}/warehouse/{self.sink}"
 
-    @property
-    def landing_url(self) -> str:
-        return f"{self.root}/landing/{self.source}"
+    def landing_url(self, source: Source | None = None) -> str:
+        """The landing root of ``source`` (default: the first source)."""
+        return (source or self.sources[0]).landing(self.root)  # type: ignore[union-attr,index]
 
     @property
     def reports_url(self) -> str:
-        """Reports are local files a browser opens (``EO_REPORTS_DIR``; default ``<root>/reports``, or
-        ``./data/reports`` when the data root is on S3)."""
-        return reports_dir(self.root)
+        """The local reports dir (Data Docs, run summaries)."""
+        if self.reports:
+            return self.reports
+        if "://" in self.root:
+            raise ConfigError(f"{self.pipeline}: the data root is remote; give reports=<a local dir>")
+        return f"{self.root.rstrip('/')}/reports"
 
-    def storage_options(self) -> dict[str, Any]:
-        return storage_options_from_connection(self.storage_conn_id)
-
-    def sink_handle(self) -> TwoPhaseCommitSink:
-        """The two-phase-commit sink of this pipeline's table (validation required when a suite is set)."""
+    def sink_handle(self, storage_options: Mapping[str, Any] | None = None) -> TwoPhaseCommitSink:
+        """The two-phase-commit sink of this pipeline's table. The gate always runs, so every commit
+        needs a passing verdict."""
         return TwoPhaseCommitSink.at(self.table_url, pipeline=self.pipeline, sink=self.sink,
-                                     storage_options=self.storage_options(),
-                                     require_validation=self.suite is not None)
+                                     storage_options=dict(storage_options or {}), require_validation=True)
 
     def describe(self) -> str:
         """One line for logs; never contains credentials."""
-        return f"{self.pipeline}/{self.sink}: landing={redact(self.landing_url)} table={redact(self.table_url)}"
+        landing = ", ".join(redact(self.landing_url(s)) for s in self.sources)  # type: ignore[union-attr]
+        return f"{self.pipeline}/{self.sink}: sources={landing} table={redact(self.table_url)}"
+

@@ -59,3 +59,14 @@ class TargetUnavailableError(ExactlyOnceError):
     """The publish target could not be reached, or the connection broke mid-publish. Whatever was in
     flight rolled back (or, if the break hit the commit itself, the target's marker tells); publishing
     again is safe and finishes exactly once."""
+
+class LayoutError(ConfigError):
+    """A layout declaration (partitions, sources, schedule) cannot work; refused before any write."""
+
+
+class ContractError(ConfigError):
+    """A job spec or counts document does not follow its contract (:mod:`exactly_once.contracts`)."""
+
+
+class NoInputError(ExactlyOnceError):
+    """A source matched no input file for an interval and does not declare empty intervals normal."""

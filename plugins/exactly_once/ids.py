@@ -57,7 +57,9 @@ def safe_join(root: str, *parts: str) -> str:
     return joined
 
 
-def _utc(value: datetime | date | str) -> datetime:
+def utc(value: datetime | date | str) -> datetime:
+    """``value`` as an aware UTC datetime: a date is its midnight, a naive datetime is taken as UTC,
+    a string is ISO-8601 (``Z`` allowed)."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -67,7 +69,11 @@ def _utc(value: datetime | date | str) -> datetime:
         value = datetime(value.year, value.month, value.day)
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    value = value.astimezone(timezone.utc)
+    if type(value) is not datetime:  # pendulum's DateTime (Airflow) subtracts to its own Interval type
+        value = datetime(value.year, value.month, value.day, value.hour, value.minute, value.second,
+                         value.microsecond, tzinfo=timezone.utc)
+    return value
 
 
 @dataclass(frozen=True, order=True)
@@ -78,8 +84,8 @@ class Interval:
     end: datetime
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "start", _utc(self.start))
-        object.__setattr__(self, "end", _utc(self.end))
+        object.__setattr__(self, "start", utc(self.start))
+        object.__setattr__(self, "end", utc(self.end))
         if not self.start < self.end:
             raise UnsafeIdentifierError(f"empty or reversed interval [{self.start}, {self.end})")
         if self.start.year < 1970 or self.end.year > 9999:
@@ -90,7 +96,7 @@ class Interval:
     @classmethod
     def daily(cls, day: date | datetime | str) -> "Interval":
         """The day starting at midnight UTC of ``day``."""
-        start = _utc(day).replace(hour=0, minute=0, second=0, microsecond=0)
+        start = utc(day).replace(hour=0, minute=0, second=0, microsecond=0)
         try:
             end = start + timedelta(days=1)
         except OverflowError:
@@ -118,10 +124,6 @@ class Interval:
     def day(self) -> str:
         """``YYYY-MM-DD`` of the start (the ``dt=`` partition of a daily interval)."""
         return self.start.strftime("%Y-%m-%d")
-
-    def previous(self) -> "Interval":
-        """The interval of the same length that ends where this one starts."""
-        return Interval(self.start - (self.end - self.start), self.start)
 
     def __str__(self) -> str:
         return f"[{self.start.isoformat()}, {self.end.isoformat()})"

@@ -1,86 +1,159 @@
 """The phases of one interval of one pipeline, as plain methods - what the Airflow tasks call.
 
-:class:`IntervalRun` adds to the protocol what a *pipeline* needs: frozen, replayable source positions;
-ordered, checkpointed state (interval n reads the state committed by n-1); the Spark job's spec; the
-completeness gate; and, after a commit, a report of late files and of later intervals made stale.
-Nothing here imports Airflow, so the same run can be driven by a test, the ``eo`` CLI or a DAG.
+:class:`IntervalRun` adds to the protocol what a *pipeline* needs: the partitions the interval owns
+(:mod:`~exactly_once.layout`), frozen, replayable source positions, the predecessor's committed state
+(stateful pipelines), the write job's :class:`~exactly_once.contracts.JobSpec`, the two-layer gate
+(completeness from the job's counts + the table's own suite), and after a commit a report of late files
+and of later intervals made stale. Nothing here imports Airflow: a test, the ``eo`` CLI or a DAG drive
+the same run.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
-from typing import Any, Callable
+from typing import Any, Mapping
 
 from .config import PipelineConfig
-from .errors import OrderingError, TransactionStateError, ValidationFailedError
+from .contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
+from .errors import (ConfigError, NoInputError, OrderingError, OwnershipError, TransactionStateError,
+                     ValidationFailedError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, parse_txn_name
-from .sources import late_files, list_positions
-from .storage import storage_for, to_json
-from .txlog import State
+from .layout import Source, late_files, list_inputs
+from .storage import storage_for
+from .txlog import EpochStatus, State
 
-COUNTS = "_counts.json"
-JOB_SPEC = "_job.json"
-STATE = "_state"
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 
 class IntervalRun:
-    """One interval of one pipeline. Each public method is one Airflow task and is safe to retry."""
+    """One interval of one pipeline. Each public method is one Airflow task and is safe to retry.
 
-    def __init__(self, config: PipelineConfig, interval: Interval, *, log: Log = print) -> None:
+    ``storage_options`` are the resolved credentials of ``config.storage_conn_id`` (the Airflow layer
+    resolves them once per task). Refuses (before anything is written) an interval whose declared
+    partitions it cannot own alone.
+    """
+
+    def __init__(self, config: PipelineConfig, interval: Interval, *,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        if config.storage_conn_id and storage_options is None:
+            raise ConfigError(f"{config.pipeline}: resolve the connection {config.storage_conn_id!r} and pass "
+                              "storage_options (exactly_once.airflow.connections.storage_options)")
         self.config = config
         self.interval = interval
-        self.sink = config.sink_handle()
+        self.options = dict(storage_options or {})
+        self.partitions = config.partitions.check_interval(interval)  # type: ignore[union-attr]
+        self.sink = config.sink_handle(self.options)
         self.storage = self.sink.storage
-        self.log = log
 
     # ------------------------------------------------------------------ begin
     def begin(self, *, refresh_sources: bool = False, run: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Open a transaction: check ordering, freeze (or replay) the sources, write the job spec.
+        """Open a transaction: check ownership and ordering, freeze (or replay) the sources, write the spec.
 
-        Returns ``{"txn": ..., "spec": <job spec URL>, "inputs": n}`` for the next tasks (XCom).
-        Raises OrderingError when a stateful interval's predecessor is not committed yet.
+        Returns ``{"txn": ..., "spec": <job spec URL>, "inputs": n}`` for the next tasks (XCom). Raises,
+        before anything is written: OwnershipError (another interval owns one of the partitions),
+        OrderingError (a stateful interval's predecessor is not committed), NoInputError (a source
+        matched no file and does not allow empty intervals).
         """
-        prev = self._previous_checkpoint()
-        sources, replayed = self._sources(refresh_sources)
-        txn = self.sink.begin(self.interval, sources=sources,
-                              meta={"prev": prev.name if prev else None, "run": run or {},
-                                    "refresh_sources": refresh_sources, "replayed": replayed})
-        spec = {
-            "pipeline": self.config.pipeline, "sink": self.config.sink, "txn": txn.name,
-            "day": self.interval.day, "partition": f"dt={self.interval.day}", "inputs": sources,
-            "prev_state": self.storage.url(self.storage.join(self.sink.checkpoint_dir(prev), STATE))
-            if prev else None,
-            "staging_dir": self.storage.url(self.sink.staging_dir(txn)), "spark_remote": None,
-        }
-        spec_path = self.storage.join(self.sink.staging_dir(txn), JOB_SPEC)
-        self.storage.write_atomic(spec_path, to_json(spec))
-        self.log(f"begin {txn.name}: {len(sources)} input files "
-                 f"({'replayed' if replayed else 'frozen now'}), previous checkpoint {prev.name if prev else '-'}")
-        return {"txn": txn.to_dict(), "spec": self.storage.url(spec_path), "inputs": len(sources)}
+        self._check_owners()
+        prev = self.predecessor()
+        inputs, replayed = self._inputs(refresh_sources)
+        meta = {"run": run or {}, "partitions": list(self.partitions), "refresh_sources": refresh_sources,
+                "replayed": replayed, "prev": prev.name if prev else None}
+        flat = [{"source": name, **fi.to_dict()} for name, fis in inputs.items() for fi in fis]
+        txn = self.sink.begin(self.interval, sources=flat, meta=meta, reads=prev)
+        staging = self.sink.staging_dir(txn)
+        spec = JobSpec(
+            pipeline=self.config.pipeline, sink=self.config.sink, txn=txn.name,
+            interval_start=self.interval.start.isoformat(), interval_end=self.interval.end.isoformat(),
+            partitions=self.partitions,
+            sources=tuple(SourceInputs(s.name, s.format, s.options, tuple(inputs[s.name]))
+                          for s in self._sources()),
+            staging_dir=self.storage.url(staging), data_dir=self.storage.url(self.sink.data_dir(txn)),
+            prev_state=self.storage.url(self.storage.join(self.sink.checkpoint_dir(prev), STATE)) if prev else None,
+            stateful=self.config.stateful)
+        spec_path = self.storage.join(staging, SPEC)
+        self.storage.write_atomic(spec_path, spec.to_json())
+        log.info("begin %s: %d input files (%s), partitions %s, previous checkpoint %s", txn.name, len(flat),
+                 "replayed" if replayed else "frozen now", ", ".join(self.partitions), prev.name if prev else "-")
+        return {"txn": txn.to_dict(), "spec": self.storage.url(spec_path), "inputs": len(flat)}
 
-    def _previous_checkpoint(self) -> TxnRef | None:
+    def _sources(self) -> tuple[Source, ...]:
+        return self.config.sources  # type: ignore[return-value]
+
+    def _check_owners(self) -> None:
+        """Refuse if another interval of this sink already began with one of our partitions."""
+        mine = set(self.partitions)
+        for iv in self.sink.log.intervals():
+            if iv == self.interval or iv.end <= self.interval.start or iv.start >= self.interval.end:
+                continue  # only intervals that overlap this one in time can share its partitions
+            for st in self.sink.status(iv).values():
+                theirs = set(((st.records.get("open") or {}).get("meta") or {}).get("partitions") or [])
+                clash = sorted(mine & theirs)
+                if clash:
+                    raise OwnershipError(
+                        f"{self.config.pipeline}: interval {self.interval} would publish {clash[0]}, which "
+                        f"interval {iv} owns; two intervals may never publish one partition - make the "
+                        "partition template finer or run the intervals of the DAG's own schedule")
+
+    def predecessor(self) -> TxnRef | None:
+        """The committed version whose state this interval reads: that of the interval whose end is this
+        interval's start. None for a stateless pipeline and for the first interval (``config.start``)."""
         cfg = self.config
-        if not cfg.stateful or (cfg.start is not None and self.interval.start.date() <= cfg.start):
+        if not cfg.stateful:
             return None
-        prev = self.interval.previous()
-        self.sink.recover(prev)  # a lost acknowledgement there must not look like "not committed"
-        found = self.sink.committed(prev)
-        if found is None:
+        if cfg.start is None:
+            raise ConfigError(f"{cfg.pipeline}: a stateful pipeline needs start= (its first interval, "
+                              "which reads no state)")
+        if self.interval.start <= cfg.start:  # type: ignore[operator]
+            return None
+        found = []
+        for iv in (i for i in self.sink.log.intervals() if i.end == self.interval.start):
+            self.sink.recover(iv)  # a lost acknowledgement there must not look like "not committed"
+            committed = self.sink.committed(iv)
+            if committed:
+                found.append(committed[0])
+        if len(found) > 1:
+            raise OrderingError(f"{cfg.pipeline}: several committed intervals end at {self.interval.start}: "
+                                f"{[t.interval.token for t in found]}; a stateful pipeline needs one schedule")
+        if not found:
             raise OrderingError(
-                f"{cfg.pipeline}: interval {self.interval.day} needs the state of {prev.day}, which is not "
-                f"committed; run {prev.day} first (make run-interval DAG={cfg.pipeline} DATE={prev.day})")
+                f"{cfg.pipeline}: interval {self.interval} needs the state of the interval that ends at "
+                f"{self.interval.start.isoformat()}, which is not committed; run that interval first "
+                f"(make run-interval DAG={cfg.pipeline} START=<its start>), or set start= to make this the "
+                "first interval")
         return found[0]
 
-    def _sources(self, refresh: bool) -> tuple[list[dict[str, Any]], bool]:
+    def _inputs(self, refresh: bool) -> tuple[dict[str, list[FrozenInput]], bool]:
+        """The inputs per source: replayed from the committed attempt or the newest attempt that got past
+        its write (so a retry computes the same answer), else frozen now from the landing zone."""
         if not refresh:
-            for st in reversed(list(self.sink.status(self.interval).values())):
-                if "open" in st.records:
-                    return st.records["open"]["sources"], True
-        landing, root = storage_for(self.config.landing_url, **self.config.storage_options())
-        return list_positions(landing, root, self.interval.day), False
+            chosen = self._replayable()
+            if chosen is not None:
+                first = self._sources()[0].name
+                out: dict[str, list[FrozenInput]] = {s.name: [] for s in self._sources()}
+                for item in (chosen.records.get("open") or {}).get("sources") or []:
+                    out.setdefault(item.get("source", first), []).append(FrozenInput.from_dict(item))
+                return out, True
+        fresh = {}
+        for source in self._sources():
+            store, root = storage_for(source.landing(self.config.root), **self.options)
+            fresh[source.name] = list_inputs(store, root, source, self.interval)
+            if not fresh[source.name] and not source.allow_empty:
+                raise NoInputError(
+                    f"{self.config.pipeline}: no input for interval {self.interval} in source {source.name}: "
+                    f"nothing under {store.url(root)} matches {source.patterns(self.interval)} with a "
+                    f"{source.format} ending {source.endings[:3]}...; if empty intervals are normal, declare "
+                    f"Source({source.name!r}, ..., allow_empty=True)")
+        return fresh, False
+
+    def _replayable(self) -> EpochStatus | None:
+        for _, st in sorted(self.sink.status(self.interval).items(), reverse=True):
+            if st.state is State.COMMITTED or (st.state is not State.ABORTED and "pre_committed" in st.records):
+                return st
+        return None
 
     # ------------------------------------------------------------------ pre_commit
     def _own(self, txn: TxnRef) -> TxnRef:
@@ -104,30 +177,47 @@ class IntervalRun:
                 f"{txn.name}: the write job did not finish ({COUNTS} missing); retry the write") from None
 
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
-        """Seal the staged output (manifest in the log, with the write job's counts)."""
+        """Seal the staged output (manifest in the log, with the write job's counts).
+
+        Refuses (OwnershipError, before any partition is claimed) staged data outside the partitions
+        this interval owns.
+        """
         counts = self.counts(txn)  # refuses a transaction of another interval
+        self._check_staged_partitions(txn)
         manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)})
-        self.log(f"pre_commit {txn.name}: {manifest.files} files, {manifest.rows} rows sealed")
+        log.info("pre_commit %s: %s files, %s rows sealed", txn.name, manifest.files, manifest.rows)
         return {"files": manifest.files, "rows": manifest.rows, "counts": counts}
+
+    def _check_staged_partitions(self, txn: TxnRef) -> None:
+        st = self.sink.status(self.interval).get(txn.epoch)
+        if st is not None and st.manifest is not None:
+            return  # already sealed
+        owned = tuple(p + "/" for p in self.partitions)
+        for entry in self.storage.walk_files(self.sink.data_dir(txn)):
+            if entry.rel.rsplit("/", 1)[-1].startswith(("_", ".")) and "/" not in entry.rel:
+                continue  # _SUCCESS and the like at the top
+            if not entry.rel.startswith(owned):
+                raise OwnershipError(
+                    f"{txn.name}: the job wrote {entry.rel}, outside the partitions interval {self.interval} "
+                    f"owns ({', '.join(self.partitions)}); write only to JobContext.output_dir(partition)")
 
     # ------------------------------------------------------------------ validate
     def validate(self, txn: TxnRef) -> dict[str, Any]:
-        """Run the completeness / quality gate on the staged data; record the verdict in the log.
+        """Run the gate on the staged data: the completeness check from the job's counts, then the
+        table's own suite (if configured); record the verdict in the log.
 
         Raises ValidationFailedError (one line per failed expectation) when it fails; the transaction
         can then never commit, and the teardown aborts it.
         """
         self._own(txn)
-        if self.config.suite is None:
-            return {"passed": True, "skipped": "no suite configured"}
         from .quality import validate_staged  # GX is heavy: imported only by the validate task
 
-        spec = self.storage.read_json(self.storage.join(self.sink.staging_dir(txn), JOB_SPEC))
+        spec = JobSpec.from_json(self.storage.read_bytes(self.storage.join(self.sink.staging_dir(txn), SPEC)))
         outcome = validate_staged(
-            suite_path=self.config.suite, staging_dir=self.storage.url(self.sink.staging_dir(txn)),
-            partition=spec["partition"], counts=self.counts(txn), prev_state_dir=spec["prev_state"],
+            suite_path=self.config.suite, table=self.config.sink, staging_dir=spec.staging_dir,
+            partitions=list(spec.partitions), counts=self.counts(txn), prev_state_dir=spec.prev_state,
             report_root=f"{self.config.reports_url}/data_docs", run_name=f"{self.config.pipeline}.{txn.name}",
-            max_malformed_ratio=self.config.max_malformed_ratio, storage_options=self.config.storage_options())
+            max_malformed_ratio=self.config.max_malformed_ratio, storage_options=self.options)
         passed = self.sink.record_validation(txn, outcome.passed, {
             "failures": outcome.failures, "report": outcome.report_path, **outcome.summary})
         failpoint("validate.after")
@@ -137,7 +227,7 @@ class IntervalRun:
                                           + "; ".join(outcome.failures or ["see report"]))
             error.report = outcome.report_path  # type: ignore[attr-defined]
             raise error
-        self.log(f"validate {txn.name}: passed; report {outcome.report_path}")
+        log.info("validate %s: passed; report %s", txn.name, outcome.report_path)
         return result
 
     # ------------------------------------------------------------------ commit / abort
@@ -148,56 +238,75 @@ class IntervalRun:
         summary = {"version": txn.name, "partitions": result.partitions, "files": result.files,
                    "rows": result.rows, "commit_seconds": round(time.perf_counter() - t0, 4),
                    "stale_intervals": self.stale_after(), "late_files": self.late_files()}
-        self.log(f"commit {txn.name}: {result.partitions}, {result.rows} rows")
+        log.info("commit %s: %s, %s rows", txn.name, result.partitions, result.rows)
         if summary["stale_intervals"]:
-            days = ", ".join(summary["stale_intervals"])
-            self.log(f"WARNING: reprocessing {self.interval.day} made later checkpoints stale; re-run in "
-                     f"order: {days}")
+            log.warning("reprocessing %s made later checkpoints stale; re-run in order: %s", self.interval,
+                        ", ".join(summary["stale_intervals"]))
         self._write_report(summary)
         return summary
 
     def abort(self, txn: TxnRef) -> str:
         """Teardown: end the transaction without leftovers (roll a decided commit forward instead)."""
         state = self.sink.abort(self._own(txn), keep=self.config.keep_rejected)
-        self.log(f"abort {txn.name}: {state.value}"
-                 + (" (nothing to undo)" if state is State.COMMITTED else ", staging removed"))
+        log.info("abort %s: %s%s", txn.name, state.value,
+                 " (nothing to undo)" if state is State.COMMITTED else ", staging removed")
         return state.value
+
+    def abort_unhanded(self, run_id: str) -> list[str]:
+        """Teardown when ``begin`` handed no transaction on: abort the interval's unfinished epochs that
+        a ``begin`` of run ``run_id`` opened (recorded in their meta), never another run's."""
+        done = []
+        for epoch, st in self.sink.status(self.interval).items():
+            began_by = (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("run_id")
+            if began_by == run_id and st.state in (State.OPEN, State.PRE_COMMITTED):
+                txn = self.sink.ref(self.interval, epoch)
+                done.append(f"{txn.name}: {self.abort(txn)}")
+        return done
 
     # ------------------------------------------------------------------ reports
     def late_files(self) -> dict[str, list[str]]:
-        """Files that landed in this interval's folder after its sources were frozen."""
+        """Files that landed for this interval after its sources were frozen (all sources together)."""
         found = self.sink.committed(self.interval)
+        out: dict[str, list[str]] = {"new": [], "changed": [], "missing": []}
         if not found:
-            return {"new": [], "changed": [], "missing": []}
-        frozen = found[1].records.get("open", {}).get("sources", [])
-        landing, root = storage_for(self.config.landing_url, **self.config.storage_options())
-        diff = late_files(frozen, list_positions(landing, root, self.interval.day))
-        if diff["new"] or diff["changed"]:
-            self.log(f"WARNING: {len(diff['new'])} late and {len(diff['changed'])} changed files in "
-                     f"dt={self.interval.day} are not in the committed version; reprocess with: make "
-                     f"run-interval DAG={self.config.pipeline} DATE={self.interval.day} REPROCESS=1")
-        return diff
+            return out
+        first = self._sources()[0].name
+        frozen = [(i.get("source", first), FrozenInput.from_dict(i))
+                  for i in (found[1].records.get("open") or {}).get("sources") or []]
+        for source in self._sources():
+            store, root = storage_for(source.landing(self.config.root), **self.options)
+            diff = late_files([fi for name, fi in frozen if name == source.name],
+                              list_inputs(store, root, source, self.interval))
+            for k, v in diff.items():
+                out[k] += v
+        if out["new"] or out["changed"]:
+            log.warning("%d late and %d changed input files of %s are not in the committed version; reprocess "
+                        "with: make run-interval DAG=%s START=%s REPROCESS=1", len(out["new"]), len(out["changed"]),
+                        self.interval, self.config.pipeline, self.interval.start.isoformat())
+        return out
 
     def stale_after(self) -> list[str]:
         """Later committed intervals whose input state differs from what this interval now commits.
 
         Interval n+1 is stale when the state it read (the checkpoint of the version of n it ran after)
-        is not byte-identical to the state of n's current version; everything after a stale interval
-        is stale too. A re-run that reproduces the same state makes nothing stale.
+        is not the same as the state of n's current version; everything after a stale interval is stale
+        too. A re-run that reproduces the same state makes nothing stale. Returns interval tokens.
         """
         if not self.config.stateful:
             return []
         stale: list[str] = []
         current = self.sink.committed(self.interval)
-        for iv in (i for i in self.sink.log.intervals() if i > self.interval):
-            found = self.sink.committed(iv)
-            if not found or current is None:
+        iv = self.interval
+        while current is not None:
+            nxt = [i for i in self.sink.log.intervals() if i.start == iv.end]
+            found = self.sink.committed(nxt[0]) if len(nxt) == 1 else None
+            if not found:
                 break
-            used = found[1].records.get("open", {}).get("meta", {}).get("prev")
-            if stale or (used != current[0].name and not _same(self._state_digest(used),
-                                                               _fingerprint_of(current[1]))):
-                stale.append(iv.day)
-            current = found
+            used = found[1].reads
+            if stale or (used is not None and used.name != current[0].name
+                         and not _same(self._state_digest(used.name), _fingerprint_of(current[1]))):
+                stale.append(nxt[0].token)
+            current, iv = found, nxt[0]
         return stale
 
     def _state_digest(self, txn_name: str | None) -> str | None:
@@ -222,11 +331,10 @@ class IntervalRun:
         return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest() if rows else None
 
     def _write_report(self, summary: dict[str, Any]) -> None:
-        reports, root = storage_for(self.config.reports_url, **self.config.storage_options())
+        reports, root = storage_for(self.config.reports_url)
         path = reports.join(root, "runs", self.config.pipeline, f"{summary['version']}.json")
         reports.makedirs(reports.join(root, "runs", self.config.pipeline))
         reports.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True).encode())
-
 
 
 def _fingerprint_of(st: Any) -> str | None:

@@ -1,21 +1,19 @@
-"""The completeness check / data-quality gate (DESIGN §4 step 4) with Great Expectations 1.x.
+"""The gate (DESIGN §4 step 4) with Great Expectations 1.x: two layers of checks on the *staged* output.
 
-:func:`validate_staged` validates a transaction's *staged* output before it may commit:
-
-* the suite file ``suite_path`` (e.g. ``expectations/app_pv.json``) checks the staged data itself:
-  schema, non-null unique key, value ranges;
-* companion suites next to it, ``<stem>.<anything>.json`` (``app_pv.counts.json``,
-  ``app_pv.checkpoint.json``), check the small frames derived in :mod:`exactly_once.quality_frames`:
-  the write job's ``_counts.json`` against the staged rows (completeness, malformed share) and the
-  cumulative state against the previous committed checkpoint.
+1. **Completeness** - every pipeline gets it, built here from the counts schema
+   (:class:`~exactly_once.contracts.Counts`), suite ``<table>.completeness`` on the counts frame: every
+   record read is accounted for (``completeness_gap == 0``), the rejected share is at most
+   ``max_malformed_ratio``, the rows each partition holds are the rows the job says it wrote, and no
+   partition outside the interval's own was written.
+2. **The table's own suite** - ``suite_path`` (e.g. ``expectations/orders.json``) on the staged data,
+   plus its companions ``<stem>.<anything>.json`` on the frames of :mod:`exactly_once.quality_frames`
+   (``meta.eo.frame``: ``"data"`` - the default -, ``"counts"`` or ``"checkpoint"``; ``meta.eo.key_columns``
+   identify a row in failure reports and key the checkpoint frame; ``meta.eo.fill``/``derive`` add columns).
 
 Each suite file is a GX 1.x ExpectationSuite JSON (``ExpectationSuite(**json)``) and is the source of
-truth: no rule is hard-coded here. ``suite.meta["eo"]`` says which frame a suite applies to
-(``"data"`` - the default -, ``"counts"``, ``"checkpoint"``) and which ``key_columns`` identify a row
-in failure reports. Runtime values (``$PARAMETER``) are ``max_malformed_ratio`` plus ``parameters``.
-
-Every run is stored and rendered as GX Data Docs under ``report_root`` (see :mod:`exactly_once.quality_gx`).
-This module imports neither Airflow nor GX at import time (GX is imported by the first validation).
+truth: no table rule is hard-coded here. Runtime values (``$PARAMETER``) are ``max_malformed_ratio`` plus
+``parameters``. Every run is stored and rendered as GX Data Docs under ``report_root``
+(:mod:`exactly_once.quality_gx`). This module imports neither Airflow nor GX at import time.
 """
 from __future__ import annotations
 
@@ -25,14 +23,16 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from .errors import ConfigError
 from .ids import check_name, check_partition
-from .quality_frames import FrameReader, Frames, build_frames
+from .quality_frames import FrameReader, Frames, apply_derivations, build_frames, read_checkpoint
 from .quality_gx import SuiteRun, build_docs, local_root, locked, make_context, quiet_gx, run_suites
 
 FRAMES = ("data", "counts", "checkpoint")
+COMPLETENESS_COLUMNS = ("records_in", "records_out", "records_rejected", "records_deduplicated",
+                        "records_filtered", "rows_written", "staged_rows")
 
 
 @dataclass
@@ -40,11 +40,11 @@ class ValidationOutcome:
     """The gate's verdict.
 
     ``passed``: every expectation of every suite succeeded. ``failures``: one line per failed
-    expectation, ``"<expectation type>(<column(s)>): observed <value>, expected <rule>"``.
-    (A leading ``staged data missing: ...`` line when the partition dir does not exist.)
+    expectation, ``"<expectation type>(<column(s)>): observed <value>, expected <rule>"`` (led by a
+    ``counts do not follow the contract: ...`` line when the job's counts are malformed).
     ``summary``: JSON-serialisable facts (rows, ratios, per-suite statistics and pages, timings in ms,
     ``duration_ms`` = whole call). ``report_path``: local path of the Data Docs page to show for this
-    validation (the first failed suite's page, else the data suite's), None if no report was written.
+    validation (the first failed suite's page, else the table suite's), None if no report was written.
     """
 
     passed: bool
@@ -54,12 +54,38 @@ class ValidationOutcome:
     reports: dict[str, str] = field(default_factory=dict)
 
 
-def load_suites(suite_path: str) -> list[tuple[str, dict[str, Any]]]:
-    """``[(frame, suite json), ...]``: ``suite_path`` first, then its companions ``<stem>.*.json``."""
+def completeness_suite(table: str) -> dict[str, Any]:
+    """The completeness suite every pipeline gets, as GX 1.x suite JSON (see the module docstring)."""
+    def exp(kind: str, notes: str, **kwargs: Any) -> dict[str, Any]:
+        return {"type": kind, "kwargs": kwargs, "meta": {}, "notes": notes, "severity": "critical"}
+
+    zero = {"min_value": 0, "max_value": 0}
+    expectations = [exp("expect_column_values_to_not_be_null", "a count the job must report", column=c)
+                    for c in (*COMPLETENESS_COLUMNS[:6], "completeness_gap", "rejected_ratio", "rows_written_gap")]
+    expectations += [exp("expect_column_values_to_be_between", "counts are never negative", column=c, min_value=0)
+                     for c in COMPLETENESS_COLUMNS[:5]]
+    expectations += [
+        exp("expect_column_values_to_be_between", "records in = out + rejected + deduplicated + filtered",
+            column="completeness_gap", **zero),
+        exp("expect_column_values_to_be_between", "rows the job wrote per partition = rows staged",
+            column="rows_written_gap", **zero),
+        exp("expect_column_values_to_be_between", "only the interval's own partitions are written",
+            column="unowned_partitions", **zero),
+        exp("expect_column_values_to_be_between", "share of rejected input records within the configured limit",
+            column="rejected_ratio", min_value=0, max_value={"$PARAMETER": "max_malformed_ratio"}),
+    ]
+    return {"name": f"{table}.completeness", "expectations": expectations,
+            "meta": {"eo": {"frame": "counts"}}, "notes": "exactly_once: completeness from the job's counts"}
+
+
+def load_suites(suite_path: str | None, table: str) -> list[tuple[str, dict[str, Any]]]:
+    """``[(frame, suite json), ...]``: the completeness suite, ``suite_path``, then its companions."""
+    out = [("counts", completeness_suite(table))]
+    if suite_path is None:
+        return out
     if not os.path.isfile(suite_path):
         raise ConfigError(f"expectation suite {suite_path} does not exist")
     stem = suite_path[: -len(".json")] if suite_path.endswith(".json") else suite_path
-    out = []
     for path in [suite_path, *sorted(glob.glob(glob.escape(stem) + ".*.json"))]:
         with open(path) as f:
             data = json.load(f)
@@ -70,33 +96,36 @@ def load_suites(suite_path: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def validate_staged(*, suite_path: str, staging_dir: str, partition: str, counts: dict[str, Any],
-                    prev_state_dir: str | None, report_root: str, run_name: str,
-                    max_malformed_ratio: float = 0.05, engine: str = "pandas", spark: Any = None,
-                    parameters: dict[str, Any] | None = None,
+def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Sequence[str],
+                    counts: dict[str, Any], prev_state_dir: str | None, report_root: str, run_name: str,
+                    table: str = "table", max_malformed_ratio: float = 0.05, engine: str = "pandas",
+                    spark: Any = None, parameters: dict[str, Any] | None = None,
                     storage_options: dict[str, Any] | None = None) -> ValidationOutcome:
     """Validate the staged output of one transaction; store and render the results as Data Docs.
 
     Contract:
-    * reads ``<staging_dir>/data/<partition>/`` (parquet), ``<staging_dir>/_state/`` (if staged) and
-      ``prev_state_dir`` (the previous committed checkpoint's state; None for the first interval);
-      ``counts`` is the write job's ``_counts.json``. Reads only: the staging dir is never modified.
+    * reads ``<staging_dir>/data/<partition>/`` (parquet) for every owned partition, and - for a
+      checkpoint suite - ``<staging_dir>/_state/`` and ``prev_state_dir`` (the previous committed
+      checkpoint's state; None for the first interval). ``counts`` is the write job's ``_counts.json``.
+      Reads only: the staging dir is never modified.
     * ``engine="pandas"`` reads with pyarrow (no JVM); ``"spark"`` reads with ``spark`` and validates the
       data suite with GX's Spark datasource. The derived frames are small and always use pandas.
-    * fails (``passed=False``) if any expectation of any suite fails; raises ConfigError for a
-      misconfiguration (no suite, unknown engine, non-local ``report_root``, bad threshold) and
-      StorageError when ``prev_state_dir`` is given but does not exist.
+    * fails (``passed=False``) if any expectation of any suite fails or the counts break their contract;
+      raises ConfigError for a misconfiguration (missing suite file, unknown engine, non-local
+      ``report_root``, bad threshold) and StorageError when ``prev_state_dir`` is given but missing.
     * appends every suite result to the report site under ``report_root`` (one page per suite, index of
       all runs); ``run_name`` (an allow-listed name, e.g. ``<pipeline>.<txn>``) groups them.
     * ``storage_options`` go to s3fs for ``s3://`` URLs (pandas engine).
     """
     t0 = time.perf_counter()
     check_name(run_name, "run name")
-    check_partition(partition)
+    check_name(table, "table name")
+    for p in partitions:
+        check_partition(p)
     if not 0 <= max_malformed_ratio <= 1 or math.isnan(max_malformed_ratio):
         raise ConfigError(f"max_malformed_ratio must be within [0, 1], not {max_malformed_ratio}")
     root = local_root(report_root)
-    suites = load_suites(suite_path)
+    suites = load_suites(suite_path, table)
     timings: dict[str, float] = {}
 
     quiet_gx()
@@ -105,11 +134,11 @@ def validate_staged(*, suite_path: str, staging_dir: str, partition: str, counts
 
     timings["gx_import_ms"] = _ms(mark)
     mark = time.perf_counter()
-    frames = build_frames(FrameReader(engine, spark, storage_options), staging_dir=staging_dir,
-                          partition=partition, counts=counts, prev_state_dir=prev_state_dir)
+    reader = FrameReader(engine, spark, storage_options)
+    frames = build_frames(reader, staging_dir=staging_dir, partitions=partitions, counts=counts)
+    runs = _suite_runs(gx, suites, frames, engine, reader, staging_dir, prev_state_dir)
     timings["read_ms"] = _ms(mark)
 
-    runs = _suite_runs(gx, suites, frames, engine)
     params = {"max_malformed_ratio": max_malformed_ratio, **(parameters or {})}
     with locked(root):
         mark = time.perf_counter()
@@ -117,48 +146,56 @@ def validate_staged(*, suite_path: str, staging_dir: str, partition: str, counts
         results, ids = run_suites(context, runs, run_name=run_name, parameters=params)
         timings["validate_ms"] = _ms(mark)
         mark = time.perf_counter()
-        pages = build_docs(context, root, results, ids, {"partition": partition})
+        pages = build_docs(context, root, results, ids, {"partition": ",".join(partitions)})
         timings["docs_ms"] = _ms(mark)
 
-    failures = [line for result in results for line in failure_lines(result)]
-    if frames.notes.get("data_missing"):
-        failures.insert(0, f"staged data missing: no parquet dir {frames.notes['data']}")
+    failures = frames.problems + [line for result in results for line in failure_lines(result)]
     reports = {run.suite.name: page for run, page in zip(runs, pages)}
     failed_pages = [page for result, page in zip(results, pages) if not result.success]
-    passed = all(result.success for result in results)
-    summary = _summary(frames, runs, results, pages, root, partition, engine, max_malformed_ratio)
+    passed = not frames.problems and all(result.success for result in results)
+    summary = _summary(frames, runs, results, pages, root, partitions, engine, max_malformed_ratio)
     summary.update(passed=passed, failed_expectations=len(failures), timings_ms=timings,
                    duration_ms=_ms(t0))
+    table_pages = [page for run, page in zip(runs, pages) if not run.suite.name.endswith(".completeness")]
     return ValidationOutcome(passed=passed, failures=failures, summary=summary,
-                             report_path=(failed_pages or pages or [None])[0], reports=reports)
+                             report_path=(failed_pages or table_pages or pages or [None])[0], reports=reports)
 
 
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 1)
 
 
-def _suite_runs(gx: Any, suites: list[tuple[str, dict[str, Any]]], frames: Frames, engine: str
-                ) -> list[SuiteRun]:
-    by_frame = {"data": (frames.data, engine), "counts": (frames.counts, "pandas"),
-                "checkpoint": (frames.checkpoint, "pandas")}
+def _suite_runs(gx: Any, suites: list[tuple[str, dict[str, Any]]], frames: Frames, engine: str,
+                reader: FrameReader, staging_dir: str, prev_state_dir: str | None) -> list[SuiteRun]:
     runs = []
     for frame_name, data in suites:
-        frame, frame_engine = by_frame[frame_name]
-        if frame is None:
-            continue  # no checkpoint frame when the data lacks its columns: the data suite fails then
         eo = (data.get("meta") or {}).get("eo") or {}
-        key_columns = [c for c in eo.get("key_columns", []) if c in list(frame.columns)]
+        keys = list(eo.get("key_columns", []))
+        name = str(data.get("name", "?"))
+        if frame_name == "data":
+            if eo.get("fill") or eo.get("derive"):
+                raise ConfigError(f"suite {name}: fill/derive apply to the counts and checkpoint frames only")
+            frame, frame_engine = frames.data, engine
+        elif frame_name == "counts":
+            frame, frame_engine = apply_derivations(frames.counts, eo, name), "pandas"
+        else:
+            frame = read_checkpoint(reader, frames.data, staging_dir=staging_dir, prev_state_dir=prev_state_dir,
+                                    keys=keys)
+            if frame is None:
+                continue  # the data lacks the key columns: the data suite fails then
+            frame, frame_engine = apply_derivations(frame, eo, name), "pandas"
+        key_columns = [c for c in keys if c in list(frame.columns)]
         runs.append(SuiteRun(suite=gx.ExpectationSuite(**data), frame=frame, engine=frame_engine,
                              key_columns=key_columns))
     return runs
 
 
 def _summary(frames: Frames, runs: list[SuiteRun], results: list[Any], pages: list[str], root: str,
-             partition: str, engine: str, max_ratio: float) -> dict[str, Any]:
+             partitions: Sequence[str], engine: str, max_ratio: float) -> dict[str, Any]:
     row = frames.counts.iloc[0].to_dict()
     return {
-        "engine": engine, "partition": partition, "rows": frames.rows,
-        "malformed_ratio": _plain(row.get("malformed_ratio")), "max_malformed_ratio": max_ratio,
+        "engine": engine, "partitions": list(partitions), "rows": frames.rows,
+        "rejected_ratio": _plain(row.get("rejected_ratio")), "max_malformed_ratio": max_ratio,
         "completeness_gap": _plain(row.get("completeness_gap")),
         "measured": {str(k): _plain(v) for k, v in row.items()},  # what the counts suite checked
         "suites": {run.suite.name: {"success": bool(res.success),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from urllib.parse import quote
 
-from .config import reports_dir
+from .settings import reports_dir
 
 URL_PREFIX = "/eo"
 

@@ -1,6 +1,6 @@
 """Chaos under the real Airflow 3 scheduler (api-server + scheduler/LocalExecutor + dag-processor, PostgreSQL).
 
-``exactly_once.chaos`` runs a backfill of ``pv_pipeline`` while it ``kill -9``s task processes (LocalExecutor
+``tools.chaos`` runs a backfill of ``pv_pipeline`` while it ``kill -9``s task processes (LocalExecutor
 workers, task runners, Spark drivers); afterwards the table must equal the pure-Python reference, every
 interval committed exactly once, nothing staged. The second test races a second attempt of one interval
 (``airflow dags test``) against the scheduler's run of it: exactly one attempt may publish.
@@ -19,8 +19,8 @@ from conftest import need
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from pv_checks import expected_rows, visible_rows  # noqa: E402
 
-from exactly_once.chaos import ChaosRun  # noqa: E402
-from exactly_once.deployment import postgres_problem  # noqa: E402
+from tools.chaos import ChaosRun  # noqa: E402
+from tools.deployment import postgres_problem  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 

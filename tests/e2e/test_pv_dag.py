@@ -18,8 +18,8 @@ from pv_checks import assert_clean, expected_rows, sink, visible_rows
 
 from exactly_once.ids import Interval
 from exactly_once.txlog import State
-from exactly_once.localrun import run_interval
-from exactly_once.sample_data import generate
+from tools.localrun import run_interval
+from tools.sample_data import generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 DAYS = ["2026-01-01", "2026-01-02", "2026-01-03"]
@@ -116,14 +116,14 @@ def test_ordering_late_files_and_reprocessing(data_root):
     assert visible_rows(data_root) == before, "a plain re-run must replay the frozen inputs"
     report_dir = data_root / "reports" / "runs" / "pv_pipeline"
     latest = sorted(report_dir.glob(f"{Interval.daily(DAYS[0]).token}.e*.json"))[-1]
-    assert json.loads(latest.read_text())["late_files"]["new"] == ["hour=23/late.jsonl"]
+    assert json.loads(latest.read_text())["late_files"]["new"] == [f"dt={DAYS[0]}/hour=23/late.jsonl"]
 
     # reprocessing takes the late file in, publishes a new version and reports day 2 as stale
     run_ok(DAYS[0], reprocess=True)
     after = visible_rows(data_root)
     assert ("app_late", 1, 1, 1) in after[DAYS[0]] and after[DAYS[1]] == before[DAYS[1]]
     latest = sorted(report_dir.glob(f"{Interval.daily(DAYS[0]).token}.e*.json"))[-1]
-    assert json.loads(latest.read_text())["stale_intervals"] == [DAYS[1]]
+    assert json.loads(latest.read_text())["stale_intervals"] == [Interval.daily(DAYS[1]).token]
     assert_clean(data_root, DAYS[:2])
 
 

@@ -43,7 +43,6 @@ from fault_helpers import (Driver, Pipe, Setup, epoch_problems, leftovers, log_p
 
 from exactly_once.errors import UnsafeIdentifierError, ValidationFailedError
 from exactly_once.ids import Interval, TxnRef
-from exactly_once.pipeline import IntervalRun
 from exactly_once.txlog import State
 
 pytestmark = pytest.mark.timeout(300)
@@ -131,8 +130,8 @@ def test_bad_lines_are_quarantined_and_counted_and_the_gate_decides_by_threshold
     st = sink.status(Interval.daily(D1))[1]
     counts = st.records["pre_committed"]["counts"]
     # counted: every line is either valid or malformed, with its reason - nothing silently dropped
-    assert counts["lines_read"] == 10 and counts["valid_lines"] == 6 and counts["malformed"] == 4
-    assert counts["malformed_by_reason"] == {r: 1 for r in BAD.values()}
+    assert counts["records_in"] == 10 and counts["records_out"] == 6 and counts["records_rejected"] == 4
+    assert counts["rejected_by_reason"] == {r: 1 for r in BAD.values()}
     if passes:
         assert verdict.ok, verdict
         commit = drv.task(D1, "commit", xcom)
@@ -147,7 +146,7 @@ def test_bad_lines_are_quarantined_and_counted_and_the_gate_decides_by_threshold
         assert_clean(p, D1)
         return
     # the gate said no: clear error, aborted in the task, nothing published
-    assert verdict.error == "ValidationFailedError" and "malformed_ratio" in verdict.message, verdict
+    assert verdict.error == "ValidationFailedError" and "rejected_ratio" in verdict.message, verdict
     assert st.validation["passed"] is False
     assert drv.task(D1, "abort", xcom).result == "ABORTED"
     assert sink.status(Interval.daily(D1))[1].state is State.ABORTED
@@ -163,21 +162,21 @@ def test_rejected_run_keeps_its_quarantine_for_inspection_when_asked(pipe):
     """``keep_rejected``: an aborted run's staging (data, counts, quarantine) moves to ``_rejected/``."""
     pipe.land(D1, GOOD[:3] + list(BAD) + GOOD[3:])
     kept = dataclasses.replace(pipe.setup.config(), max_malformed_ratio=0.1, keep_rejected=True)
-    run = IntervalRun(kept, Interval.daily(D1), log=lambda _m: None)
+    run = pipe.setup.run(D1, kept)
 
     began = run.begin()
     txn = TxnRef.from_dict(began["txn"])
     stage_write(began["spec"], {})
     run.pre_commit(txn)
-    with pytest.raises(ValidationFailedError, match="malformed_ratio"):
+    with pytest.raises(ValidationFailedError, match="rejected_ratio"):
         run.validate(txn)
     assert run.abort(txn) == "ABORTED"
     rejected = Path(run.sink.rejected_dir(txn))
     quarantined = [json.loads(x) for x in (rejected / "_quarantine" / "part-0.json").read_text().splitlines()]
     assert {(q["raw"], q["reason"]) for q in quarantined} == set(BAD.items())
-    assert json.loads((rejected / "_counts.json").read_text())["malformed"] == 4
+    assert json.loads((rejected / "_counts.json").read_text())["records_rejected"] == 4
     assert visible_rows(pipe.setup) == {}
-    assert not os.listdir(Path(run.sink.home) / "_staging")
+    assert not os.path.exists(run.sink.staging_dir(txn))
 
 
 # --------------------------------------------------------------------------- empty interval
@@ -193,7 +192,7 @@ def test_empty_interval_commits_an_empty_version_and_carries_state(pipe, empty):
     sink = pipe.sink()
     st2 = sink.committed(Interval.daily(D2))[1]
     counts = st2.records["pre_committed"]["counts"]
-    assert counts["lines_read"] == 0 and counts["rows_written"] == 0
+    assert counts["records_in"] == 0 and counts["rows_written"] == {f"dt={D2}": 0}
     assert counts["input_files"] == (1 if empty == "empty-file" else 0)
     # an empty version is live (a reader sees the partition, with no rows) ...
     assert sink.live_version(f"dt={D2}") == sink.ref(Interval.daily(D2), 1).name
@@ -215,7 +214,7 @@ def test_huge_lines_are_quarantined_or_kept_intact(pipe):
     src = pipe.land(D1, [ev(2), too_long, ev(3, app=big_app), ev(4, user="u2")])
     res = Driver(pipe.setup.replace(max_malformed_ratio=0.25)).clean_run(D1)
     assert res["abort"] == "COMMITTED"
-    assert res["pre_commit"]["counts"]["malformed_by_reason"] == {"not_json": 1}
+    assert res["pre_commit"]["counts"]["rejected_by_reason"] == {"not_json": 1}
     assert visible_rows(pipe.setup)[D1] == [("app-a", 2, 2, 2), (big_app, 1, 1, 1)]
     (q,) = [json.loads(x) for x in checkpoint_file(pipe, res["txn"], "_quarantine/part-0.json").splitlines()]
     assert q["reason"] == "not_json" and q["file"] == src
@@ -248,7 +247,7 @@ def test_path_like_and_unicode_app_ids_are_data_never_paths(any_pipe, tmp_path):
     before = _local_tree(tmp_path)
     res = pipe.run(D1)
     assert res["abort"] == "COMMITTED"
-    assert res["pre_commit"]["counts"]["malformed"] == 0
+    assert res["pre_commit"]["counts"]["records_rejected"] == 0
     seen = visible_rows(pipe.setup)
     assert sorted(r[0] for r in seen[D1]) == sorted(HOSTILE_APPS)  # every value came back as data
     sink = pipe.sink()
@@ -460,7 +459,7 @@ def test_secret_rotated_mid_transaction_and_failing_gate_on_s3_never_leak(reques
             assert drv.task(D1, phase, xcom).ok
         wrong = "Wr0ng/Rotated+" + s3["secret"][::-1][:16]
         monkeypatch.setenv(conn_var, conn_json(s3["key"], wrong, s3["endpoint_url"]))
-        run = IntervalRun(pipe.setup.config(), Interval.daily(D1), log=lambda _m: None)
+        run = pipe.setup.run(D1)
         with pytest.raises(PermissionError) as info:
             run.commit(TxnRef.from_dict(xcom["txn"]))
         texts["commit error"] = _text(info.value)

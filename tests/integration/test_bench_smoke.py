@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 from eo_testing import need
 
-from exactly_once.deployment import postgres_problem
+from tools.deployment import postgres_problem
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -104,7 +104,7 @@ def test_backfill_section_under_the_scheduler(tmp_path):
     # the run's Airflow metadata DB is dropped, and no process of the deployment outlives the section
     import psycopg2
 
-    from exactly_once.deployment import PG, marked_pids
+    from tools.deployment import PG, marked_pids
 
     with psycopg2.connect(dbname="postgres", connect_timeout=3, **PG) as conn, conn.cursor() as cur:
         cur.execute("select 1 from pg_database where datname = %s", (sec["deployment"]["metadata_db"],))

@@ -18,8 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import reference_pv as ref
-from exactly_once import sample_data
+from tools import sample_data
+from exactly_once.contracts import Counts, FrozenInput, JobSpec, SourceInputs
 from exactly_once.errors import FailpointError, StorageError
+from exactly_once.ids import Interval
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_PATH = ROOT / "spark_jobs" / "pv_counts.py"
@@ -37,12 +39,15 @@ def job():
     return module
 
 
-def make_spec(tmp: Path, name: str, files: list[str], day: str, prev_state: str | None) -> dict[str, Any]:
+def make_spec(tmp: Path, name: str, files: list[str], day: str, prev_state: str | None) -> JobSpec:
     """A job spec over ``files`` (frozen now) staging into ``tmp/staging/<name>``."""
-    inputs = [{"path": p, "size": os.stat(p).st_size, "mtime": os.stat(p).st_mtime, "etag": None} for p in files]
-    return {"pipeline": "pv_pipeline", "sink": "app_pv", "txn": name, "day": day, "partition": f"dt={day}",
-            "inputs": inputs, "prev_state": prev_state, "staging_dir": str(tmp / "staging" / name),
-            "spark_remote": None}
+    inputs = tuple(FrozenInput(p, os.path.basename(p), os.stat(p).st_size, os.stat(p).st_mtime) for p in files)
+    iv = Interval.daily(day)
+    staging = str(tmp / "staging" / name)
+    return JobSpec(pipeline="pv_pipeline", sink="app_pv", txn=name, interval_start=iv.start.isoformat(),
+                   interval_end=iv.end.isoformat(), partitions=(f"dt={day}",),
+                   sources=(SourceInputs("app_logs", "json", {}, inputs),), staging_dir=staging,
+                   data_dir=os.path.join(staging, "data"), prev_state=prev_state, stateful=True)
 
 
 def read_data(staging: str, partition: str) -> list[dict[str, Any]]:
@@ -70,20 +75,21 @@ def read_quarantine(staging: str) -> list[tuple[str, str, str]]:
     return sorted(out)
 
 
-def check_against_reference(spec: dict[str, Any], counts: dict[str, Any], prev: dict[str, int]) -> dict[str, int]:
+def check_against_reference(spec: JobSpec, counts: Counts | dict[str, Any], prev: dict[str, int]) -> dict[str, Any]:
     """Assert the staged output and counts equal the oracle's; return the new state."""
-    files = [i["path"] for i in spec["inputs"]]
-    rows, state, expected_counts = ref.compute(files, prev, spec["partition"])
-    staging = spec["staging_dir"]
+    files = [i.path for i in spec.source().inputs]
+    rows, state, expected_counts = ref.compute(files, prev, spec.partitions[0])
+    staging = spec.staging_dir
+    counts = counts.to_dict() if isinstance(counts, Counts) else counts
     assert counts == expected_counts
     with open(os.path.join(staging, "_counts.json")) as f:
         assert json.load(f) == expected_counts
-    assert read_data(staging, spec["partition"]) == rows
+    assert read_data(staging, spec.partitions[0]) == rows
     assert read_state(staging) == state
     expected_q = sorted((q["file"], q["raw"], q["reason"]) for q in ref.quarantine(files))
     assert read_quarantine(staging) == expected_q
-    assert counts["lines_read"] == counts["distinct_events"] + counts["duplicates_dropped"] + counts["malformed"]
-    assert counts["page_views"] == sum(r["pv"] for r in rows)
+    assert counts["records_in"] == counts["records_out"] + counts["records_deduplicated"] + counts["records_rejected"]
+    assert counts["metrics"]["page_views"] == sum(r["pv"] for r in rows)
     return state
 
 
@@ -111,9 +117,9 @@ def test_generator_is_deterministic_and_covers_every_malformed_kind(tmp_path):
     assert not [p for p in (tmp_path / "a").rglob(".*")], "temp files left behind"
     files = [p for p in a["files"] if "dt=2026-01-01" in p]
     _, _, counts = ref.compute(files, {})
-    assert set(counts["malformed_by_reason"]) == ALL_REASONS
-    assert counts["lines_read"] == a["lines"]["2026-01-01"]
-    assert counts["distinct_events"] == 1000 and counts["duplicates_dropped"] == a["duplicates"]["2026-01-01"]
+    assert set(counts["rejected_by_reason"]) == ALL_REASONS
+    assert counts["records_in"] == a["lines"]["2026-01-01"]
+    assert counts["records_out"] == 1000 and counts["records_deduplicated"] == a["duplicates"]["2026-01-01"]
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -141,9 +147,9 @@ def test_three_chained_days_match_reference(spark, job, tmp_path):
         files = sorted(p for p in generated["files"] if f"dt={day}" in p)
         spec = make_spec(tmp_path, day, files, day, prev_dir)
         counts = job.run(spark, spec)
-        assert counts["malformed"] > 0 and counts["duplicates_dropped"] > 0
+        assert counts.records_rejected > 0 and counts.records_deduplicated > 0
         prev = check_against_reference(spec, counts, prev)
-        prev_dir = os.path.join(spec["staging_dir"], "_state")
+        prev_dir = os.path.join(spec.staging_dir, "_state")
     assert sum(prev.values()) > 3 * 1000
 
 
@@ -200,13 +206,13 @@ def test_edge_cases_match_reference(spark, job, tmp_path):
     spec = make_spec(tmp_path, "edge", [str(edge), str(bom)], "2026-01-01", prev_dir)
     counts = job.run(spark, spec)
     check_against_reference(spec, counts, {"old-app": 40, "A": 2})
-    assert set(counts["malformed_by_reason"]) == ALL_REASONS
-    assert counts["malformed_by_reason"]["not_json"] == 25 + 1  # + the blank line before the final \n
-    rows = {r["app_id"]: r for r in read_data(spec["staging_dir"], "dt=2026-01-01")}
+    assert set(counts.rejected_by_reason) == ALL_REASONS
+    assert counts.rejected_by_reason["not_json"] == 25 + 1  # + the blank line before the final \n
+    rows = {r["app_id"]: r for r in read_data(spec.staging_dir, "dt=2026-01-01")}
     assert {"../x", "a/b", "%2e%2e", "ünï", "应用", "😀 app", " ", "x?", "early", "B", "Y"} <= set(rows)
     assert not {"late", "C", "Z", "clicks-only"} & set(rows)
-    assert read_state(spec["staging_dir"])["old-app"] == 40
-    raws = [raw for _, raw, _ in read_quarantine(spec["staging_dir"])]
+    assert read_state(spec.staging_dir)["old-app"] == 40
+    raws = [raw for _, raw, _ in read_quarantine(spec.staging_dir)]
     assert max(map(len, raws)) == ref.RAW_CHARS
 
 
@@ -216,8 +222,8 @@ def test_empty_interval_carries_state_forward(spark, job, tmp_path):
     spec = make_spec(tmp_path, "empty", [], "2026-01-04", write_state(tmp_path / "prev", prev))
     counts = job.run(spark, spec)
     check_against_reference(spec, counts, prev)
-    assert counts["rows_per_partition"] == {"dt=2026-01-04": 0} and counts["apps_in_state"] == 2
-    assert counts["lines_read"] == counts["page_views"] == counts["input_bytes"] == 0
+    assert counts.rows_written == {"dt=2026-01-04": 0} and counts.state_rows == 2
+    assert counts.records_in == counts.metrics["page_views"] == counts.input_bytes == 0
 
 
 @pytest.mark.spark
@@ -226,7 +232,7 @@ def test_changed_input_is_refused(spark, job, tmp_path, change):
     path = tmp_path / "in.jsonl"
     path.write_text(_event("e1") + "\n")
     spec = make_spec(tmp_path, "changed", [str(path)], "2026-01-01", None)
-    size = spec["inputs"][0]["size"]
+    size = spec.source().inputs[0].size
     if change == "append":
         with open(path, "a") as f:
             f.write(_event("e2") + "\n")
@@ -237,14 +243,14 @@ def test_changed_input_is_refused(spark, job, tmp_path, change):
     with pytest.raises(StorageError, match=rf"source {path} changed since it was frozen "
                                            rf"\(size {size} -> {after}\); replay is impossible"):
         job.run(spark, spec)
-    assert not os.path.exists(os.path.join(spec["staging_dir"], "_counts.json"))
+    assert not os.path.exists(os.path.join(spec.staging_dir, "_counts.json"))
 
 
 @pytest.mark.spark
 def test_write_partial_failpoint_then_rerun(spark, job, tmp_path):
     generated = sample_data.generate(str(tmp_path / "landing"), ["2026-01-01"], events_per_day=300)
     spec = make_spec(tmp_path, "partial", generated["files"], "2026-01-01", None)
-    staging = spec["staging_dir"]
+    staging = spec.staging_dir
     os.makedirs(staging)
     Path(staging, "_counts.json").write_text('{"stale": true}')  # from an older attempt: must not survive
     old = os.environ.get("EO_FAILPOINTS")
@@ -270,7 +276,7 @@ def test_spark_submit_end_to_end(tmp_path):
     path.write_text("\n".join([_event("e1"), _event("e1"), _event("e2", app="ü", user="u2"), "{oops"]) + "\n")
     spec = make_spec(tmp_path, "submit", [str(path)], "2026-01-01", None)
     spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(spec))
+    spec_path.write_bytes(spec.to_json())
     submit = ROOT / ".venv" / "bin" / "spark-submit"
     if not submit.exists():
         submit = Path(sys.executable).parent / "spark-submit"
@@ -282,4 +288,4 @@ def test_spark_submit_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     counts = json.loads(proc.stdout.strip().splitlines()[-1])["counts"]
     check_against_reference(spec, counts, {})
-    assert counts["duplicates_dropped"] == 1 and counts["malformed_by_reason"] == {"not_json": 1}
+    assert counts["records_deduplicated"] == 1 and counts["rejected_by_reason"] == {"not_json": 1}

@@ -29,9 +29,9 @@ GOOD: dict[str, Any] = {
     "data": {"app_id": ["a", "b", "c"], "pv": [5, 3, 1], "uv": [2, 3, 1], "cumulative_pv": [15, 3, 1]},
     "state": {"app_id": ["a", "b", "c", "z"], "cumulative_pv": [15, 3, 1, 4]},
     "prev": {"app_id": ["a", "z"], "cumulative_pv": [10, 4]},
-    "counts": {"lines_read": 110, "malformed": 2, "valid_lines": 108, "duplicates_dropped": 8,
-               "distinct_events": 100, "page_views": 9, "rows_written": 3, "rows_per_partition": {PART: 3},
-               "apps_in_state": 4, "input_files": 2, "input_bytes": 12345, "malformed_by_reason": {"json": 2}},
+    "counts": {"version": 1, "records_in": 110, "records_rejected": 2, "records_deduplicated": 8,
+               "records_out": 100, "rows_written": {PART: 3}, "state_rows": 4, "input_files": 2,
+               "input_bytes": 12345, "rejected_by_reason": {"not_json": 2}, "metrics": {"page_views": 9}},
 }
 
 
@@ -53,7 +53,7 @@ def stage(base: Path, spec: dict[str, Any]) -> dict[str, Any]:
     if spec["prev"] is not None:
         prev = base / "prev_state"
         write_parquet(prev, spec["prev"])
-    return {"staging_dir": str(staging), "partition": PART, "counts": spec["counts"],
+    return {"staging_dir": str(staging), "partitions": [PART], "counts": spec["counts"],
             "prev_state_dir": str(prev) if prev else None}
 
 
@@ -63,7 +63,7 @@ def run(tmp_path: Path, mutate: Callable[[dict], None] | None = None, *, name: s
     if mutate:
         mutate(spec)
     args = stage(tmp_path / name, spec)
-    return validate_staged(suite_path=SUITE, report_root=str(report_root or tmp_path / "reports"),
+    return validate_staged(suite_path=SUITE, table="app_pv", report_root=str(report_root or tmp_path / "reports"),
                            run_name=f"pv_pipeline.{name}", **{**args, **kwargs})
 
 
@@ -80,7 +80,7 @@ def _drop_uv(spec: dict) -> None:
 
 
 def _more_malformed(spec: dict) -> None:
-    spec["counts"].update(lines_read=120, malformed=12)  # 10% malformed, still adds up
+    spec["counts"].update(records_in=120, records_rejected=12)  # 10% malformed, still adds up
 
 
 def _prev_ahead(spec: dict) -> None:
@@ -95,16 +95,20 @@ FAILING = {
                  r"^expect_column_values_to_not_be_null\(app_id\): 1 unexpected of 3 rows"),
     "duplicate_key": (_set("data.app_id", ["a", "b", "b"]),
                       r"^expect_column_values_to_be_unique\(app_id\): 2 unexpected of 3 rows"),
-    "too_many_malformed": (_more_malformed, r"^expect_column_values_to_be_between\(malformed_ratio\): "
+    "too_many_malformed": (_more_malformed, r"^expect_column_values_to_be_between\(rejected_ratio\): "
                                             r"observed 0\.1, expected >= 0 and <= 0\.05$"),
-    "lines_do_not_add_up": (_set("counts.lines_read", 111), r"^expect_column_values_to_be_between"
+    "lines_do_not_add_up": (_set("counts.records_in", 111), r"^expect_column_values_to_be_between"
                             r"\(completeness_gap\): observed 1, expected == 0$"),
-    "page_views_do_not_add_up": (_set("counts.page_views", 8),
+    "page_views_do_not_add_up": (_set("counts.metrics", {"page_views": 8}),
                                  r"^expect_column_values_to_be_between\(page_views_gap\): observed -1"),
-    "rows_written_wrong": (_set("counts.rows_written", 4),
+    "rows_written_wrong": (_set("counts.rows_written", {PART: 4}),
                            r"^expect_column_values_to_be_between\(rows_written_gap\): observed 1"),
-    "count_missing": (lambda s: s["counts"].pop("distinct_events"),
-                      r"^expect_column_values_to_not_be_null\(distinct_events\): observed None"),
+    "unowned_partition": (_set("counts.rows_written", {PART: 3, "dt=2024-01-03": 0}),
+                          r"^expect_column_values_to_be_between\(unowned_partitions\): observed 1"),
+    "count_missing": (lambda s: s["counts"].pop("records_out"),
+                      r"^expect_column_values_to_not_be_null\(records_out\): observed None"),
+    "counts_break_contract": (_set("counts.records_rejected", -1),
+                              r"^counts do not follow the contract: counts: records_rejected must be a non-negative"),
     "pv_below_uv": (_set("data.uv", [2, 3, 2]),
                     r"^expect_column_pair_values_a_to_be_greater_than_b\(pv, uv\): 1 unexpected of 3 rows: "
                     r"app_id=c \(pv=1, uv=2\), expected pv >= uv$"),
@@ -120,9 +124,9 @@ def test_consistent_interval_passes_and_reports(tmp_path):
     assert outcome.passed, outcome.failures
     assert outcome.failures == []
     summary = outcome.summary
-    assert set(summary["suites"]) == {"app_pv", "app_pv.counts", "app_pv.checkpoint"}
+    assert set(summary["suites"]) == {"app_pv.completeness", "app_pv", "app_pv.counts", "app_pv.checkpoint"}
     assert all(s["success"] and s["evaluated"] > 0 for s in summary["suites"].values())
-    assert summary["rows"] == 3 and summary["malformed_ratio"] == round(2 / 110, 6)
+    assert summary["rows"] == 3 and summary["rejected_ratio"] == round(2 / 110, 6)
     assert summary["duration_ms"] > 0 and set(summary["timings_ms"]) >= {"read_ms", "validate_ms", "docs_ms"}
     assert outcome.report_path == summary["suites"]["app_pv"]["report"]
     assert os.path.isfile(outcome.report_path) and outcome.report_path.startswith(str(tmp_path / "reports"))
@@ -153,19 +157,19 @@ def test_malformed_threshold_is_configurable(tmp_path):
     assert run(tmp_path, _more_malformed, name="lenient", max_malformed_ratio=0.2).passed
     strict = run(tmp_path, _more_malformed, name="strict")  # default 0.05
     assert not strict.passed
-    assert strict.failures == ["expect_column_values_to_be_between(malformed_ratio): observed 0.1, "
+    assert strict.failures == ["expect_column_values_to_be_between(rejected_ratio): observed 0.1, "
                                "expected >= 0 and <= 0.05"]
 
 
 def test_index_lists_every_run_across_intervals(tmp_path):
     reports = tmp_path / "shared_reports"
     ok = run(tmp_path, name="day1", report_root=reports)
-    bad = run(tmp_path, _set("counts.lines_read", 111), name="day2", report_root=reports)
+    bad = run(tmp_path, _set("counts.records_in", 111), name="day2", report_root=reports)
     assert ok.passed and not bad.passed
     assert os.path.isfile(ok.report_path) and os.path.isfile(bad.report_path)
     index = (reports / "index.html").read_text()
     rows = re.findall(r'<tr class="eo-run (eo-ok|eo-failed)">(.*?)</tr>', index)
-    assert len(rows) == 6  # 3 suites x 2 runs
+    assert len(rows) == 8  # 4 suites x 2 runs
     for outcome, run_name, status in ((ok, "pv_pipeline.day1", "Succeeded"), (bad, "pv_pipeline.day2", "Failed")):
         page = os.path.relpath(outcome.report_path, reports)
         assert any(run_name in r and status in r and page in r for _, r in rows)
@@ -181,8 +185,8 @@ def test_typical_output_cost(tmp_path):
         spec["state"] = {"app_id": apps, "cumulative_pv": pv}
         spec["prev"] = None
         total = sum(pv)
-        spec["counts"].update(lines_read=total + 10, malformed=0, duplicates_dropped=10, distinct_events=total,
-                              page_views=total, rows_written=5000, rows_per_partition={PART: 5000})
+        spec["counts"].update(records_in=total + 10, records_rejected=0, records_deduplicated=10, records_out=total,
+                              metrics={"page_views": total}, rows_written={PART: 5000}, rejected_by_reason={})
     run(tmp_path, typical, name="warmup")
     outcome = run(tmp_path, typical, name="typical")
     assert outcome.passed, outcome.failures

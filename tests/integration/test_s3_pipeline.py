@@ -29,12 +29,15 @@ import reference_pv as ref
 from cluster_helpers import authenticating_s3_server, write_like_pv_counts
 from conftest import free_port, make_bucket
 
-from exactly_once.config import PipelineConfig, storage_options_from_connection
+from exactly_once import settings
+from exactly_once.airflow.connections import storage_options
+from exactly_once.config import PipelineConfig
+from exactly_once.layout import Source
 from exactly_once.errors import ConfigError
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.maintenance import gc
 from exactly_once.pipeline import IntervalRun
-from exactly_once.sample_data import generate
+from tools.sample_data import generate
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(240)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,11 +52,18 @@ def aws_conn(login: str, password: str, endpoint: str) -> str:
 
 
 def pv_config() -> PipelineConfig:
-    """The DAG's PipelineConfig (dags/pv_pipeline.py); root and connection come from the environment."""
-    return PipelineConfig(pipeline="pv_pipeline", sink="app_pv", source="app_logs",
+    """The DAG's PipelineConfig (dags/pv_pipeline.py); root and connection come from the environment,
+    resolved as the DAG file does (exactly_once.settings)."""
+    return PipelineConfig(pipeline="pv_pipeline", sink="app_pv", **settings.from_env(),
+                          sources=Source("app_logs", allow_empty=True),
                           application=str(ROOT / "spark_jobs" / "pv_counts.py"),
                           suite=str(ROOT / "expectations" / "app_pv.json"), stateful=True,
                           start=date.fromisoformat(DAYS[0]))
+
+
+def interval_run(cfg: PipelineConfig, day: str) -> IntervalRun:
+    """The run as an operator builds it: the connection resolved once, in the Airflow layer."""
+    return IntervalRun(cfg, Interval.daily(day), storage_options=storage_options(cfg.storage_conn_id))
 
 
 @pytest.fixture(scope="module")
@@ -104,11 +114,11 @@ def local_files(env: SimpleNamespace, day: str) -> list[str]:
 
 def run_phases(cfg: PipelineConfig, day: str, *, refresh: bool = False) -> dict[str, Any]:
     """One interval as the DAG runs it: begin, write, pre_commit, validate, commit; abort as teardown."""
-    run = IntervalRun(cfg, Interval.daily(day))  # logs with print, like the CLI
+    run = interval_run(cfg, day)
     began = run.begin(refresh_sources=refresh, run={"run_id": f"test__{day}"})
     txn = TxnRef.from_dict(began["txn"])
     try:
-        counts = write_like_pv_counts(began["spec"], cfg.storage_options())
+        counts = write_like_pv_counts(began["spec"], run.options)
         sealed = run.pre_commit(txn)
         verdict = run.validate(txn)
         summary = run.commit(txn)
@@ -120,7 +130,7 @@ def run_phases(cfg: PipelineConfig, day: str, *, refresh: bool = False) -> dict[
 
 def published_rows(cfg: PipelineConfig, day: str) -> set[tuple]:
     """What an exact reader sees: the files the live manifest names (``sink.live_files``)."""
-    sink = cfg.sink_handle()
+    sink = cfg.sink_handle(storage_options(cfg.storage_conn_id))
     rows: list[dict[str, Any]] = []
     for path in sink.live_files(f"dt={day}"):
         with sink.storage.open(path, "rb") as f:
@@ -168,7 +178,7 @@ def test_two_days_and_a_reprocess_on_s3_with_the_connection_only(env, caplog, ca
     caplog.set_level(logging.DEBUG)  # everything any library logs, botocore's request logs included
     cfg = pv_config()
     assert cfg.root == f"s3://{env.bucket}/eo"
-    assert storage_options_from_connection(CONN_ID) == cfg.storage_options() == {
+    assert storage_options(cfg.storage_conn_id) == {
         "key": env.key, "secret": env.secret, "endpoint_url": env.endpoint_url}
     upload_landing(env, DAYS)
 
@@ -209,10 +219,10 @@ def test_two_days_and_a_reprocess_on_s3_with_the_connection_only(env, caplog, ca
     assert again["summary"]["stale_intervals"] == []  # the last interval: nothing after it to re-run
     live = names_below(env, f"{table}/dt={DAYS[1]}")
     assert live == sorted(["_MANIFEST.json", "_SUCCESS", f"{new}--part-0.parquet", f"{old}--part-0.parquet"]), live
-    gc(cfg.sink_handle(), min_age=0)  # the superseded version stays for the grace period, then goes
+    gc(cfg.sink_handle(storage_options(cfg.storage_conn_id)), min_age=0)  # the superseded version stays for the grace period, then goes
     live = names_below(env, f"{table}/dt={DAYS[1]}")
     assert live == sorted(["_MANIFEST.json", "_SUCCESS", f"{new}--part-0.parquet"]), live
-    assert cfg.sink_handle().live_files(f"dt={DAYS[1]}") == [
+    assert cfg.sink_handle(storage_options(cfg.storage_conn_id)).live_files(f"dt={DAYS[1]}") == [
         f"{env.prefix}/{table}/dt={DAYS[1]}/{new}--part-0.parquet"]
     expected, _ = reference(env, DAYS)
     assert ("app_late", 5, 3, 5) in expected[DAYS[1]]
@@ -254,7 +264,7 @@ def test_bad_connection_fails_without_revealing_credentials(env, broken, monkeyp
     # the server checks signatures: a wrong key or secret is refused (PermissionError from s3fs), a
     # wrong endpoint fails to connect (botocore's EndpointConnectionError)
     with pytest.raises((PermissionError, BotoCoreError)) as info:
-        IntervalRun(cfg, Interval.daily(DAYS[0])).begin()
+        interval_run(cfg, DAYS[0]).begin()
     out, err = capsys.readouterr()
     assert_not_in({"the secret key": env.secret, "the wrong secret": wrong_secret},
                   {"exception": _failure_text(info.value), "caplog": caplog.text, "stdout": out, "stderr": err})
@@ -271,7 +281,7 @@ def test_credentials_in_the_data_root_url_are_refused(env, secret, monkeypatch):
     cfg = pv_config()
     assert secret not in cfg.describe() and "AKIAINURL" not in cfg.describe()
     with pytest.raises(ConfigError) as info:
-        IntervalRun(cfg, Interval.daily(DAYS[0]))
+        interval_run(cfg, DAYS[0])
     assert "credentials in a storage URL are refused" in str(info.value)
     assert secret not in _failure_text(info.value)
     assert "AKIAINURL" not in _failure_text(info.value)

@@ -19,8 +19,8 @@ from conftest import need
 from e2e.pv_checks import assert_clean, expected_rows, sink, visible_rows
 
 from exactly_once.ids import Interval
-from exactly_once.localrun import airflow_env, ensure_db, run_interval
-from exactly_once.sample_data import generate
+from tools.localrun import airflow_env, ensure_db, run_interval
+from tools.sample_data import generate
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(300)]
 DAYS = ["2026-01-01", "2026-01-02"]

@@ -280,7 +280,7 @@ def test_the_scheduler_forks_tasks_from_a_preloaded_server(services):
     preloaded module exists here (``multiprocessing`` skips a misspelt one silently)."""
     import importlib.util
 
-    from exactly_once.localrun import SCHEDULER_PRELOAD, scheduler_env
+    from tools.localrun import SCHEDULER_PRELOAD, scheduler_env
 
     env = env_of(services["airflow-scheduler"])
     assert {k: env.get(k) for k in scheduler_env()} == scheduler_env()

@@ -53,7 +53,7 @@ def test_pv_pipeline_is_the_two_phase_commit_in_order(dagbag):
 
 def test_timetable_gives_real_daily_intervals(dagbag):
     """Airflow 3's default cron timetable gives zero-length intervals; ours must not."""
-    from exactly_once.localrun import logical_date_for
+    from tools.localrun import logical_date_for
 
     from airflow.serialization.encoders import coerce_to_core_timetable
 
@@ -70,3 +70,23 @@ def _no_restriction():
     from airflow.timetables.base import TimeRestriction
 
     return TimeRestriction(earliest=None, latest=None, catchup=True)
+
+
+def test_flights_hourly_is_an_hourly_stateless_pipeline(dagbag):
+    dag = dagbag.dags["flights_hourly"]
+    assert {f"departures.{p}" for p in PHASES} <= set(dag.task_dict)
+    assert dag.max_active_runs > 1  # stateless: hours may run in parallel
+    write = dag.task_dict["departures.write"]
+    assert write.application_args[2:] == ["--delay-threshold", "15"]
+    assert write.application.endswith("spark_jobs/flights_hourly.py")
+
+
+def test_eo_finds_a_dag_by_id_from_any_directory(tmp_path, monkeypatch, capsys):
+    from exactly_once.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EO_DATA_ROOT", str(tmp_path / "data"))
+    assert main(["status", "--dag", "flights_hourly"]) == 0
+    assert f"flights_hourly/departures: {tmp_path}/data/warehouse/departures\n" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no DAG 'nope'"):
+        main(["status", "--dag", "nope"])

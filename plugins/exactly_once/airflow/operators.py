@@ -13,12 +13,16 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowFailException
 
 from ..config import PipelineConfig
-from ..errors import FencedError, TransactionAbortedError, UnsafeIdentifierError, ValidationFailedError
+from ..errors import (ConfigError, FencedError, InputChangedError, OwnershipError, TransactionAbortedError,
+                      UnsafeIdentifierError, ValidationFailedError)
 from ..ids import Interval, TxnRef
 from ..pipeline import IntervalRun
+from .connections import storage_options
 
-FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError)
-log = logging.getLogger("exactly_once")
+# errors no retry can fix: the task fails at once (and ends its transaction)
+FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError, OwnershipError,
+         ConfigError, InputChangedError)
+log = logging.getLogger(__name__)
 
 
 def interval_of(context: Any) -> Interval:
@@ -31,7 +35,9 @@ def interval_of(context: Any) -> Interval:
 
 
 class PhaseOperator(BaseOperator):
-    """Base of the phase operators: ``config`` names the pipeline, ``begin_task_id`` the txn's source."""
+    """Base of the phase operators: ``config`` names the pipeline, ``begin_task_id`` the full task id of
+    the group's begin task (the txn's source; set by :func:`~exactly_once.airflow.exactly_once_group`
+    from the group's real prefix, so it works in nested groups)."""
 
     phase: str = ""
     ui_color = "#e8f1fb"
@@ -42,26 +48,33 @@ class PhaseOperator(BaseOperator):
         self.begin_task_id = begin_task_id
 
     def run_for(self, context: Any) -> IntervalRun:
-        return IntervalRun(self.config, interval_of(context), log=log.info)
+        """The interval's run; the storage connection is resolved here, once per task."""
+        return IntervalRun(self.config, interval_of(context),
+                           storage_options=storage_options(self.config.storage_conn_id))
+
+    def began(self, context: Any) -> dict[str, Any] | None:
+        return context["ti"].xcom_pull(task_ids=self.begin_task_id)
 
     def txn(self, context: Any) -> TxnRef:
-        began = context["ti"].xcom_pull(task_ids=self.begin_task_id)
+        began = self.began(context)
         if not began:
             raise AirflowFailException(f"no transaction: {self.begin_task_id} did not return one")
         return TxnRef.from_dict(began["txn"])
 
     def execute(self, context: Any) -> Any:
-        run = self.run_for(context)
+        run = None
         try:
+            run = self.run_for(context)
             return self.call(run, context)
         except FINAL as exc:
             # No retry can fix this: end the transaction now (the teardown repeats it, idempotently).
-            began = context["ti"].xcom_pull(task_ids=self.begin_task_id) if self.phase != "begin" else None
+            began = self.began(context) if self.phase != "begin" else None
             txn = TxnRef.from_dict(began["txn"]) if began else None
             from .notes import failed_note, on_final_error  # noqa: PLC0415 - the run's note, first: abort may die
 
-            on_final_error(context, failed_note(run, txn, exc))
-            if txn is not None:
+            if run is not None:
+                on_final_error(context, failed_note(run, txn, exc))
+            if txn is not None and run is not None:
                 run.abort(txn)
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
 
@@ -79,7 +92,8 @@ class BeginOperator(PhaseOperator):
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}
         ti = context["ti"]
         return run.begin(refresh_sources=bool(conf.get("reprocess")),
-                         run={"run_id": ti.run_id, "try": ti.try_number})
+                         run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id,
+                              "task_id": ti.task_id})
 
 
 class PreCommitOperator(PhaseOperator):
@@ -136,14 +150,19 @@ class CommitOperator(PhaseOperator):
 
 
 class AbortOperator(PhaseOperator):
-    """Teardown: abort an unfinished transaction and delete its staging (a no-op after commit)."""
+    """Teardown: abort an unfinished transaction and delete its staging (a no-op after commit).
+
+    When ``begin`` handed no transaction on (it failed after opening one), the interval's unfinished
+    epochs that this run's ``begin`` opened are found in the log and aborted - never another run's.
+    """
 
     phase = "abort"
     ui_color = "#f8d7da"
 
     def call(self, run: IntervalRun, context: Any) -> Any:
-        if not context["ti"].xcom_pull(task_ids=self.begin_task_id):
-            return "nothing to abort"
+        if not self.began(context):
+            done = run.abort_unhanded(context["ti"].run_id)
+            return done or "nothing to abort"
         return run.abort(self.txn(context))
 
 

@@ -1,18 +1,24 @@
 """The reusable task group: begin (setup) -> write (Spark) -> pre_commit -> validate -> commit, abort (teardown).
 
-Any DAG can publish any sink exactly once with::
+Any DAG can publish any number of sinks exactly once, one group per sink, at any depth of TaskGroups::
 
-    with DAG(..., schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), max_active_runs=1):
-        exactly_once_group(PipelineConfig(pipeline="pv_pipeline", sink="app_pv", ...))
+    with DAG(..., schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC")):
+        exactly_once_group(PipelineConfig(pipeline="flights_hourly", sink="flights_by_origin", ...))
 
 The write task is a real ``SparkSubmitOperator`` on the ``spark_default`` connection (``local[*]`` by
-default, ``spark://host:7077`` for a cluster: no code change). Its only argument is the URL of the job
-spec that ``begin`` wrote into the staging dir. Every task retries with exponential backoff.
+default, ``spark://host:7077`` for a cluster: no code change). Its arguments are ``--spec <URL of the
+job spec begin wrote>`` followed by the pipeline's ``application_args``; its conf is the defaults below
+plus the pipeline's ``spark_conf``. Every task retries with exponential backoff.
+
+At DAG build time the group refuses (LayoutError) a timetable without real data intervals, a partition
+template under which two scheduled intervals would own one partition, and a second group writing the
+same table in the DAG.
 """
 from __future__ import annotations
 
 import os
 import sys
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +26,14 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, TaskGroup
 
 from ..config import PipelineConfig
+from ..errors import LayoutError
+from ..layout import timetable_intervals
 from .operators import AbortOperator, BeginOperator, CommitOperator, PreCommitOperator, ValidateOperator
+
+SPARK_DEFAULTS = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
+                  "spark.sql.shuffle.partitions": "8"}
+# per DAG object (by identity: a DAG's hash changes as tasks are added): table URL -> group id
+_TABLES: dict[int, tuple["weakref.ref[Any]", dict[str, str]]] = {}
 
 
 def retry_args(retries: int | None = None, delay_seconds: float | None = None) -> dict[str, Any]:
@@ -40,21 +53,44 @@ def spark_env() -> dict[str, str]:
     return env
 
 
+def check_schedule(config: PipelineConfig, dag: Any, count: int = 48) -> None:
+    """Refuse a DAG whose timetable has no real data intervals, or whose first ``count`` scheduled
+    intervals would share a partition under ``config.partitions`` (LayoutError, at DAG build time)."""
+    start = dag.start_date or config.start
+    if start is None:
+        raise LayoutError(f"{dag.dag_id}: give the DAG a start_date (or the pipeline a start)")
+    intervals = timetable_intervals(dag.timetable, start, count)
+    config.partitions.check_distinct(intervals)  # type: ignore[union-attr]
+
+
+def _register_table(dag: Any, config: PipelineConfig, group_id: str) -> None:
+    ref, tables = _TABLES.get(id(dag), (None, {}))
+    if ref is None or ref() is not dag:
+        tables = {}
+        _TABLES[id(dag)] = (weakref.ref(dag, lambda _r, key=id(dag): _TABLES.pop(key, None)), tables)
+    other = tables.get(config.table_url)
+    if other is not None and other != group_id:
+        raise LayoutError(f"{dag.dag_id}: groups {other} and {group_id} both write {config.sink} "
+                          f"({config.table_url}); give each sink its own table")
+    tables[config.table_url] = group_id
+
+
 def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
                        spark_conn_id: str = "spark_default", spark_conf: dict[str, str] | None = None,
                        retries: int | None = None, retry_delay_seconds: float | None = None) -> TaskGroup:
     """Build the two-phase-commit task group for ``config``'s sink and return it."""
     gid = group_id or config.sink
-    common = {"config": config, "begin_task_id": f"{gid}.begin", **retry_args(retries, retry_delay_seconds)}
-    conf = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-            "spark.sql.shuffle.partitions": "8", **(spark_conf or {})}
+    retry = retry_args(retries, retry_delay_seconds)
+    conf = {**SPARK_DEFAULTS, **config.spark_conf, **(spark_conf or {})}  # type: ignore[dict-item]
     with TaskGroup(group_id=gid, tooltip=f"exactly-once publish of {config.sink}") as group:
+        begin_id = group.child_id("begin")  # the real id, with every enclosing group's prefix
+        common = {"config": config, "begin_task_id": begin_id, **retry}
         begin = BeginOperator(task_id="begin", **common)
         write = SparkSubmitOperator(
             task_id="write", application=config.application, conn_id=spark_conn_id,
             name=f"{config.pipeline}-{config.sink}", conf=conf, env_vars=spark_env(),
-            application_args=["--spec", f"{{{{ ti.xcom_pull(task_ids='{gid}.begin')['spec'] }}}}"],
-            **retry_args(retries, retry_delay_seconds))
+            application_args=["--spec", f"{{{{ ti.xcom_pull(task_ids='{begin_id}')['spec'] }}}}",
+                              *config.application_args], **retry)
         pre_commit = PreCommitOperator(task_id="pre_commit", **common)
         validate = ValidateOperator(task_id="validate", **common)
         # The asset is the table's location (its URI is its name: moving EO_DATA_ROOT is a new asset)
@@ -62,6 +98,12 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         abort = AbortOperator(task_id="abort", **common)
         begin >> write >> pre_commit >> validate >> commit >> abort
         abort.as_teardown(setups=begin)
+    if begin.task_id != begin_id:
+        raise LayoutError(f"task id {begin.task_id} != {begin_id}")  # a TaskGroup API change: fail loudly
+    dag = begin.dag
+    if dag is not None:
+        _register_table(dag, config, group.group_id or gid)
+        check_schedule(config, dag)
     return group
 
 

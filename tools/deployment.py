@@ -2,12 +2,12 @@
 
 :class:`Deployment` creates a fresh PostgreSQL metadata DB (``eo_<purpose>_<id>`` on 127.0.0.1:5432, dropped
 at the end), an AIRFLOW_HOME under its run dir, and runs ``airflow api-server``, ``scheduler``
-(LocalExecutor, workers forked from a preloaded forkserver: :func:`exactly_once.localrun.scheduler_env`)
+(LocalExecutor, workers forked from a preloaded forkserver: :func:`tools.localrun.scheduler_env`)
 and ``dag-processor`` as separate process groups. ``backfill`` creates a backfill with
 ``airflow backfill create``, the way a user does. ``stop`` ends every process it started - including
 orphans, found by the deployment's marker in their environment - and drops the database.
 
-Used by the chaos run (:mod:`exactly_once.chaos`: kills task processes while a backfill runs) and by the
+Used by the chaos run (:mod:`tools.chaos`: kills task processes while a backfill runs) and by the
 scheduler backfill benchmark (``bench/backfill.py``).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
-from .localrun import BIN, airflow_env, scheduler_env
+from tools.localrun import BIN, airflow_env, scheduler_env
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 FINAL = ("success", "failed")

@@ -21,7 +21,7 @@ import random
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
-from .storage import LocalStorage
+from exactly_once.storage import LocalStorage
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 OTHER_EVENTS = ("click", "scroll", "purchase")
@@ -144,7 +144,7 @@ def generate(landing_root: str, days: list[str], *, seed: int = 42, events_per_d
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m exactly_once.sample_data --root DIR --days 2026-01-01 ...``; prints the summary."""
+    """``python -m tools.sample_data --root DIR --days 2026-01-01 ...``; prints the summary."""
     p = argparse.ArgumentParser(description="Write deterministic sample landing data (app_logs).")
     p.add_argument("--root", required=True, help="landing root (the app_logs/ dir goes below it)")
     p.add_argument("--days", nargs="+", required=True, metavar="YYYY-MM-DD")
@@ -167,3 +167,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def pv_spec(landing: str, day: str, staging: str, prev_state: str | None = None) -> Any:
+    """A pv_counts job spec over the current files of ``<landing>/dt=<day>/`` (benchmarks, no protocol)."""
+    from exactly_once.contracts import JobSpec, SourceInputs
+    from exactly_once.ids import Interval
+    from exactly_once.layout import Source, list_inputs
+
+    iv = Interval.daily(day)
+    source = Source("app_logs", format="json")
+    inputs = tuple(list_inputs(LocalStorage(), landing, source, iv))
+    return JobSpec(pipeline="pv_pipeline", sink="app_pv", txn=f"bench-{day}", interval_start=iv.start.isoformat(),
+                   interval_end=iv.end.isoformat(), partitions=(f"dt={day}",),
+                   sources=(SourceInputs("app_logs", "json", {}, inputs),), staging_dir=staging,
+                   data_dir=os.path.join(staging, "data"), prev_state=prev_state, stateful=True)

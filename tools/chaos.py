@@ -1,6 +1,6 @@
-"""Chaos run under the real Airflow scheduler: ``python -m exactly_once.chaos --days 10 --kills 12 --seed 7``.
+"""Chaos run under the real Airflow scheduler: ``python -m tools.chaos --days 10 --kills 12 --seed 7``.
 
-A throw-away :class:`~exactly_once.deployment.Deployment` - a fresh PostgreSQL metadata DB, api-server,
+A throw-away :class:`~tools.deployment.Deployment` - a fresh PostgreSQL metadata DB, api-server,
 scheduler (LocalExecutor) and dag-processor as separate processes, AIRFLOW_HOME and EO_DATA_ROOT under the
 run dir - backfills ``pv_pipeline`` over N days of sample data (``airflow backfill create``,
 ``--max-active-runs 1``: the pipeline is stateful). Meanwhile a seeded killer ``kill -9``s task processes
@@ -28,12 +28,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from .deployment import FINAL, PG, Deployment, descendants, processes, send_signal
-from .ids import Interval
-from .localrun import BIN, logical_date_for
-from .sample_data import generate
-from .transaction import TwoPhaseCommitSink
-from .txlog import State
+from tools.deployment import FINAL, PG, Deployment, descendants, processes, send_signal
+from exactly_once.ids import Interval
+from tools.localrun import BIN, logical_date_for
+from tools.sample_data import generate
+from exactly_once.transaction import TwoPhaseCommitSink
+from exactly_once.txlog import State
 
 DAG_ID, SINK = "pv_pipeline", "app_pv"
 __all__ = ["PG", "ChaosRun", "check_table", "classify", "main"]
@@ -254,7 +254,7 @@ class ChaosRun:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m exactly_once.chaos", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.chaos", description=__doc__.split("\n\n")[0])
     for name, default in (("--days", 10), ("--kills", 12), ("--seed", 7), ("--events-per-day", 300)):
         p.add_argument(name, type=int, default=default)
     p.add_argument("--deadline", type=float, default=1500, help="seconds for the whole run")

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-from .config import PROJECT_ROOT, data_root
+from exactly_once.settings import data_root
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 BIN = Path(sys.executable).parent
 # What every task process of the pipeline imports. A scheduler running the LocalExecutor can fork its
@@ -106,18 +108,52 @@ def logical_date_for(day: str) -> str:
     return (date.fromisoformat(day) + timedelta(days=1)).isoformat() + "T00:00:00+00:00"
 
 
-def run_interval(dag_id: str, day: str, *, reprocess: bool = False, extra_env: dict[str, str] | None = None,
+def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
+    """The data interval of ``dag_id``'s schedule that starts at ``start`` (the DAG is loaded with
+    Airflow's DagBag from the project's dags/ folder). SystemExit with the nearest start otherwise."""
+    os.environ.update({k: v for k, v in airflow_env().items() if k.startswith(("AIRFLOW", "EO_"))})
+    from airflow.dag_processing.dagbag import DagBag
+
+    from exactly_once.errors import LayoutError
+    from exactly_once.layout import timetable_intervals
+
+    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
+    dag = bag.dags.get(dag_id)
+    if dag is None:
+        raise SystemExit(f"no DAG {dag_id!r} in {PROJECT_ROOT / 'dags'} (import errors: {list(bag.import_errors)})")
+    try:
+        iv = timetable_intervals(dag.timetable, start, count=1)[0]
+    except LayoutError as exc:
+        raise SystemExit(str(exc)) from None
+    if iv.start != start:
+        raise SystemExit(f"{start.isoformat()} is not the start of an interval of {dag_id}'s schedule; the next "
+                         f"one starts at {iv.start.isoformat()}")
+    return iv.start, iv.end
+
+
+def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None = None,
+                 end: datetime | None = None, reprocess: bool = False, extra_env: dict[str, str] | None = None,
                  timeout: float | None = 1800) -> IntervalResult:
-    """One DAG run for the daily interval starting at ``day`` via ``airflow dags test``."""
+    """One DAG run via ``airflow dags test``: the daily interval starting at ``day``, or the interval
+    ``[start, end)`` (``end`` found from the DAG's timetable when not given)."""
+    if day is not None:
+        start = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
+        end = start + timedelta(days=1)
+    if start is None:
+        raise ValueError("run_interval needs day or start")
+    if end is None:
+        start, end = dag_interval(dag_id, start)
     env = airflow_env(extra_env)
     ensure_db(env)
-    log = Path(data_root()) / "logs" / dag_id / f"{day}.log"
-    args = ["dags", "test", dag_id, logical_date_for(day)]
+    label = day or start.strftime("%Y%m%dT%H%M%SZ")
+    log = Path(data_root()) / "logs" / dag_id / f"{label}.log"
+    # a manual run at logical date T gets the last complete interval before T: the one ending at T
+    args = ["dags", "test", dag_id, end.isoformat()]
     if reprocess:
         args += ["-c", json.dumps({"reprocess": True})]
     t0 = time.perf_counter()
     code = airflow(args, env=env, log_path=log, timeout=timeout)
-    return IntervalResult(dag_id, day, code, time.perf_counter() - t0, log)
+    return IntervalResult(dag_id, label, code, time.perf_counter() - t0, log)
 
 
 def failure_reason(log_path: Path) -> str:

@@ -1,0 +1,36 @@
+"""Defaults from the environment, resolved where a deployment is configured: in DAG files, the Airflow
+layer and the ``eo`` command - never inside :class:`~exactly_once.config.PipelineConfig`.
+
+``EO_DATA_ROOT`` (default ``./data`` of the working directory) holds ``landing/``, ``warehouse/`` and
+``reports/``; it may be a local path or ``s3://bucket/prefix``. ``EO_REPORTS_DIR`` moves the (always
+local) reports; ``EO_STORAGE_CONN_ID`` names the Airflow connection holding S3 credentials.
+"""
+from __future__ import annotations
+
+import os
+
+
+def data_root() -> str:
+    """``EO_DATA_ROOT`` as an absolute local path or an ``s3://`` URL (default ``./data``)."""
+    root = os.environ.get("EO_DATA_ROOT") or "data"
+    return root.rstrip("/") if "://" in root else os.path.abspath(root)
+
+
+def reports_dir(root: str | None = None) -> str:
+    """Where Data Docs and run summaries go: always a local directory (``EO_REPORTS_DIR``; default
+    ``<root>/reports``, or ``./data/reports`` when the data root is on S3)."""
+    root = root or data_root()
+    default = f"{root}/reports" if "://" not in root else os.path.join("data", "reports")
+    return os.path.abspath(os.environ.get("EO_REPORTS_DIR") or default)
+
+
+def storage_conn_id() -> str | None:
+    """``EO_STORAGE_CONN_ID``: the Airflow connection with the S3 credentials, if any."""
+    return os.environ.get("EO_STORAGE_CONN_ID") or None
+
+
+def from_env() -> dict[str, str | None]:
+    """``root``, ``reports`` and ``storage_conn_id`` for a PipelineConfig, from the environment:
+    ``PipelineConfig(pipeline=..., sink=..., **settings.from_env(), ...)`` in a DAG file."""
+    root = data_root()
+    return {"root": root, "reports": reports_dir(root), "storage_conn_id": storage_conn_id()}

@@ -1,0 +1,114 @@
+"""The Airflow wiring (exactly_once.airflow): nested task groups, several sinks per DAG, refusals at DAG
+build time, and the abort teardown when begin handed no transaction on. No JVM: operators are executed
+with the context Airflow would give them."""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from types import SimpleNamespace
+from typing import Any
+
+import jinja2
+import pytest
+from airflow.sdk import DAG, CronDataIntervalTimetable, CronTriggerTimetable, TaskGroup
+
+from exactly_once.airflow import exactly_once_group
+from exactly_once.airflow.operators import AbortOperator, BeginOperator, PhaseOperator
+from exactly_once.config import PipelineConfig
+from exactly_once.errors import FailpointError, LayoutError
+from exactly_once.ids import Interval
+from exactly_once.layout import Source
+from exactly_once.txlog import State
+
+START = datetime(2013, 1, 1, tzinfo=timezone.utc)
+HOURLY = "dt={start:%Y-%m-%d}/hour={start:%H}"
+
+
+def config(root: Any, sink: str = "t", partitions: str = HOURLY, **kw: Any) -> PipelineConfig:
+    kw.setdefault("sources", Source("s", format="csv"))
+    return PipelineConfig(pipeline="p", sink=sink, root=str(root), application="/job.py", partitions=partitions,
+                          **kw)
+
+
+def hourly_dag(dag_id: str) -> DAG:
+    return DAG(dag_id, schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"), start_date=START)
+
+
+def test_nested_groups_pull_the_transaction_by_the_real_task_id(tmp_path):
+    with hourly_dag("nested") as dag:
+        with TaskGroup("outer"), TaskGroup("inner"):
+            exactly_once_group(config(tmp_path))
+    begin_id = "outer.inner.t.begin"
+    assert isinstance(dag.task_dict[begin_id], BeginOperator)
+    phases = [t for t in dag.tasks if isinstance(t, PhaseOperator)]
+    assert len(phases) == 5 and {t.begin_task_id for t in phases} == {begin_id}
+    write = dag.task_dict["outer.inner.t.write"]
+    spec_arg = write.application_args[1]
+    pulls = {begin_id: {"spec": "s3://b/spec.json"}}
+    ti = SimpleNamespace(xcom_pull=lambda task_ids: pulls.get(task_ids))
+    assert jinja2.Template(spec_arg).render(ti=ti) == "s3://b/spec.json"
+
+
+def test_several_sinks_in_one_dag_and_one_table_written_twice_is_refused(tmp_path):
+    with hourly_dag("two") as dag:
+        exactly_once_group(config(tmp_path, sink="a", application_args=["--x", "1"],
+                                  spark_conf={"spark.executor.memory": "1g"}))
+        exactly_once_group(config(tmp_path, sink="b"))
+    assert {"a.commit", "b.commit"} <= set(dag.task_dict)
+    assert dag.task_dict["a.write"].application_args[2:] == ["--x", "1"]
+    assert dag.task_dict["a.write"].conf["spark.executor.memory"] == "1g"
+    assert [t.task_id for t in dag.tasks if t.outlets] == ["a.commit", "b.commit"]
+    with pytest.raises(LayoutError, match="both write a"), hourly_dag("dup"):
+        exactly_once_group(config(tmp_path, sink="a"))
+        exactly_once_group(config(tmp_path, sink="a"), group_id="a_again")
+
+
+def test_a_schedule_the_partitions_cannot_express_is_refused_at_dag_build(tmp_path):
+    with pytest.raises(LayoutError, match="would both own partition dt=2013-01-01"), hourly_dag("daily_parts"):
+        exactly_once_group(config(tmp_path, partitions="dt={start:%Y-%m-%d}"))
+    with pytest.raises(LayoutError, match="zero-length data intervals"), \
+            DAG("trigger", schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"), start_date=START):
+        exactly_once_group(config(tmp_path))
+    with DAG("monthly", schedule=CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"), start_date=START):
+        exactly_once_group(config(tmp_path, partitions="month={start:%Y-%m}"))  # fine: one month each
+
+
+class FakeTI:
+    """What the operators use of a task instance: identity and XCom."""
+
+    def __init__(self, run_id: str, xcom: dict[str, Any] | None = None) -> None:
+        self.run_id, self.try_number, self.dag_id, self.task_id = run_id, 1, "d", "t.begin"
+        self.xcom = xcom or {}
+
+    def xcom_pull(self, task_ids: str) -> Any:
+        return self.xcom.get(task_ids)
+
+
+def context(run_id: str, iv: Interval, **xcom: Any) -> dict[str, Any]:
+    return {"ti": FakeTI(run_id, xcom), "data_interval_start": iv.start, "data_interval_end": iv.end,
+            "dag_run": SimpleNamespace(conf={})}
+
+
+def test_teardown_aborts_the_epoch_its_own_failed_begin_opened_and_no_other(tmp_path, monkeypatch):
+    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
+    landing.mkdir(parents=True)
+    (landing / "a.csv").write_text("x\n1\n")
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", sources=Source("s", format="csv", allow_empty=True))
+    iv = Interval.daily("2013-01-01")
+    begin = BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
+    abort = AbortOperator(task_id="abort", config=cfg, begin_task_id="t.begin")
+    # run A's begin opens epoch 1, then dies before returning it (no XCom)
+    monkeypatch.setenv("EO_FAILPOINTS", "begin.after=error")
+    with pytest.raises(FailpointError):
+        begin.execute(context("run_A", iv))
+    monkeypatch.delenv("EO_FAILPOINTS")
+    sink = cfg.sink_handle()
+    assert sink.status(iv)[1].state is State.OPEN
+    staging = sink.staging_dir(sink.ref(iv, 1))
+    assert os.path.isdir(staging)
+    # another run's teardown (no XCom either) leaves run A's attempt alone ...
+    assert abort.execute(context("run_B", iv)) == "nothing to abort"
+    assert sink.status(iv)[1].state is State.OPEN
+    # ... run A's own teardown finds it in the log and aborts it: nothing OPEN, no staging left
+    assert abort.execute(context("run_A", iv)) == [f"{sink.ref(iv, 1).name}: ABORTED"]
+    assert sink.status(iv)[1].state is State.ABORTED and not os.path.exists(staging)

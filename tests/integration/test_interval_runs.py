@@ -1,0 +1,187 @@
+"""IntervalRun over intervals of any length (exactly_once.pipeline): monthly state from the log, sources that
+match nothing, re-freezing after an aborted attempt, partition ownership, stateless runs interleaved.
+
+The write phase is a small pyarrow writer that uses the job API (JobSpec in, output dirs, state, counts
+out), so no JVM is needed; every other phase (including the GX gate) is the real one.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from exactly_once.config import PipelineConfig
+from exactly_once.contracts import Counts, JobSpec
+from exactly_once.errors import NoInputError, OrderingError, OwnershipError
+from exactly_once.ids import Interval, TxnRef
+from exactly_once.job import JobContext
+from exactly_once.layout import Source
+from exactly_once.pipeline import IntervalRun
+from exactly_once.storage import storage_for
+from exactly_once.txlog import State
+
+UTC = timezone.utc
+
+
+def month(m: int) -> Interval:
+    return Interval(datetime(2013, m, 1, tzinfo=UTC), datetime(2013 + m // 12, m % 12 + 1, 1, tzinfo=UTC))
+
+
+def config(root: Path, **kw: Any) -> PipelineConfig:
+    base = dict(pipeline="p", sink="t", root=str(root), application="/job.py", reports=str(root / "reports"),
+                sources=Source("s", format="csv", path="{start:%Y-%m}"), partitions="month={start:%Y-%m}")
+    return PipelineConfig(**{**base, **kw})
+
+
+def land(root: Path, folder: str, name: str, values: list[int]) -> None:
+    path = root / "landing" / "s" / folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("v\n" + "".join(f"{v}\n" for v in values))
+
+
+def write(spec_url: str, *, partition: str | None = None) -> Counts:
+    """The write phase: sum the CSV values per partition; state = running total (stateful pipelines)."""
+    store, key = storage_for(spec_url)
+    ctx = JobContext(None, JobSpec.from_json(store.read_bytes(key)))
+    values = [int(v) for i in ctx.source().inputs for v in Path(i.path).read_text().split()[1:]]
+    prev = 0
+    if ctx.spec.prev_state:
+        prev = pq.read_table(ctx.spec.prev_state).column("total")[0].as_py()
+    part = partition or ctx.partitions[0]
+    out = Path(ctx.spec.data_dir) / part
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"n": [len(values)], "total": [prev + sum(values)]}), out / "part-0.parquet")
+    if ctx.spec.stateful:
+        state = Path(ctx.spec.staging_dir) / "_state"
+        state.mkdir(exist_ok=True)
+        pq.write_table(pa.table({"total": [prev + sum(values)]}), state / "part-0.parquet")
+    files, size = ctx.input_stats()
+    return ctx.finish(Counts(records_in=len(values), records_out=len(values), rows_written={part: 1},
+                             input_files=files, input_bytes=size))
+
+
+def run_interval(cfg: PipelineConfig, iv: Interval, *, refresh: bool = False, run_id: str = "r") -> dict[str, Any]:
+    run = IntervalRun(cfg, iv, storage_options={})
+    began = run.begin(refresh_sources=refresh, run={"run_id": run_id})
+    txn = TxnRef.from_dict(began["txn"])
+    try:
+        write(began["spec"])
+        run.pre_commit(txn)
+        run.validate(txn)
+        run.commit(txn)
+    finally:
+        run.abort(txn)
+    return {"txn": txn, "began": began, "sink": run.sink}
+
+
+def table(cfg: PipelineConfig) -> dict[str, tuple[int, int]]:
+    t = ds.dataset(cfg.table_url, format="parquet", partitioning="hive").to_table().to_pylist()
+    return {r["month"]: (r["n"], r["total"]) for r in t}
+
+
+def test_monthly_state_comes_from_the_committed_predecessor_in_the_log(tmp_path, capsys):
+    cfg = config(tmp_path, stateful=True, start="2013-01-01")
+    for m, values in ((1, [1, 2]), (2, [10]), (3, [100, 200])):
+        land(tmp_path, f"2013-{m:02d}", "a.csv", values)
+    with pytest.raises(OrderingError, match="ends at 2013-02-01T00:00:00"):
+        IntervalRun(cfg, month(2), storage_options={}).begin()  # January is not committed yet
+    jan = run_interval(cfg, month(1))
+    feb = run_interval(cfg, month(2))  # 28 days: "start minus length" would be [Jan 4, Feb 1)
+    mar = run_interval(cfg, month(3))
+    assert table(cfg) == {"2013-01": (2, 3), "2013-02": (1, 13), "2013-03": (2, 313)}
+    sink = jan["sink"]
+    assert sink.status(month(2))[1].reads == jan["txn"] and sink.status(month(3))[1].reads == feb["txn"]
+    assert sink.status(month(1))[1].reads is None  # the first interval reads no state
+    assert mar["txn"].epoch == 1
+    # eo addresses the table by its URL alone (the owner record names its pipeline)
+    from exactly_once.cli import main
+
+    assert main(["status", cfg.table_url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"p/t: {cfg.table_url}") and out.count("e1:COMMITTED") == 3
+
+
+def test_no_input_fails_before_anything_is_written_unless_empty_is_normal(tmp_path):
+    cfg = config(tmp_path)
+    run = IntervalRun(cfg, month(1), storage_options={})
+    with pytest.raises(NoInputError, match=r"nothing under .*landing/s matches \['2013-01'\].*allow_empty=True"):
+        run.begin()
+    assert run.sink.log.intervals() == []
+    (tmp_path / "landing" / "s" / "2013-01").mkdir(parents=True)
+    (tmp_path / "landing" / "s" / "2013-01" / "a.json").write_text("{}")  # the wrong format: ignored
+    with pytest.raises(NoInputError):
+        run.begin()
+    empty_ok = config(tmp_path, sources=Source("s", format="csv", path="{start:%Y-%m}", allow_empty=True))
+    run_interval(empty_ok, month(1))
+    assert table(empty_ok) == {"2013-01": (0, 0)}
+
+
+def test_a_plain_rerun_refreezes_after_an_aborted_attempt_and_replays_a_committed_one(tmp_path):
+    cfg = config(tmp_path)
+    land(tmp_path, "2013-01", "a.csv", [1])
+    run = IntervalRun(cfg, month(1), storage_options={})
+    first = run.begin(run={"run_id": "r1"})  # froze a.csv, then aborted before its write
+    assert run.abort(TxnRef.from_dict(first["txn"])) == "ABORTED"
+    land(tmp_path, "2013-01", "b.csv", [2])  # the landing zone is fixed
+    done = run_interval(cfg, month(1))
+    assert not done["began"].get("replayed") and table(cfg) == {"2013-01": (2, 3)}
+    assert done["sink"].status(month(1))[2].records["open"]["meta"]["replayed"] is False
+    land(tmp_path, "2013-01", "c.csv", [4])  # late: a plain re-run replays the committed inputs ...
+    again = run_interval(cfg, month(1))
+    assert again["sink"].status(month(1))[3].records["open"]["meta"]["replayed"] is True
+    assert table(cfg) == {"2013-01": (2, 3)}
+    run_interval(cfg, month(1), refresh=True)  # ... a reprocess takes it in
+    assert table(cfg) == {"2013-01": (3, 7)}
+
+
+def test_two_intervals_never_publish_one_partition(tmp_path):
+    hourly = dict(sources=Source("s", format="csv", path="{start:%Y-%m}", allow_empty=True),
+                  partitions="dt={start:%Y-%m-%d}/hour={start:%H}")
+    cfg = config(tmp_path, **hourly)
+    five = Interval(datetime(2013, 1, 1, 5, tzinfo=UTC), datetime(2013, 1, 1, 6, tzinfo=UTC))
+    odd = Interval(datetime(2013, 1, 1, 5, 30, tzinfo=UTC), datetime(2013, 1, 1, 6, 30, tzinfo=UTC))
+    run_interval(cfg, five)
+    run = IntervalRun(cfg, odd, storage_options={})  # a manual run off the schedule: also hour=05
+    with pytest.raises(OwnershipError, match="would publish dt=2013-01-01/hour=05, which interval"):
+        run.begin()
+    assert run.sink.status(odd) == {}
+    # a job writing outside its own partitions is refused at pre_commit, before it claims anything
+    six = Interval(datetime(2013, 1, 1, 6, tzinfo=UTC), datetime(2013, 1, 1, 7, tzinfo=UTC))
+    run6 = IntervalRun(cfg, six, storage_options={})
+    began6 = run6.begin()
+    txn = TxnRef.from_dict(began6["txn"])
+    with pytest.raises(Exception, match="does not own"):  # the job API refuses it ...
+        write(began6["spec"], partition="dt=2013-01-01/hour=05")
+    out = Path(run6.sink.data_dir(txn)) / "dt=2013-01-01" / "hour=05"  # ... a job writing there anyway
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"n": [9], "total": [9]}), out / "part-0.parquet")
+    (Path(run6.sink.staging_dir(txn)) / "_counts.json").write_bytes(
+        Counts(records_in=0, records_out=0, rows_written={"dt=2013-01-01/hour=05": 1}).to_json())
+    with pytest.raises(OwnershipError, match="outside the partitions"):
+        run6.pre_commit(txn)
+    assert run6.abort(txn) == "ABORTED"
+    run_interval(cfg, six)
+    assert sorted(ds.dataset(cfg.table_url, format="parquet", partitioning="hive").to_table()
+                  .column("hour").to_pylist()) == [5, 6]
+
+
+def test_stateless_intervals_interleaved_like_parallel_runs(tmp_path):
+    """max_active_runs > 1: two intervals' phases interleave; each publishes its own partition once."""
+    cfg = config(tmp_path)
+    for m in (1, 2):
+        land(tmp_path, f"2013-{m:02d}", "a.csv", [m] * m)
+    runs = [IntervalRun(cfg, month(m), storage_options={}) for m in (1, 2)]
+    began = [r.begin(run={"run_id": f"r{i}"}) for i, r in enumerate(runs)]
+    txns = [TxnRef.from_dict(b["txn"]) for b in began]
+    for b in reversed(began):
+        write(b["spec"])
+    for phase in ("pre_commit", "validate", "commit", "abort"):
+        for r, t in zip(reversed(runs), reversed(txns)):
+            getattr(r, phase)(t)
+    assert table(cfg) == {"2013-01": (1, 1), "2013-02": (2, 4)}
+    assert all(st.state is State.COMMITTED for r in runs for st in r.sink.status(r.interval).values())

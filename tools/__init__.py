@@ -1,0 +1,7 @@
+"""Test, demo and ops harnesses of this repository - not part of the installed ``exactly_once`` package.
+
+* :mod:`tools.dev` - ``make demo``, ``make run-interval``, ``make sample`` (run from a checkout);
+* :mod:`tools.localrun` - one DAG run through ``airflow dags test`` with the project's own AIRFLOW_HOME;
+* :mod:`tools.sample_data` / :mod:`tools.flights_sample` - landing-zone generators of the example DAGs;
+* :mod:`tools.chaos`, :mod:`tools.deployment` - the chaos run and throw-away Airflow deployments.
+"""
