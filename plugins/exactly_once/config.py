@@ -15,6 +15,7 @@ from .errors import ConfigError
 from .ids import check_name, utc
 from .layout import Partitions, Source, Template
 from .storage import redact
+from .targets.base import PublishTarget
 from .transaction import TwoPhaseCommitSink
 
 SourcesArg = Union[Source, str, Sequence[Union[Source, str]]]
@@ -39,6 +40,9 @@ class PipelineConfig:
       ``<stem>.<name>.json`` run with it). The completeness check from the job's counts always runs;
       ``max_malformed_ratio`` is its limit on the share of rejected input records.
     * ``keep_rejected``: keep an aborted run's staging (data + quarantine) for inspection.
+    * ``target``: where a committed version is published: files in ``table`` (the default), or a
+      :class:`~exactly_once.targets.DatabaseTarget` / :class:`~exactly_once.targets.RedisTarget` (the
+      staged Parquet is then the write-ahead log; ``table`` keeps only the transaction log and state).
     * ``root``: the data root (local path or ``s3://``); ``table``: the table URL (default
       ``<root>/warehouse/<sink>``); ``reports``: the local reports dir (default ``<root>/reports``).
     """
@@ -59,6 +63,7 @@ class PipelineConfig:
     reports: str | None = None
     application_args: Sequence[str] = ()
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    target: PublishTarget | None = None
 
     def __post_init__(self) -> None:
         check_name(self.pipeline, "pipeline id")
@@ -107,7 +112,8 @@ class PipelineConfig:
         """The two-phase-commit sink of this pipeline's table. The gate always runs, so every commit
         needs a passing verdict."""
         return TwoPhaseCommitSink.at(self.table_url, pipeline=self.pipeline, sink=self.sink,
-                                     storage_options=dict(storage_options or {}), require_validation=True)
+                                     storage_options=dict(storage_options or {}), require_validation=True,
+                                     target=self.target)
 
     def describe(self) -> str:
         """One line for logs; never contains credentials."""

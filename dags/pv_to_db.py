@@ -1,9 +1,9 @@
 """pv_pipeline's ``app_pv``, published into a database (PostgreSQL or MariaDB/MySQL) exactly once.
 
-DRAFT for the lead (issue 15): rename to ``dags/pv_to_db.py`` once ``PipelineConfig`` has the ``target``
-field (the protocol then calls ``target.publish`` instead of the file publish). Same landing data and
-Spark job as pv_pipeline; the staged Parquet is the write-ahead log; the commit task loads it into
-``app_pv(dt, app_id, pv, uv, cumulative_pv)`` in one database transaction with its marker row.
+Same landing data, Spark job and checks as pv_pipeline; the staged Parquet is the write-ahead log; the
+commit task loads it into ``app_pv(dt, app_id, pv, uv, cumulative_pv)`` in one database transaction with
+the interval's marker row (docs/TARGETS.md). Its transaction log and state live apart from
+pv_pipeline's, under ``EO_DATA_ROOT/warehouse/_exactly_once/app_pv_db/``.
 
 ``EO_DB_URL``: ``postgresql://postgres@127.0.0.1:5432/<db>`` or ``mysql://root@127.0.0.1:3306/<db>``
 (``EO_DB_CONN_ID``, an Airflow connection, is used instead when set). The table is created on first use.
@@ -16,8 +16,10 @@ from pathlib import Path
 
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
+from exactly_once import settings
 from exactly_once.airflow import exactly_once_group
 from exactly_once.config import PipelineConfig
+from exactly_once.layout import Source
 from exactly_once.targets import DatabaseTarget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +39,9 @@ TARGET = DatabaseTarget(
 PV_TO_DB = PipelineConfig(
     pipeline="pv_to_db",
     sink="app_pv_db",  # its own transaction log and state, apart from pv_pipeline's app_pv
-    source="app_logs",
+    **settings.from_env(),
+    sources=Source("app_logs", format="json", path="dt={start:%Y-%m-%d}", allow_empty=True),
+    partitions="dt={start:%Y-%m-%d}",
     application=str(ROOT / "spark_jobs" / "pv_counts.py"),
     suite=str(ROOT / "expectations" / "app_pv.json"),
     stateful=True,  # cumulative_pv reads the state committed by the previous interval
