@@ -5,6 +5,7 @@
     eo recover <table-url> | --dag <id>          finish decided commits, abort stale attempts
     eo gc      <table-url> | --dag <id>          delete what the log says is finished
     eo history <table-url>                      every version of every interval: time, rows, verdict
+    eo rollback <table-url> --interval <start> --to e2    make an earlier version live again
 
 A table is addressed by its URL (a local path, ``file://`` or ``s3://``; credentials from the Airflow
 connection ``--conn-id``, default ``EO_STORAGE_CONN_ID``, or the usual AWS environment) or a DAG by its
@@ -101,6 +102,20 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rollback(args: argparse.Namespace) -> int:
+    """``eo rollback``: republish an earlier version through the protocol (a new, fenced epoch)."""
+    from .rollback import describe, find_interval, parse_version, rollback
+
+    sink = open_table(args.table_url, args.conn_id)
+    result = describe(rollback(sink, find_interval(sink, args.interval), parse_version(args.to)))
+    print(f"{result['version']}: {result['rollback_of']} is live again ({result['rows']} rows, partitions "
+          f"{result['partitions']})")
+    if result["stale"]:
+        print(f"later intervals computed on the replaced state are stale, re-run them in order: "
+              f"{', '.join(result['stale'])}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="eo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -120,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     from .history import add_parser as add_history  # noqa: PLC0415 - the command lives in its module
 
     add_history(sub)
+    r = sub.add_parser("rollback", help="make an earlier committed version of an interval live again")
+    r.add_argument("table_url", help="the table's location: a path, file:// or s3://bucket/prefix/<table>")
+    r.add_argument("--interval", required=True, help="the interval's start, ISO-8601 (eo history lists them)")
+    r.add_argument("--to", required=True, help="the version to make live again: e2 (or 2)")
+    r.add_argument("--conn-id", default=settings.storage_conn_id(), help="Airflow connection with S3 credentials")
+    r.set_defaults(fn=cmd_rollback)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:

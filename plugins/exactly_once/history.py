@@ -84,9 +84,9 @@ def _storage_options() -> dict[str, Any]:
     conn_id = os.environ.get("EO_STORAGE_CONN_ID")
     if not conn_id:
         return {}
-    from .config import storage_options_from_connection
+    from .airflow.connections import storage_options
 
-    return storage_options_from_connection(conn_id)
+    return storage_options(conn_id)
 
 
 def cmd_history(args: argparse.Namespace) -> int:

@@ -116,6 +116,12 @@ class PublishTarget(ABC):
         """Exact list of the live data files of ``partition`` (files targets; exact readers)."""
         return []
 
+    def stored_files(self, partition: str, version: str, names: list[str]) -> dict[str, str] | None:
+        """Storage paths of a published ``version``'s files of ``partition`` (by their staged ``names``),
+        or None if the target keeps no copy of it any more (gc removed it, or the target keeps none:
+        databases and Redis replace rows in place). Rollback republishes from these."""
+        return None
+
     def sweep(self, garbage: Callable[[str], bool]) -> list[str]:
         """Delete data of versions that are not live and for which ``garbage(version)`` is true (the
         protocol decides that from the log); never data the target did not write. Returns what went.

@@ -187,5 +187,10 @@ class LocalFilesTarget(PublishTarget):
                     gone.append(vdir)
         return gone
 
+    def stored_files(self, partition: str, version: str, names: list[str]) -> dict[str, str] | None:
+        vdir = self._vdir(partition, version)
+        paths = {n: os.path.join(vdir, published_name(version, n)) for n in names}
+        return paths if os.path.isdir(vdir) and all(os.path.isfile(p) for p in paths.values()) else None
+
     def describe(self) -> str:
         return f"files at file://{self.table}"

@@ -152,5 +152,11 @@ class S3FilesTarget(PublishTarget):
                     gone.append(path)
         return gone
 
+    def stored_files(self, partition: str, version: str, names: list[str]) -> dict[str, str] | None:
+        live = self.storage.join(self.table, partition)
+        present = {e.rel for e in self.storage.walk_files(live) if "/" not in e.rel}
+        paths = {n: self.storage.join(live, published_name(version, n)) for n in names}
+        return paths if all(published_name(version, n) in present for n in names) else None
+
     def describe(self) -> str:
         return f"files at s3://{self.table}"
