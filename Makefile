@@ -51,7 +51,7 @@ sample: install
 
 # The Airflow UI (project DAGs + plugin, no examples) on UI_PORT; login: see README "Open the Airflow UI"
 ui: install
-	@$(BIN)/python -m exactly_once.uiserver --port "$(UI_PORT)"
+	@$(BIN)/python -m tools.ui --port "$(UI_PORT)"
 
 chaos: install
 	$(BIN)/python -m tools.chaos $(CHAOS_ARGS)

@@ -40,10 +40,10 @@ class Quality:
 
     @property
     def headline(self) -> str:
-        """``malformed_ratio 0.081 > 0.05`` when that is what failed, else the first failed check."""
+        """``rejected_ratio 0.081 > 0.05`` when that is what failed, else the first failed check."""
         ratio, limit = self.malformed_ratio, self.max_malformed_ratio
         if ratio is not None and limit is not None and ratio > limit:
-            return f"malformed_ratio {ratio:.3g} > {limit:.3g}"
+            return f"rejected_ratio {ratio:.3g} > {limit:.3g}"
         return self.failures[0] if self.failures else ("validation failed" if self.passed is False else "")
 
 
@@ -96,7 +96,7 @@ def quality_of(st: EpochStatus) -> Quality:
     measured = dict(summary.get("measured") or {})
     return Quality(
         passed=bool(rec.get("passed")), counts=counts,
-        malformed_ratio=_number(summary.get("malformed_ratio")),
+        malformed_ratio=_number(summary.get("rejected_ratio", summary.get("malformed_ratio"))),
         max_malformed_ratio=_number(summary.get("max_malformed_ratio")),
         gaps={k: v for k, v in sorted({**summary, **measured}.items()) if k.endswith("_gap")}, measured=measured,
         failures=tuple(str(f) for f in summary.get("failures") or ()),
@@ -135,11 +135,11 @@ def _reason(st: EpochStatus, statuses: Mapping[int, EpochStatus], quality: Quali
     if st.state is State.ABORTED:
         if quality.passed is False:
             return f"failed check: {quality.headline}"
-        if st.reason and st.reason != "aborted":
-            return st.reason
         fencer = next((s for s in newer if _fenced_by(st, s, ended)), None)
         if fencer is not None:
             return f"fenced by e{fencer.epoch}"
+        if st.reason and st.reason != "aborted":
+            return st.reason
         if st.manifest is None:
             return "aborted before pre_commit (the write did not finish)"
         if quality.passed is None:

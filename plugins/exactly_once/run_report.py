@@ -14,10 +14,11 @@ from typing import Any, Mapping
 from .errors import ConfigError
 from .inspection import EpochView
 
-FIRST = ("lines_read", "malformed", "malformed_ratio", "duplicates_dropped", "rows_written", "rows_published",
-         "files")
-LABELS = {"lines_read": "lines read", "malformed": "malformed lines", "malformed_ratio": "malformed ratio",
-          "duplicates_dropped": "duplicates dropped", "rows_written": "rows written (job's count)",
+FIRST = ("records_in", "records_rejected", "rejected_ratio", "records_deduplicated", "records_out", "rows_written",
+         "rows_published", "files")
+LABELS = {"records_in": "records read", "records_rejected": "malformed records (rejected)",
+          "rejected_ratio": "malformed ratio", "records_deduplicated": "duplicates dropped",
+          "records_out": "records accounted in the output", "rows_written": "rows written (job's count)",
           "rows_published": "rows in the staged files (manifest)", "files": "files"}
 
 
@@ -39,7 +40,7 @@ def suite_limits(suite_path: str | None, parameters: Mapping[str, Any]) -> dict[
     from .quality import _expected, load_suites  # the gate's own wording of a rule
 
     try:
-        suites = load_suites(suite_path)
+        suites = load_suites(suite_path, str(parameters.get("table") or "table"))
     except (ConfigError, OSError, ValueError):
         return {}
     out: dict[str, list[tuple[str, str]]] = {}
@@ -67,13 +68,13 @@ def measures(view: EpochView, suite_path: str | None = None) -> list[Measure]:
     recorded.update(q.measured)
     recorded.update(q.gaps)
     if q.malformed_ratio is not None:
-        recorded["malformed_ratio"] = q.malformed_ratio
+        recorded["rejected_ratio"] = q.malformed_ratio
     recorded["rows_published"] = view.rows
     recorded["files"] = view.files
     params = {"max_malformed_ratio": q.max_malformed_ratio}
     limits = suite_limits(suite_path, params)
-    if q.max_malformed_ratio is not None and not limits.get("malformed_ratio"):
-        limits["malformed_ratio"] = [("", f"<= {q.max_malformed_ratio}")]
+    if q.max_malformed_ratio is not None and not limits.get("rejected_ratio"):
+        limits["rejected_ratio"] = [("", f"<= {q.max_malformed_ratio}")]
     rest = sorted(n for n, v in recorded.items() if n not in FIRST and _scalar(v))
     names = [n for n in FIRST if n in recorded] + sorted(rest, key=lambda n: not n.endswith("_gap"))
     out = []
@@ -81,7 +82,7 @@ def measures(view: EpochView, suite_path: str | None = None) -> list[Measure]:
         rules = limits.get(name, [])
         failed = any(f"({name})" in line or f"({name}," in line for line in q.failures)
         ok = None if q.passed is None or not rules else not failed
-        if name == "malformed_ratio" and q.malformed_ratio is not None and q.max_malformed_ratio is not None:
+        if name == "rejected_ratio" and q.malformed_ratio is not None and q.max_malformed_ratio is not None:
             ok = q.malformed_ratio <= q.max_malformed_ratio
         shown = tuple(rule for kind, rule in rules if rule != "no nulls")
         out.append(Measure(name, LABELS.get(name, name.replace("_", " ")), recorded[name], shown, ok))

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from eo_testing import free_port, need
+from exactly_once.ids import Interval
 from protocol_helpers import write_output
 
 pytestmark = pytest.mark.airflow
@@ -36,23 +37,33 @@ def _summary(reports: Path, txn: str, ratio: float, passed: bool) -> dict:
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(f"<html><body>suite {suite} of {txn}</body></html>")
         suites[suite] = {"success": passed or suite != "app_pv.counts", "report": str(page)}
-    failures = [] if passed else [f"expect_column_values_to_be_between(malformed_ratio): observed {ratio}, "
+    failures = [] if passed else [f"expect_column_values_to_be_between(rejected_ratio): observed {ratio}, "
                                   "expected >= 0 and <= 0.05"]
-    return {"malformed_ratio": ratio, "max_malformed_ratio": 0.05, "completeness_gap": 0, "suites": suites,
-            "failures": failures, "measured": {"lines_read": 1000, "malformed": round(ratio * 1000),
-                                               "malformed_ratio": ratio, "completeness_gap": 0,
+    return {"rejected_ratio": ratio, "max_malformed_ratio": 0.05, "completeness_gap": 0, "suites": suites,
+            "failures": failures, "measured": {"records_in": 1000, "records_rejected": round(ratio * 1000),
+                                               "rejected_ratio": ratio, "completeness_gap": 0,
                                                "rows_written_gap": 0}}
 
 
 def _attempt(sink, day: str, run_id: str, *, ratio: float = 0.02, verdict: bool | None = True,
              commit: bool = True, prev: str | None = None, fingerprint: str = "f") -> str:
     from exactly_once.ids import Interval
-    from exactly_once.sources import list_positions
+    from exactly_once.layout import Source, list_inputs
 
-    sources = list_positions(sink.storage, os.environ["EO_UI_LANDING"], day)
-    txn = sink.begin(Interval.daily(day), sources=sources, meta={"prev": prev, "run": {"run_id": run_id}})
+    source = Source("app_logs", format="json", path="dt={start:%Y-%m-%d}")
+    sources = [dict(i.to_dict(), source="app_logs")
+               for i in list_inputs(sink.storage, os.environ["EO_UI_LANDING"], source, Interval.daily(day))]
+    reads = None
+    if prev:
+        from exactly_once.ids import parse_txn_name
+
+        token, epoch = parse_txn_name(prev)
+        reads = sink.ref(Interval.from_token(token), epoch)
+    txn = sink.begin(Interval.daily(day), sources=sources, meta={"prev": prev, "run": {"run_id": run_id}},
+                     reads=reads)
     write_output(sink, txn, {f"dt={day}": [[(1, "a"), (2, "b")], [(3, "c")]]})
-    counts = {"lines_read": 1000, "malformed": round(ratio * 1000), "duplicates_dropped": 7, "rows_written": 3}
+    counts = {"records_in": 1000, "records_rejected": round(ratio * 1000), "records_deduplicated": 7,
+              "rows_written": {f"dt={day}": 3}}
     sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": fingerprint})
     if verdict is not None:
         sink.record_validation(txn, verdict, _summary(Path(os.environ["EO_UI_REPORTS"]), txn.name, ratio, verdict))
@@ -87,7 +98,7 @@ def build_table(root: Path, run_id: str) -> None:
 # ------------------------------------------------------------------------------------------ the server
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    from exactly_once import uiserver
+    from tools import ui as uiserver
 
     base = tmp_path_factory.mktemp("ui")
     home, root = base / "airflow-home", base / "data"
@@ -169,7 +180,7 @@ def test_a_user_without_a_role_is_authenticated_but_not_authorized(ui, monkeypat
     for path in routes(ui["run_id"])[2:11]:
         assert client.get(path, headers=headers).status_code == 403, path
     index = client.get("/eo/tables", headers=headers)
-    assert index.status_code == 200 and f"/tables/{SINK}" not in index.text and "1 more table" in index.text
+    assert index.status_code == 200 and f"/tables/{SINK}" not in index.text and "more table(s)" in index.text
 
 
 def test_logged_in_users_see_every_page_and_no_symlink_or_escape(ui):
@@ -208,12 +219,12 @@ def test_table_page_explains_every_interval(ui):
     assert list(by_day) == [D4, D3, D2, D1] and page["intervals_total"] == 4
     d1, d2, d3, d4 = (by_day[d] for d in (D1, D2, D3, D4))
     assert d1["state"] == "COMMITTED" and d1["rows"] == 3 and d1["files"] == 2
-    assert d1["late"] == {"new": ["late.jsonl"], "changed": [], "missing": []}
+    assert d1["late"] == {"new": [f"dt={D1}/late.jsonl"], "changed": [], "missing": []}
     assert [e["state"] for e in d2["epochs"]] == ["ABORTED", "COMMITTED", "COMMITTED"]
-    assert d2["epochs"][0]["reason"] == "failed check: malformed_ratio 0.081 > 0.05"
+    assert d2["epochs"][0]["reason"] == "failed check: rejected_ratio 0.081 > 0.05"
     assert d2["epochs"][0]["run_id"] == ui["run_id"]
     assert d2["epochs"][1]["reason"] == "superseded by e3" and d2["live"].endswith(".e000003")
-    assert page["stale"] == [D3] and d3["stale"] and not d2["stale"]
+    assert page["stale"] == [Interval.daily(D3).token] and d3["stale"] and not d2["stale"]
     assert [e["state"] for e in d4["epochs"]] == ["ABORTED", "PRE_COMMITTED"]
     assert d4["epochs"][0]["reason"] == "fenced by e2" and d4["live"] is None
     assert d4["recover"] == ["e2: would commit it (pre-committed, validated)"]
@@ -232,8 +243,8 @@ def test_table_page_explains_every_interval(ui):
     bad = client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=headers, params={"since": "yesterday"})
     assert bad.status_code == 400 and "YYYY-MM-DD" in bad.text
     html = client.get(f"/eo/dags/{PIPELINE}/tables/{SINK}", headers=headers).text
-    for text in ("failed check: malformed_ratio 0.081 &gt; 0.05", "fenced by e2", "would commit it",
-                 "Stale", "1 new (late.jsonl)", "/eo/reports/data_docs/validations/app_pv.counts/"):
+    for text in ("failed check: rejected_ratio 0.081 &gt; 0.05", "fenced by e2", "would commit it",
+                 "Stale", "1 new (dt=2026-01-01/late.jsonl)", "/eo/reports/data_docs/validations/app_pv.counts/"):
         assert text in html, text
 
 
@@ -241,10 +252,10 @@ def test_run_report_shows_measured_values_next_to_limits(ui):
     client = ui["client"]
     headers = {"Authorization": f"Bearer {ui['tokens']['admin']}"}
     html = client.get(f"/eo/dags/{PIPELINE}/runs/{ui['run_id']}", headers=headers).text
-    assert "ABORTED" in html and "failed check: malformed_ratio 0.081 &gt; 0.05" in html
+    assert "ABORTED" in html and "failed check: rejected_ratio 0.081 &gt; 0.05" in html
     row = html[html.index("malformed ratio"):].split("</tr>")[0]
     assert "0.081" in row and "&lt;= 0.05" in row and "VIOLATED" in row
-    for label, value in (("lines read", "1000"), ("malformed lines", "81"), ("duplicates dropped", "7"),
+    for label, value in (("records read", "1000"), ("malformed records", "81"), ("duplicates dropped", "7"),
                          ("rows written", "3"), ("completeness gap", "0")):
         assert value in html[html.index(label):].split("</tr>")[0], label
     for suite in ("app_pv", "app_pv.counts", "app_pv.checkpoint"):
@@ -262,7 +273,7 @@ def test_the_ui_lists_the_plugin_and_shows_the_table_page_in_chromium(ui, tmp_pa
     routes_ = {v["url_route"] for v in plugins[0]["external_views"]}
     assert {"eo-tables", "eo-dag-tables", "eo-run-report"} <= routes_
     dags = client.get("/api/v2/dags", headers=headers).json()["dags"]
-    assert [d["dag_id"] for d in dags] == [PIPELINE]                   # no example DAGs
+    assert sorted(d["dag_id"] for d in dags) == ["eo_rollback", "flights_hourly", "pv_pipeline", "pv_to_db"]  # no examples
     from cdp import CHROMIUM, Browser
 
     need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install -y chromium)")
@@ -277,7 +288,7 @@ def test_the_ui_lists_the_plugin_and_shows_the_table_page_in_chromium(ui, tmp_pa
         browser.open(f"{ui['url']}/eo/dags/{PIPELINE}/tables/{SINK}")
         text = browser.wait_for_text("fenced by e2")
         browser.screenshot(shot)
-    assert "failed check: malformed_ratio 0.081 > 0.05" in text and "would commit it" in text
+    assert "failed check: rejected_ratio 0.081 > 0.05" in text and "would commit it" in text
     assert shot.stat().st_size > 20_000
     print(f"screenshots: {shot} {tmp_path / 'airflow-ui-nav.png'}")
     if os.environ.get("EO_KEEP_SCREENSHOT"):

@@ -16,7 +16,7 @@ def _version(sink, interval, rows, *, passed=True, ratio=0.01, commit=True):
     txn = sink.begin(interval, meta={"run": {"run_id": f"run-{interval.day}"}})
     write_output(sink, txn, {f"dt={interval.day}": [rows]})
     sink.pre_commit(txn, extra={"counts": {"lines_read": 100, "malformed": int(ratio * 100)}})
-    sink.record_validation(txn, passed, {"malformed_ratio": ratio, "max_malformed_ratio": 0.05, "failures": []})
+    sink.record_validation(txn, passed, {"rejected_ratio": ratio, "max_malformed_ratio": 0.05, "failures": []})
     if passed and commit:
         sink.commit(txn)
     elif not passed:
@@ -36,7 +36,7 @@ def test_history_lists_every_version_with_time_rows_and_verdict(table_url, capsy
     got = [(r["interval_start"][:10], r["epoch"], r["state"], r["live"], r["rows"], r["verdict"]) for r in rows]
     assert got == [("2026-01-01", 1, "COMMITTED", False, 2, "passed"),
                    ("2026-01-01", 2, "COMMITTED", True, 1, "passed"),
-                   ("2026-01-02", 1, "ABORTED", False, 1, "FAILED: malformed_ratio 0.081 > 0.05"),
+                   ("2026-01-02", 1, "ABORTED", False, 1, "FAILED: rejected_ratio 0.081 > 0.05"),
                    ("2026-01-02", 2, "COMMITTED", True, 3, "passed")]
     assert rows[0]["reason"] == "superseded by e2" and all(r["decided_at"].endswith("Z") for r in rows)
 
@@ -44,7 +44,7 @@ def test_history_lists_every_version_with_time_rows_and_verdict(table_url, capsy
     text = capsys.readouterr().out
     assert text.splitlines()[0].startswith("app_pv (pipeline pv_pipeline) at ") and "2 interval(s), 4 version(s)" in text
     day2_failed = next(line for line in text.splitlines() if "ABORTED" in line)
-    assert "2026-01-02 00:00:00" in day2_failed and "FAILED: malformed_ratio 0.081 > 0.05" in day2_failed
+    assert "2026-01-02 00:00:00" in day2_failed and "FAILED: rejected_ratio 0.081 > 0.05" in day2_failed
 
 
 def test_history_of_a_location_without_a_log_is_a_clear_error(table_url, capsys):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import Any
 
+from .connections import storage_options
 from ..errors import ExactlyOnceError
 from ..ids import Interval, parse_txn_name
 from ..inspection import EpochView, IntervalView, interval_view, intervals
@@ -119,7 +120,8 @@ def _stale(table: TableRef, sink: Any, every: list[Interval]) -> list[str]:
     if first is None:
         return []
     try:
-        return list(IntervalRun(table.config, first, log=log.debug).stale_after())
+        return list(IntervalRun(table.config, first,
+                                storage_options=storage_options(table.config.storage_conn_id)).stale_after())
     except (ExactlyOnceError, OSError) as exc:
         log.warning("%s/%s: stale check failed: %s", table.pipeline, table.sink, exc)
         return []
@@ -132,7 +134,8 @@ def _with_late(table: TableRef, row: IntervalRow) -> IntervalRow:
     from ..pipeline import IntervalRun
 
     try:
-        late = IntervalRun(table.config, row.view.interval, log=log.debug).late_files()
+        late = IntervalRun(table.config, row.view.interval,
+                           storage_options=storage_options(table.config.storage_conn_id)).late_files()
     except (ExactlyOnceError, OSError) as exc:
         return IntervalRow(row.view, row.stale, None, f"landing not readable: {exc}")
     return IntervalRow(row.view, row.stale, late)

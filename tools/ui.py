@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from .localrun import BIN, airflow, airflow_env, ensure_db
+from tools.localrun import BIN, airflow, airflow_env, ensure_db
 
 DEFAULT_PORT = 8080
 PASSWORD_FILE = "simple_auth_manager_passwords.json.generated"
