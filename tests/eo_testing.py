@@ -32,3 +32,13 @@ def wait_port(port: int, timeout: float = 30.0) -> bool:
                 return True
         time.sleep(0.1)
     return False
+
+
+def load_module(name: str, path: "os.PathLike[str] | str"):
+    """Import the file ``path`` (a DAG file, a Spark job) as module ``name``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module

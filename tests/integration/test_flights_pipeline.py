@@ -9,7 +9,6 @@ dies at ``commit.mid_publish`` (``os._exit``), and the retry ends exactly where 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import os
@@ -21,6 +20,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
+
+from eo_testing import load_module
 
 from exactly_once.failpoints import CRASH_EXIT_CODE
 from exactly_once.ids import Interval, TxnRef
@@ -35,22 +36,15 @@ KEY = ("origin", "carrier")
 pytestmark = pytest.mark.spark
 
 
-def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 @pytest.fixture(scope="module")
 def job():
-    return _load("flights_hourly_job", ROOT / "spark_jobs" / "flights_hourly.py")
+    return load_module("flights_hourly_job", ROOT / "spark_jobs" / "flights_hourly.py")
 
 
 @pytest.fixture(scope="module")
 def dag_config():
     """The DAG file's own PipelineConfig (the test only moves its root)."""
-    return _load("flights_hourly_dag", ROOT / "dags" / "flights_hourly.py").FLIGHTS
+    return load_module("flights_hourly_dag", ROOT / "dags" / "flights_hourly.py").FLIGHTS
 
 
 @pytest.fixture

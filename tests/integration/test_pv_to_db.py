@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import importlib.util
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import reference_pv as ref
-from eo_testing import need
+from eo_testing import load_module, need
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.pipeline import IntervalRun
 from target_helpers import Db, fresh_database, reachable
@@ -25,16 +23,9 @@ DAYS = ["2026-01-01", "2026-01-02", "2026-01-03"]
 pytestmark = pytest.mark.spark
 
 
-def _load(name: str, path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 @pytest.fixture(scope="module")
 def job():
-    return _load("pv_counts_job", ROOT / "spark_jobs" / "pv_counts.py")
+    return load_module("pv_counts_job", ROOT / "spark_jobs" / "pv_counts.py")
 
 
 @pytest.fixture(params=["postgresql", "mysql"])
@@ -48,7 +39,7 @@ def db_url(request):
 @pytest.fixture
 def cfg(db_url, tmp_path):
     """The DAG file's own PipelineConfig; only the data root and the database URL move."""
-    dag = _load("pv_to_db_dag", ROOT / "dags" / "pv_to_db.py").PV_TO_DB
+    dag = load_module("pv_to_db_dag", ROOT / "dags" / "pv_to_db.py").PV_TO_DB
     generate(str(tmp_path / "data" / "landing"), DAYS, events_per_day=400, malformed_rate=0.02)
     return dataclasses.replace(dag, root=str(tmp_path / "data"), reports=str(tmp_path / "reports"),
                                start=date.fromisoformat(DAYS[0]),

@@ -147,3 +147,22 @@ def check_identifier(name: str, what: str = "identifier") -> str:
         raise UnsafeIdentifierError(
             f"unsafe {what} {name!r}: use letters, digits and '_' (not starting with a digit, at most 63)")
     return name
+
+
+class FilesTarget(PublishTarget):
+    """A target that publishes files partition by partition and tracks the live version per partition
+    (local and S3 files); subclasses implement ``_publish_partition`` and ``live_version``."""
+
+    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        return {part: self._publish_partition(txn, staged, part, files) for part, files in staged.partitions.items()}
+
+    @abstractmethod
+    def _publish_partition(self, txn: TxnRef, staged: StagedVersion, part: str, files: tuple[StagedFile, ...]) -> str:
+        """Publish one partition of ``staged``; ``published`` / ``already`` / ``superseded``."""
+
+    def live_epoch(self, interval: Interval) -> int | None:
+        """Files track the live version per partition (:meth:`live_version`), not per interval."""
+        return None
+
+    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
+        return any(self.live_version(p) == txn.name for p in partitions)

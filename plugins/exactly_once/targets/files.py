@@ -33,8 +33,8 @@ from ..ids import parse_txn_name, published_name
 from ..manifest import ManifestFile
 from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
 from .. import failpoints
-from ..ids import Interval, TxnRef
-from .base import PublishTarget, StagedVersion
+from ..ids import TxnRef
+from .base import FilesTarget, StagedVersion
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 120.0  # seconds a publisher waits for another one of the same partition
@@ -71,7 +71,7 @@ def partition_lock(path: str, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
         os.close(fd)
 
 
-class LocalFilesTarget(PublishTarget):
+class LocalFilesTarget(FilesTarget):
     """Publishes into ``table`` on a local filesystem; internals under ``home``."""
 
     def __init__(self, storage: LocalStorage, table: str, home: str) -> None:
@@ -84,16 +84,6 @@ class LocalFilesTarget(PublishTarget):
 
     def _lock(self, partition: str) -> str:
         return self.storage.join(self.home, "_locks", partition + ".lock")
-
-    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
-        return {part: self._publish_partition(txn, staged, part, files) for part, files in staged.partitions.items()}
-
-    def live_epoch(self, interval: Interval) -> int | None:
-        """Files track the live version per partition (:meth:`live_version`), not per interval."""
-        return None
-
-    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
-        return any(self.live_version(p) == txn.name for p in partitions)
 
     def _publish_partition(self, txn: TxnRef, staged: StagedVersion, part: str,
                            files: tuple[ManifestFile, ...]) -> str:

@@ -25,14 +25,14 @@ from ..manifest import ManifestFile
 from ..storage import MANIFEST, SUCCESS, supersedes, to_json
 from ..storage_s3 import S3Storage
 from .. import failpoints
-from ..ids import Interval, TxnRef
-from .base import PublishTarget, StagedVersion
+from ..ids import TxnRef
+from .base import FilesTarget, StagedVersion
 
 log = logging.getLogger(__name__)
 SWITCH_TRIES = 20  # conditional manifest PUTs before giving up (each lost race re-reads first)
 
 
-class S3FilesTarget(PublishTarget):
+class S3FilesTarget(FilesTarget):
     """Publishes into ``table`` (``bucket/prefix``) on S3."""
 
     def __init__(self, storage: S3Storage, table: str) -> None:
@@ -50,16 +50,6 @@ class S3FilesTarget(PublishTarget):
             return json.loads(self.storage.read_bytes(path)), etag
         except FileNotFoundError:
             return None, None
-
-    def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
-        return {part: self._publish_partition(txn, staged, part, files) for part, files in staged.partitions.items()}
-
-    def live_epoch(self, interval: Interval) -> int | None:
-        """Files track the live version per partition (:meth:`live_version`), not per interval."""
-        return None
-
-    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
-        return any(self.live_version(p) == txn.name for p in partitions)
 
     def _outcome_if_done(self, live: str, version: str) -> str | None:
         now, _ = self.read_manifest(live)
