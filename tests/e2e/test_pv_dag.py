@@ -157,8 +157,8 @@ def test_failing_gate_with_abort_crashing_midway_then_clean_rerun(data_root, mon
     monkeypatch.setenv("EO_PV_MAX_MALFORMED_RATIO", "0.0")  # the sample has malformed lines: gate fails
     assert not run_interval("pv_pipeline", DAYS[0]).ok       # the run's note says which check failed
     failed = sink(data_root).status(Interval.daily(DAYS[0]))[1]
-    ratio = failed.validation["summary"]["malformed_ratio"]
-    assert notes_by_day()[DAYS[0]] == f"aborted: malformed_ratio {ratio:.3g} > 0"
+    ratio = failed.validation["summary"]["rejected_ratio"]
+    assert notes_by_day()[DAYS[0]] == f"aborted: rejected_ratio {ratio:.3g} > 0"
     monkeypatch.setenv("EO_FAILPOINTS", "abort.mid=crash")
     assert not run_interval("pv_pipeline", DAYS[0]).ok
     assert visible_rows(data_root) == {}, "a failed gate must publish nothing"

@@ -5,7 +5,7 @@
   which version it was triggered by.
 * A task cannot set its DAG run's note through the Task SDK (Airflow 3.3's execution API has no such
   call; the REST API would need credentials in every worker). So the phase tasks push a one-line note
-  as XCom ``eo_note`` ("published e2: 5 rows, 1 file", "aborted: malformed_ratio 0.081 > 0.05"), and
+  as XCom ``eo_note`` ("published e2: 5 rows, 1 file", "aborted: rejected_ratio 0.081 > 0.05"), and
   a listener of this plugin - run by the scheduler (or ``airflow dags test``), which owns the DagRun
   row - copies it into the note when the run ends. A note a person wrote is never overwritten.
 """
@@ -41,7 +41,7 @@ def published_note(summary: dict[str, Any]) -> str:
 
 
 def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
-    """``aborted: malformed_ratio 0.081 > 0.05`` (the failed check) or ``aborted: <error>``."""
+    """``aborted: rejected_ratio 0.081 > 0.05`` (the failed check) or ``aborted: <error>``."""
     from ..errors import FencedError
     from ..inspection import quality_of
 
