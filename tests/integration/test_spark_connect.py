@@ -24,8 +24,9 @@ from test_pv_job import JOB_PATH, ROOT, check_against_reference, make_spec, read
 from tools import sample_data
 from exactly_once.airflow.write import run_connect, spark_remote
 from exactly_once.contracts import JobSpec
-from exactly_once.errors import ConfigError
-from exactly_once.job import connect_mode, connect_session, interrupt_writes, job_tag, stop_session
+from exactly_once.errors import ConfigError, ContractError
+from exactly_once.job import (_with_session_id, connect_mode, connect_session, connect_session_id, interrupt_writes,
+                              job_tag, stop_session)
 
 pytestmark = pytest.mark.spark
 
@@ -160,4 +161,13 @@ def test_remote_is_chosen_by_configuration(monkeypatch):
     assert spark_remote("eo_sc") == "sc://10.0.0.5:15002"
     monkeypatch.setenv("AIRFLOW_CONN_EO_SUBMIT", "spark://master:7077")
     assert spark_remote("eo_submit") is None
+    monkeypatch.setenv("AIRFLOW_CONN_EO_SC_HOST", '{"conn_type": "spark", "host": "sc://10.0.0.6:15003"}')
+    assert spark_remote("eo_sc_host") == "sc://10.0.0.6:15003"
+    # a session id per (transaction, attempt), other URL parameters kept, a stale session_id replaced
+    ids = {connect_session_id("t.e000001", a) for a in (1, 2)} | {connect_session_id("t.e000002", 1)}
+    assert len(ids) == 3 and connect_session_id("t.e000001", 1) == connect_session_id("t.e000001", 1)
+    url = _with_session_id("sc://h:1/;use_ssl=true;session_id=old", "new")
+    assert url == "sc://h:1/;use_ssl=true;session_id=new"
+    with pytest.raises(ContractError, match="sc://"):
+        _with_session_id("spark://h:7077", "x")
     assert job_tag("2026-01-01T00:00:00+00:00.e000001") == "eo-2026-01-01T00_00_00_00_00.e000001"
