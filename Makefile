@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYTHONPATH := $(CURDIR)/plugins:$(PYTHONPATH)
 UV_VERSION := 0.13.8
 
-.PHONY: install lock test test-fast demo run-interval sample chaos bench clean check-java ui
+.PHONY: install lock test test-fast demo run-interval sample chaos bench clean check-java ui spark-connect spark-connect-stop
 UI_PORT ?= 8080
 
 $(BIN)/.installed: requirements.lock pyproject.toml
@@ -52,6 +52,14 @@ sample: install
 # The Airflow UI (project DAGs + plugin, no examples) on UI_PORT; login: see README "Open the Airflow UI"
 ui: install
 	@$(BIN)/python -m tools.ui --port "$(UI_PORT)"
+
+# A Spark Connect server on 127.0.0.1:15002 in the background (pid/log in .spark-connect/); idempotent.
+# EO_SPARK_REMOTE=sc://127.0.0.1:15002 then makes the write phase its client (make demo uses it when up).
+spark-connect: install
+	@$(BIN)/python -m tools.spark_connect start
+
+spark-connect-stop:
+	@$(BIN)/python -m tools.spark_connect stop
 
 chaos: install
 	$(BIN)/python -m tools.chaos $(CHAOS_ARGS)

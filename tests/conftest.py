@@ -108,6 +108,23 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory):
+    """ONE Spark Connect server (tools/spark_connect.py, pip's pyspark) for the whole test run, on a free
+    loopback port; yields its ``sc://`` URL. Tests that are not about spark-submit itself reuse it."""
+    need(shutil.which("java") is not None, "Java is not installed")
+    from tools import spark_connect as sc
+
+    server = sc.Server(free_port(), tmp_path_factory.mktemp("spark-connect"), "local[2]")
+    sc.start(server, extra_conf={"spark.driver.extraJavaOptions": f"-Xss{SMALL_STACK}",
+                                 "spark.sql.shuffle.partitions": "4"})
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        yield server.url
+    finally:
+        sc.stop(server)
+
+
 @pytest.fixture
 def data_root(tmp_path, monkeypatch):
     """A fresh ``EO_DATA_ROOT`` for whole-pipeline runs; Airflow retries are fast but real (1 s base delay)."""

@@ -56,6 +56,20 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             print("  " + "  ".join("-" * w for w in widths))
 
 
+def demo_remote() -> str | None:
+    """The Spark Connect URL the demo uses: ``EO_SPARK_REMOTE``, else the ``make spark-connect`` server
+    when it accepts connections, else None (spark-submit)."""
+    import os
+
+    from tools import spark_connect
+
+    env = os.environ.get("EO_SPARK_REMOTE", "").strip()
+    if env:
+        return env
+    server = spark_connect.Server()
+    return server.url if spark_connect.accepts(server.port) else None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from tools.localrun import failure_reason, run_interval
     from tools.sample_data import generate
@@ -69,11 +83,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{sum(info['duplicates'].values())} duplicates and {sum(info['malformed'].values())} malformed lines")
     print("  each day = one Airflow DAG run (airflow dags test): begin -> spark write -> pre_commit -> "
           "validate -> commit, abort as teardown")
+    remote = demo_remote()
+    print(f"  Spark: {'Spark Connect server ' + remote if remote else 'spark-submit per day (local[*])'}"
+          + ("" if remote else "  (start a shared server with `make spark-connect` for faster days)"))
     failed = 0
     for i, day in enumerate(days, 1):
         print(f"  [{i}/{len(days)}] {day} ... ", end="", flush=True)
-        res = run_interval("pv_pipeline", day)
-        print(f"{'ok' if res.ok else 'FAILED'} ({res.seconds:.0f} s)")
+        res = run_interval("pv_pipeline", day, extra_env={"EO_SPARK_REMOTE": remote} if remote else None)
+        print(f"{'ok' if res.ok else 'FAILED'} ({res.seconds:.1f} s, {'Spark Connect' if remote else 'spark-submit'})")
         if not res.ok:
             failed += 1
             print(f"      reason: {failure_reason(res.log_path)}\n      full log: {res.log_path}")

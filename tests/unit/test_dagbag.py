@@ -46,7 +46,9 @@ def test_pv_pipeline_is_the_two_phase_commit_in_order(dagbag):
     assert set(ids) <= set(dag.task_dict)
     for a, b in zip(ids, ids[1:]):
         assert b in dag.task_dict[a].downstream_task_ids, f"{a} -> {b} missing"
-    assert type(dag.task_dict["app_pv.write"]).__name__ == "SparkSubmitOperator"
+    write = dag.task_dict["app_pv.write"]
+    assert type(write).__name__ == "WriteOperator"  # a SparkSubmitOperator, or a Spark Connect client
+    assert "SparkSubmitOperator" in [c.__name__ for c in type(write).__mro__]
     assert dag.task_dict["app_pv.write"]._conn_id == "spark_default"
     outlets = {t.task_id: t.outlets for t in dag.tasks if t.outlets}
     assert list(outlets) == ["app_pv.commit"], "only commit declares the output Asset"

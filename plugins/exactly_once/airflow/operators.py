@@ -159,11 +159,30 @@ class AbortOperator(PhaseOperator):
     phase = "abort"
     ui_color = "#f8d7da"
 
+    def __init__(self, *, spark_conn_id: str | None = None, write_attempts: int = 4, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spark_conn_id = spark_conn_id
+        self.write_attempts = write_attempts
+
     def call(self, run: IntervalRun, context: Any) -> Any:
-        if not self.began(context):
+        began = self.began(context)
+        if began:
+            self.interrupt_writes(TxnRef.from_dict(began["txn"]).name)
+        if not began:
             done = run.abort_unhanded(context["ti"].run_id)
             return done or "nothing to abort"
         return run.abort(self.txn(context))
+
+
+    def interrupt_writes(self, txn: str) -> None:
+        """Over Spark Connect, a write client killed mid-write leaves its query running on the server:
+        interrupt every write attempt's queries of ``txn`` before the staging dir is deleted."""
+        from ..job import interrupt_writes  # noqa: PLC0415 - pyspark only when Spark Connect is used
+        from .write import spark_remote  # noqa: PLC0415
+
+        remote = spark_remote(self.spark_conn_id)
+        if remote is not None:
+            interrupt_writes(remote, txn, range(1, max(self.write_attempts, 1) + 1))
 
 
 PHASE_OPERATORS: Sequence[type[PhaseOperator]] = (BeginOperator, PreCommitOperator, ValidateOperator,

@@ -5,8 +5,10 @@ Any DAG can publish any number of sinks exactly once, one group per sink, at any
     with DAG(..., schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC")):
         exactly_once_group(PipelineConfig(pipeline="flights_hourly", sink="flights_by_origin", ...))
 
-The write task is a real ``SparkSubmitOperator`` on the ``spark_default`` connection (``local[*]`` by
-default, ``spark://host:7077`` for a cluster: no code change). Its arguments are ``--spec <URL of the
+The write task is a :class:`~exactly_once.airflow.write.WriteOperator` - a real ``SparkSubmitOperator``
+on the ``spark_default`` connection (``local[*]`` by default, ``spark://host:7077`` for a cluster) that
+runs the same job as a Spark Connect client when ``EO_SPARK_REMOTE`` or the connection says ``sc://``:
+no code change. Its arguments are ``--spec <URL of the
 job spec begin wrote>`` followed by the pipeline's ``application_args``; its conf is the defaults below
 plus the pipeline's ``spark_conf``. Every task retries with exponential backoff.
 
@@ -22,13 +24,13 @@ import weakref
 from datetime import timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, TaskGroup
 
 from ..config import PipelineConfig
 from ..errors import LayoutError
 from ..layout import timetable_intervals
 from .operators import AbortOperator, BeginOperator, CommitOperator, PreCommitOperator, ValidateOperator
+from .write import WriteOperator
 
 SPARK_DEFAULTS = {"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
                   "spark.sql.shuffle.partitions": "8"}
@@ -47,7 +49,7 @@ def retry_args(retries: int | None = None, delay_seconds: float | None = None) -
 def spark_env() -> dict[str, str]:
     """Environment for spark-submit: the same Python for driver and executors, and the failpoints."""
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    for key in ("EO_FAILPOINTS", "EO_FAILPOINTS_STATE", "EO_S3_ENDPOINT_URL"):
+    for key in ("EO_FAILPOINTS", "EO_FAILPOINTS_STATE", "EO_S3_ENDPOINT_URL", "EO_SPARK_REMOTE"):
         if os.environ.get(key):
             env[key] = os.environ[key]
     return env
@@ -86,7 +88,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         begin_id = group.child_id("begin")  # the real id, with every enclosing group's prefix
         common = {"config": config, "begin_task_id": begin_id, **retry}
         begin = BeginOperator(task_id="begin", **common)
-        write = SparkSubmitOperator(
+        write = WriteOperator(
             task_id="write", application=config.application, conn_id=spark_conn_id,
             name=f"{config.pipeline}-{config.sink}", conf=conf, env_vars=spark_env(),
             application_args=["--spec", f"{{{{ ti.xcom_pull(task_ids='{begin_id}')['spec'] }}}}",
@@ -95,7 +97,8 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         validate = ValidateOperator(task_id="validate", **common)
         # The asset is the table's location (its URI is its name: moving EO_DATA_ROOT is a new asset)
         commit = CommitOperator(task_id="commit", outlets=[Asset(uri=_asset_uri(config))], **common)
-        abort = AbortOperator(task_id="abort", **common)
+        abort = AbortOperator(task_id="abort", spark_conn_id=spark_conn_id,
+                              write_attempts=retry["retries"] + 1, **common)
         begin >> write >> pre_commit >> validate >> commit >> abort
         abort.as_teardown(setups=begin)
     if begin.task_id != begin_id:

@@ -1,0 +1,115 @@
+"""The write task: spark-submit by default, a Spark Connect client when configuration says so.
+
+:class:`WriteOperator` is a ``SparkSubmitOperator`` (same arguments, same ``spark_default`` connection).
+At run time it picks the path, with no DAG change:
+
+* ``EO_SPARK_REMOTE=sc://host:port`` in the task's environment, or a Spark connection of type
+  ``spark_connect`` (or whose host is an ``sc://`` URL): the job module (``application``) is imported
+  in the task process and its ``compute(ctx)`` runs as a Spark Connect client of that server, in a new
+  session per attempt (id derived from the transaction and the try number), every query tagged with the
+  transaction (:func:`exactly_once.job.job_tag`), the session stopped at the end. Before it starts, the
+  queries of earlier attempts of the same transaction still running on the server (a client killed
+  mid-write) are interrupted, so nothing but this attempt writes into the staging dir;
+* otherwise ``spark-submit`` as before (``local[*]`` or a cluster master).
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from ..contracts import JobSpec
+from ..errors import ConfigError
+from ..storage import redact, storage_for
+
+log = logging.getLogger(__name__)
+REMOTE_ENV = "EO_SPARK_REMOTE"
+
+
+def spark_remote(conn_id: str | None) -> str | None:
+    """The Spark Connect URL the write phase should use, or None for spark-submit: ``EO_SPARK_REMOTE``
+    first, else the connection ``conn_id`` when it is a Spark Connect one (``sc://host:port``)."""
+    env = os.environ.get(REMOTE_ENV, "").strip()
+    if env:
+        if not env.startswith("sc://"):
+            raise ConfigError(f"{REMOTE_ENV} must be a Spark Connect URL like sc://127.0.0.1:15002, "
+                              f"not {redact(env)}")
+        return env
+    if not conn_id:
+        return None
+    from airflow.sdk import BaseHook
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception:  # noqa: BLE001 - no such connection: spark-submit's own default (local)
+        return None
+    host = conn.host or ""
+    if host.startswith("sc://"):
+        return host
+    if conn.conn_type == "spark_connect":
+        return f"sc://{host or '127.0.0.1'}:{conn.port or 15002}"
+    return None
+
+
+def load_compute(application: str) -> Callable[..., Any]:
+    """The ``compute(ctx)`` of the job script ``application`` (imported from its file, once per process)."""
+    path = Path(application).resolve()
+    name = f"eo_job_{path.stem}_{abs(hash(str(path))):x}"
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigError(f"cannot import the write job {application}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    compute = getattr(module, "compute", None)
+    if not callable(compute):
+        raise ConfigError(f"{application} has no compute(ctx) function: the Spark Connect path calls it "
+                          "(see docs/JOB_API.md)")
+    return compute
+
+
+def run_connect(application: str, spec_url: str, remote: str, *, attempt: int = 1,
+                args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the job ``application`` for the spec at ``spec_url`` as a Spark Connect client of ``remote``:
+    interrupt earlier attempts' queries, then one new tagged session, stopped at the end."""
+    from ..job import connect_mode, connect_session, execute, interrupt_writes, stop_session
+
+    store, key = storage_for(spec_url)
+    spec = JobSpec.from_json(store.read_bytes(key))
+    compute = load_compute(application)
+    interrupt_writes(remote, spec.txn, range(1, attempt))
+    t0 = time.perf_counter()
+    with connect_mode():
+        spark = connect_session(remote, spec.txn, attempt)
+        try:
+            counts = execute(compute, spark, spec, args)
+        finally:
+            stop_session(spark)
+    log.info("wrote %s over Spark Connect %s in %.1f s", spec.txn, redact(remote), time.perf_counter() - t0)
+    return {"txn": spec.txn, "counts": counts.to_dict(), "spark": "connect"}
+
+
+class WriteOperator(SparkSubmitOperator):
+    """The group's write task: spark-submit, or a Spark Connect client (module docstring)."""
+
+    def execute(self, context: Any) -> Any:
+        remote = spark_remote(self._conn_id)
+        if remote is None:
+            return super().execute(context)
+        args = list(self.application_args or [])
+        if len(args) < 2 or args[0] != "--spec":
+            raise ConfigError(f"the write task's arguments must start with --spec <url>, got {args[:1]}")
+        return run_connect(self.application, args[1], remote, attempt=int(context["ti"].try_number or 1),
+                           args=tuple(args[2:]))

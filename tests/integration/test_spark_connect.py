@@ -1,0 +1,173 @@
+"""The write phase as a Spark Connect client of ONE shared server (the session fixture ``spark_connect``).
+
+* the pv job over Spark Connect for two chained days equals the reference, and day 2 equals the same
+  job run through spark-submit from the same state;
+* each write attempt runs in its own session: temp views and conf never leak between intervals;
+* a client killed with SIGKILL mid-write leaves its query running on the server; the next attempt
+  (or the abort) interrupts it by the transaction's tag and nothing writes into the staging dir after.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_pv_job import JOB_PATH, ROOT, check_against_reference, make_spec, read_data, read_state
+from tools import sample_data
+from exactly_once.airflow.write import run_connect, spark_remote
+from exactly_once.contracts import JobSpec
+from exactly_once.errors import ConfigError, ContractError
+from exactly_once.job import (_with_session_id, connect_mode, connect_session, connect_session_id, interrupt_writes,
+                              job_tag, stop_session)
+
+pytestmark = pytest.mark.spark
+
+
+def _spec_file(spec: JobSpec, path: Path) -> str:
+    path.write_bytes(spec.to_json())
+    return str(path)
+
+
+def _spark_submit(spec_url: str) -> dict:
+    submit = ROOT / ".venv" / "bin" / "spark-submit"
+    if not submit.exists():
+        submit = Path(sys.executable).parent / "spark-submit"
+    env = {k: v for k, v in os.environ.items() if k not in ("EO_FAILPOINTS", "EO_SPARK_REMOTE")}
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.run([str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           "--conf", "spark.sql.session.timeZone=UTC", "--conf", "spark.sql.shuffle.partitions=2",
+                           str(JOB_PATH), "--spec", spec_url], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["counts"]
+
+
+def test_pv_two_days_over_spark_connect_match_reference_and_spark_submit(spark_connect, tmp_path):
+    days = ["2026-01-01", "2026-01-02"]
+    generated = sample_data.generate(str(tmp_path / "landing"), days, events_per_day=400)
+    prev_dir, prev, day2 = None, {}, None
+    for day in days:
+        files = sorted(p for p in generated["files"] if f"dt={day}" in p)
+        spec = make_spec(tmp_path, day, files, day, prev_dir)
+        out = run_connect(str(JOB_PATH), _spec_file(spec, tmp_path / f"{day}.json"), spark_connect)
+        assert out["spark"] == "connect" and out["txn"] == day
+        assert out["counts"]["records_rejected"] > 0 and out["counts"]["records_deduplicated"] > 0
+        prev_before, prev = prev, check_against_reference(spec, out["counts"], prev)
+        day2 = (files, prev_dir, prev_before, spec, out["counts"])
+        prev_dir = os.path.join(spec.staging_dir, "_state")
+    files, prev_dir, prev_before, connect_spec, connect_counts = day2
+    submit_spec = make_spec(tmp_path, "submit", files, days[1], prev_dir)
+    submit_counts = _spark_submit(_spec_file(submit_spec, tmp_path / "submit.json"))
+    assert submit_counts == connect_counts
+    assert read_data(submit_spec.staging_dir, f"dt={days[1]}") == read_data(connect_spec.staging_dir, f"dt={days[1]}")
+    assert read_state(submit_spec.staging_dir) == read_state(connect_spec.staging_dir) == prev
+
+
+PROBE_JOB = '''
+from exactly_once.contracts import Counts
+
+def compute(ctx):
+    spark = ctx.spark
+    leaked = [t.name for t in spark.catalog.listTables() if t.isTemporary]
+    conf = spark.conf.get("spark.sql.eo.probe", "unset")
+    spark.range(3).createOrReplaceTempView("eo_probe_view")
+    spark.conf.set("spark.sql.eo.probe", ctx.spec.txn)
+    spark.range(5).cache().count()
+    with open(ctx.args[0], "a") as f:
+        f.write(repr((ctx.spec.txn, spark.session_id, leaked, conf)) + "\\n")
+    return Counts(records_in=0, records_out=0)
+'''
+
+
+def test_each_interval_and_attempt_gets_its_own_session(spark_connect, tmp_path):
+    job = tmp_path / "probe_job.py"
+    job.write_text(PROBE_JOB)
+    seen = tmp_path / "seen.txt"
+    runs = [("2026-01-01", 1), ("2026-01-02", 1), ("2026-01-02", 2)]
+    for day, attempt in runs:
+        spec = make_spec(tmp_path, f"{day}-{attempt}", [], day, None)
+        run_connect(str(job), _spec_file(spec, tmp_path / f"{day}-{attempt}.json"), spark_connect,
+                    attempt=attempt, args=(str(seen),))
+    rows = [eval(line) for line in seen.read_text().splitlines()]  # noqa: S307 - our own repr()
+    assert [r[0] for r in rows] == [f"{d}-{a}" for d, a in runs]
+    assert len({r[1] for r in rows}) == 3, "every attempt must run in a new Spark Connect session"
+    assert all(r[2] == [] and r[3] == "unset" for r in rows), rows
+
+
+SLOW_JOB = '''
+from exactly_once.contracts import Counts
+
+def compute(ctx):
+    p = ctx.partitions[0]
+    open(ctx.args[0], "w").close()  # the client is about to start its write
+    (ctx.spark.range(0, 4_000_000_000, 1, 4).selectExpr("id", "sha2(cast(id as string), 512) AS h")
+     .write.mode("overwrite").parquet(ctx.output_dir(p)))
+    return Counts(records_in=0, records_out=0, rows_written={p: 0})
+'''
+
+
+def _files(root: str) -> list[str]:
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_killed_client_query_is_interrupted_by_tag_before_abort(spark_connect, tmp_path):
+    job = tmp_path / "slow_job.py"
+    job.write_text(SLOW_JOB)
+    started = tmp_path / "started"
+    spec = make_spec(tmp_path, "2026-01-01.e000001", [], "2026-01-01", None)
+    spec_url = _spec_file(spec, tmp_path / "spec.json")
+    ctx = multiprocessing.get_context("spawn")
+    child = ctx.Process(target=run_connect, args=(str(job), spec_url, spark_connect),
+                        kwargs={"attempt": 1, "args": (str(started),)})
+    child.start()
+    temporary = os.path.join(spec.data_dir, "dt=2026-01-01", "_temporary")
+    deadline = time.monotonic() + 180
+    while not (started.exists() and os.path.isdir(temporary)) and child.is_alive():
+        assert time.monotonic() < deadline, "the write never started"
+        time.sleep(0.2)
+    assert child.is_alive(), f"the client ended early (exit {child.exitcode})"
+    os.kill(child.pid, signal.SIGKILL)
+    child.join()
+    # the server-side query outlives its client: it is still listed under the transaction's tag
+    interrupted = interrupt_writes(spark_connect, spec.txn, [1])
+    assert interrupted, "the killed client's query was no longer running: the test proves nothing"
+    assert interrupt_writes(spark_connect, spec.txn, [1]) == []
+    shutil.rmtree(spec.staging_dir)  # what abort does next
+    # a new attempt's session still works and the dead query left nothing behind
+    with connect_mode():
+        check = connect_session(spark_connect, spec.txn, 2)
+        try:
+            assert check.range(2).count() == 2
+        finally:
+            stop_session(check)
+    assert not os.path.exists(spec.staging_dir), _files(spec.staging_dir)
+
+
+def test_remote_is_chosen_by_configuration(monkeypatch):
+    monkeypatch.setenv("EO_SPARK_REMOTE", "sc://127.0.0.1:15002")
+    assert spark_remote("spark_default") == "sc://127.0.0.1:15002"
+    monkeypatch.setenv("EO_SPARK_REMOTE", "spark://master:7077")
+    with pytest.raises(ConfigError, match="sc://"):
+        spark_remote("spark_default")
+    monkeypatch.delenv("EO_SPARK_REMOTE")
+    monkeypatch.setenv("AIRFLOW_CONN_EO_SC", "spark-connect://10.0.0.5:15002")
+    assert spark_remote("eo_sc") == "sc://10.0.0.5:15002"
+    monkeypatch.setenv("AIRFLOW_CONN_EO_SUBMIT", "spark://master:7077")
+    assert spark_remote("eo_submit") is None
+    monkeypatch.setenv("AIRFLOW_CONN_EO_SC_HOST", '{"conn_type": "spark", "host": "sc://10.0.0.6:15003"}')
+    assert spark_remote("eo_sc_host") == "sc://10.0.0.6:15003"
+    # a session id per (transaction, attempt), other URL parameters kept, a stale session_id replaced
+    ids = {connect_session_id("t.e000001", a) for a in (1, 2)} | {connect_session_id("t.e000002", 1)}
+    assert len(ids) == 3 and connect_session_id("t.e000001", 1) == connect_session_id("t.e000001", 1)
+    url = _with_session_id("sc://h:1/;use_ssl=true;session_id=old", "new")
+    assert url == "sc://h:1/;use_ssl=true;session_id=new"
+    with pytest.raises(ContractError, match="sc://"):
+        _with_session_id("spark://h:7077", "x")
+    assert job_tag("2026-01-01T00:00:00+00:00.e000001") == "eo-2026-01-01T00_00_00_00_00.e000001"
