@@ -134,3 +134,15 @@ def describe(storage: Storage, path: str, name: str, size: int, checksums: bool 
         with storage.open(path, "rb") as f:
             rows = pq.ParquetFile(f).metadata.num_rows
     return ManifestFile(name, size, rows, sha)
+
+
+def difference(storage: Storage, root: str, manifest: Manifest) -> str | None:
+    """The first way the files below ``root`` (``<partition>/<name>``) differ from ``manifest`` - a file
+    missing or of another size - or None if every listed file is there as sealed."""
+    found = {e.rel: e.size for e in storage.walk_files(root)}
+    for part, files in manifest.partitions.items():
+        for f in files:
+            size = found.get(f"{part}/{f.name}")
+            if size != f.size:
+                return f"{part}/{f.name} is {'missing' if size is None else f'{size} bytes, not {f.size}'}"
+    return None

@@ -448,13 +448,7 @@ class TwoPhaseCommitSink:
         data, sealed = self.data_dir(txn), self.sealed_dir(txn)
         if sealed != data and self.storage.exists(data) and not self.storage.exists(sealed):
             self.storage.rename(data, sealed)  # type: ignore[attr-defined]
-        found = {e.rel: e.size for e in self.storage.walk_files(sealed)}
-        for part, files in manifest.partitions.items():
-            for f in files:
-                size = found.get(f"{part}/{f.name}")
-                if size != f.size:
-                    return f"{part}/{f.name} is {'missing' if size is None else f'{size} bytes, not {f.size}'}"
-        return None
+        return manifests.difference(self.storage, sealed, manifest)
 
     def _validation_ok(self, st: EpochStatus) -> bool:
         passed = (st.validation or {}).get("passed")
