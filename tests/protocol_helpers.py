@@ -218,7 +218,7 @@ def assert_exact_version(sink: TwoPhaseCommitSink, partition: str, expected: Seq
     if txn is None:
         return
     assert live == txn.name, f"{partition}: live version {live}, expected {txn.name}"
-    files = manifest_of(sink, txn.interval, txn.epoch).partitions[partition]
+    files = manifest_of(sink, txn.interval, txn.epoch).partitions.get(partition, ())
     live_paths = sink.live_files(partition)
     assert len(live_paths) == len(files)
     for path, entry in zip(live_paths, files):

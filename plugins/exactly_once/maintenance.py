@@ -55,6 +55,18 @@ def garbage_judge(sink: TwoPhaseCommitSink, min_age: float, now: float) -> Calla
     return judge
 
 
+def compactable(statuses: dict[int, EpochStatus], epoch: int, current: bool, min_age: float,
+                now: float) -> bool:
+    """May epoch ``epoch``'s records be compacted (all but its tombstones)? Only when it is not the
+    interval's current version, a newer epoch has been *published* (a publish still running needs the
+    older epochs' manifests to know every partition the interval had) and ``min_age`` has passed since
+    it stopped being live (aborted epochs: since they began)."""
+    st = statuses[epoch]
+    since = retired_at(statuses, epoch) if st.state is State.COMMITTED else st.started_at
+    return (not current and since is not None and now - since >= min_age
+            and any(e > epoch and s.published for e, s in statuses.items()))
+
+
 def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
        stale_after: float = 6 * 3600.0) -> dict[str, list[str]]:
     """Collect garbage of one sink; returns what was removed, by kind (and ``failed`` intervals)."""
@@ -93,10 +105,7 @@ def _collect_interval(sink: TwoPhaseCommitSink, iv: Interval, min_age: float, no
             if sink.storage.exists(path):
                 sink.storage.remove_tree(path)
                 report[kind].append(path)
-        since = retired_at(statuses, epoch) if st.state is State.COMMITTED else st.started_at
-        superseded = st.state is State.ABORTED or (current is not None and current[0] != txn)
-        if superseded and since is not None and now - since >= min_age and \
-                any(e > epoch and s.published for e, s in statuses.items()):
+        if compactable(statuses, epoch, current is not None and current[0] == txn, min_age, now):
             for kind in COMPACTABLE:
                 if kind in st.records:
                     sink.log.remove(iv, epoch, kind)

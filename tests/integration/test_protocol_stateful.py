@@ -13,14 +13,10 @@ published, and the live files are byte-identical to their manifests.
 """
 from __future__ import annotations
 
-import fcntl
 import itertools
 from collections import Counter
 import os
-import threading
 import shutil
-import tempfile
-from dataclasses import dataclass, field
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,51 +28,11 @@ from exactly_once import (FailpointError, FencedError, InputChangedError, Interv
 from exactly_once.maintenance import gc
 from protocol_helpers import (assert_exact_version, exact_reader_rows, failpoints, is_local, leftovers,
                               log_problems, open_sink, plain_reader_rows, refresh, write_output)
+from protocol_machine_model import (ABORT_FP, BEGIN_FP, COMMIT_FP, FORWARD, INTERVALS, OK, PRE_COMMIT_FP,
+                                    RECOVER_FP, Attempt, RaceRules, partitions_of, predecessor, produced)
 
 
-def _at_switch(args) -> bool:
-    """The call that makes a version live: the local symlink of a version dir, the S3 manifest PUT."""
-    return bool(args) and (str(args[0]).endswith("/_MANIFEST.json") or "/_versions/" in str(args[0]))
-
-INTERVALS = [Interval.daily(d) for d in ("2026-01-01", "2026-01-02", "2026-01-03")]  # consecutive
-
-
-def partitions_of(iv: Interval) -> list[str]:
-    """Each interval writes its day and a partition of late events; no two intervals share one."""
-    return [f"dt={iv.day}", f"dt={iv.day}-late"]
-
-
-def predecessor(iv: Interval) -> Interval | None:
-    i = INTERVALS.index(iv)
-    return INTERVALS[i - 1] if i else None
-
-
-ALL_PARTITIONS = [p for iv in INTERVALS for p in partitions_of(iv)]
-OK = None  # "no failpoint" - drawn more often than any single failpoint
-BEGIN_FP = [OK, OK, OK, "begin.after", "commit.before_publish"]
-PRE_COMMIT_FP = [OK, OK, OK, "pre_commit.after"]
-COMMIT_FP = [OK, OK, "commit.before_publish", "commit.mid_publish", "commit.after_publish"]
-ABORT_FP = [OK, OK, "abort.mid"]
-RECOVER_FP = [OK, OK, "commit.mid_publish", "commit.after_publish", "abort.mid"]
-FORWARD = {State.OPEN: {State.OPEN, State.PRE_COMMITTED, State.ABORTED, State.COMMITTED},
-           State.PRE_COMMITTED: {State.PRE_COMMITTED, State.COMMITTED, State.ABORTED},
-           State.COMMITTED: {State.COMMITTED}, State.ABORTED: {State.ABORTED}}
-
-
-@dataclass(eq=False)
-class Attempt:
-    """What one attempt (an Airflow task instance chain) knows: its transaction and what it wrote."""
-
-    txn: TxnRef
-    files: dict[str, list[list[tuple[int, str]]]] = field(default_factory=dict)
-    reads: TxnRef | None = None  # the predecessor's committed version whose state it read
-    sealed: bool = False
-
-    def __repr__(self) -> str:
-        return f"Attempt({self.txn.name})"
-
-
-class ProtocolMachine(RuleBasedStateMachine):
+class ProtocolMachine(RaceRules, RuleBasedStateMachine):
     new_url = staticmethod(lambda: "")  # set by the test: a fresh table location per example
     steps = 0
     fired: Counter = Counter()  # how often the race-making rules really raced (reported by the tests)
@@ -168,7 +124,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         type(self).steps += 1
         self.dirty.add(attempt.txn.interval)
         files = {}
-        for part, n in zip(partitions_of(attempt.txn.interval), sizes):
+        for part, n in produced(attempt.txn.interval, sizes):
             rows = [(i, f"{attempt.txn.name}-{i}") for i in itertools.islice(self.row_ids, n)]
             files[part] = [rows]
             attempt.files.setdefault(part, []).append(rows)
@@ -256,143 +212,6 @@ class ProtocolMachine(RuleBasedStateMachine):
         type(self).fired[f"gc(min_age={min_age})"] += 1
         assert report["failed"] == [] and not any(a.startswith("FAILED") for a in report["recovered"])
 
-    def _sealed_attempt(self, iv, sizes, reads=None):
-        """A new attempt of ``iv`` that wrote and pre-committed (None if something refused it)."""
-        attempt = self._begin(iv, OK, reads=reads)
-        self.write(attempt, sizes)
-        self.pre_commit(attempt, OK)
-        state, newest = self._state(attempt.txn)
-        return attempt if state is State.PRE_COMMITTED and newest == attempt.txn.epoch else None
-
-    @rule(target=attempts, iv=st.sampled_from(INTERVALS),
-          sizes=st.lists(st.integers(0, 3), min_size=2, max_size=2))
-    def reader_overlapping_a_commit(self, iv, sizes):
-        """A reader plans (local: pyarrow lists the partitions; S3: the exact reader reads the manifests)
-        before ``attempt``'s commit and reads after it: per partition it gets the version it planned on
-        whole, or (local, names gone after a swap) an error to retry on - never a mix of two versions."""
-        before = {p: exact_reader_rows(self.sink, p) for iv in INTERVALS for p in partitions_of(iv)}
-        if is_local(self.sink):
-            import pyarrow.dataset as ds
-
-            planned = (ds.dataset(self.sink.table, format="parquet", partitioning="hive").get_fragments()
-                       if os.path.isdir(self.sink.table) else [])
-        else:
-            planned = [(p, self.sink.live_files(p)) for p in before]
-        attempt = self._sealed_attempt(iv, sizes)
-        if attempt is None:
-            return multiple()
-        self.commit(attempt, OK)
-        got: dict[str, list] = {}
-        if is_local(self.sink):
-            failed: set[str] = set()
-            for frag in planned:
-                part = os.path.relpath(os.path.dirname(frag.path), self.sink.table)
-                try:
-                    t = frag.to_table(columns=["k", "v"])
-                except OSError:
-                    failed.add(part)
-                    continue
-                got.setdefault(part, []).extend(zip(t.column("k").to_pylist(), t.column("v").to_pylist()))
-            got = {p: r for p, r in got.items() if p not in failed}
-        else:
-            from protocol_helpers import _read_rows
-
-            got = {p: _read_rows(self.sink, files) for p, files in planned if files}  # never a 404: grace
-        for part, rows in got.items():
-            assert sorted(rows) == before[part], f"{part}: a reader overlapping the commit read {rows}"
-        if any(before[p] != exact_reader_rows(self.sink, p) for p in before):
-            type(self).fired["reader overlapped a switch"] += 1
-        return attempt
-
-    @rule(target=attempts, iv=st.sampled_from(INTERVALS),
-          sizes=st.lists(st.integers(0, 3), min_size=4, max_size=4))
-    def stalled_publisher(self, iv, sizes):
-        """``attempt`` decides and stalls right before it makes its version live; meanwhile another
-        process (a thread here) runs a whole newer attempt of the interval. The stalled one must never
-        make its older version live over the newer one (locally it holds the partition lock, so the
-        other waits; on S3 its conditional switch loses)."""
-        attempt = self._sealed_attempt(iv, sizes[:2])
-        if attempt is None:
-            return multiple()
-        sizes = sizes[2:]
-        type(self).steps += 1
-        self.dirty.add(attempt.txn.interval)
-        other, news, waiting = open_sink(self.url), {}, threading.Event()
-        real_flock = fcntl.flock
-
-        def flock(fd, op):
-            try:
-                return real_flock(fd, op)
-            except BlockingIOError:
-                waiting.set()
-                raise
-
-        def newer():
-            try:
-                news["attempt"] = self._run_whole(other, attempt.txn.interval, sizes)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                news["error"] = exc
-            finally:
-                waiting.set()
-
-        def stall(*args, **kwargs):
-            if not news:
-                thread = threading.Thread(target=newer, daemon=True)
-                news["thread"] = thread
-                thread.start()
-                assert waiting.wait(60), "the newer attempt neither finished nor waited"
-            return real_point(*args, **kwargs)
-
-        target = os if is_local(self.sink) else self.sink.storage
-        name = "symlink" if is_local(self.sink) else "put_conditional"
-        real_point = getattr(target, name)
-        fcntl.flock = flock
-        setattr(target, name, lambda *a, **k: stall(*a, **k) if _at_switch(a) else real_point(*a, **k))
-        try:
-            self.sink.commit(attempt.txn)
-        except (FencedError, InputChangedError):
-            pass
-        finally:
-            setattr(target, name, real_point)
-            fcntl.flock = real_flock
-        if "thread" in news:
-            news["thread"].join(120)
-        assert "error" not in news, news.get("error")
-        if "attempt" in news:
-            self.handles.append(news["attempt"])
-            type(self).fired["stalled publisher overtaken"] += 1
-        return attempt
-
-    @rule(iv=st.sampled_from(INTERVALS[1:]), sizes=st.lists(st.integers(0, 3), min_size=2, max_size=2),
-          fp=st.sampled_from(COMMIT_FP))
-    def reprocess_while_a_dependent_runs(self, iv, sizes, fp):
-        """A stateful attempt of ``iv`` read its predecessor's version and sealed its output; then the
-        predecessor is reprocessed and committed; then the dependent tries to commit."""
-        found = self.sink.committed(predecessor(iv))
-        if found is None:
-            return
-        dependent = self._sealed_attempt(iv, sizes, reads=found[0])
-        if dependent is None:
-            return
-        self.attempt_to_commit(predecessor(iv), sizes)
-        self.commit(dependent, fp)
-
-    def _run_whole(self, sink, iv, sizes) -> Attempt:
-        """begin + write + pre_commit + commit of a new attempt on ``sink`` (another process's view)."""
-        txn = sink.begin(iv)
-        attempt = Attempt(txn)
-        files = {}
-        for part, n in zip(partitions_of(iv), sizes):
-            rows = [(i, f"{txn.name}-{i}") for i in itertools.islice(self.row_ids, n)]
-            files[part] = [rows]
-            attempt.files[part] = [rows]
-        write_output(sink, txn, files, prefix="w0")
-        attempt.sealed = True
-        self.sealed_rows[(iv.token, txn.epoch)] = {p: sorted(r for f in fs for r in f) for p, fs in files.items()}
-        sink.pre_commit(txn)
-        sink.commit(txn)
-        return attempt
-
     # --------------------------------------------------------------------------------- invariants
     @invariant()
     def protocol_invariants(self) -> None:
@@ -469,11 +288,13 @@ class ProtocolMachine(RuleBasedStateMachine):
                     assert_exact_version(self.sink, part, [], None)
                     continue
                 newest = self.sink.ref(iv, max(committed))
-                assert_exact_version(self.sink, part, self.sealed_rows[(iv.token, newest.epoch)][part], newest)
+                ever = any(part in self.sealed_rows[(iv.token, e)] for e in committed)
+                assert_exact_version(self.sink, part, self.sealed_rows[(iv.token, newest.epoch)].get(part, []),
+                                     newest if ever else None)
 
 
 RACES = ("gc(min_age=0)", "reader overlapped a switch", "stalled publisher overtaken",
-         "dependent refused: input changed")
+         "dependent refused: input changed", "gc raced a commit")
 
 
 def run_machine(new_url, max_examples: int, steps: int) -> int:
