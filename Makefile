@@ -41,8 +41,8 @@ demo: install
 
 # one interval of any DAG in dags/: DATE=YYYY-MM-DD (the daily interval) or START=<ISO-8601 UTC instant>
 run-interval: install
-	@test -n "$(DAG)" -a -n "$(DATE)$(START)" || { echo "usage: make run-interval DAG=<dag_id> (DATE=YYYY-MM-DD | START=2013-01-01T05:00:00Z) [REPROCESS=1]"; exit 2; }
-	@$(BIN)/python -m tools.dev run-interval --dag "$(DAG)" $(if $(DATE),--date "$(DATE)") $(if $(START),--start "$(START)") $(if $(filter 1,$(REPROCESS)),--reprocess)
+	@test -n "$(DAG)" -a -n "$(DATE)$(START)" || { echo "usage: make run-interval DAG=<dag_id> (DATE=YYYY-MM-DD | START=2013-01-01T05:00:00Z) [REPROCESS=1 [ALLOW_SHRINKING=1]]"; exit 2; }
+	@$(BIN)/python -m tools.dev run-interval --dag "$(DAG)" $(if $(DATE),--date "$(DATE)") $(if $(START),--start "$(START)") $(if $(filter 1,$(REPROCESS)),--reprocess) $(if $(filter 1,$(ALLOW_SHRINKING)),--allow-shrinking)
 
 # an example DAG's landing zone under EO_DATA_ROOT: make sample DAG=flights_hourly [SAMPLE_START=2013-01-01 SAMPLE_DAYS=2]
 sample: install

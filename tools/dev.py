@@ -118,7 +118,9 @@ def cmd_run_interval(args: argparse.Namespace) -> int:
         what, kw = f"starting {start.isoformat()}", {"start": start}
     print(f"{args.dag}: running the interval {what} through Airflow"
           + (" (reprocess: re-freezing sources)" if args.reprocess else "") + " ...", flush=True)
-    res = run_interval(args.dag, reprocess=args.reprocess, **kw)
+    if args.allow_shrinking and not args.reprocess:
+        raise SystemExit("--allow-shrinking only applies to a reprocess: add --reprocess (REPROCESS=1)")
+    res = run_interval(args.dag, reprocess=args.reprocess, allow_shrinking=args.allow_shrinking, **kw)
     if res.ok:
         print(f"{args.dag} {res.day}: succeeded in {res.seconds:.0f} s (log: {res.log_path})")
         if args.dag == "pv_pipeline" and args.date:
@@ -162,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--date", help="YYYY-MM-DD: the daily interval starting at that midnight (UTC)")
     r.add_argument("--start", help="ISO-8601 UTC instant: the interval of the DAG's schedule starting there")
     r.add_argument("--reprocess", action="store_true", help="re-freeze the sources (take in late files)")
+    r.add_argument("--allow-shrinking", action="store_true",
+                   help="let the reprocess read fewer input files than the committed version did")
     r.set_defaults(fn=cmd_run_interval)
     s = sub.add_parser("sample", help="write an example DAG's landing zone under EO_DATA_ROOT")
     s.add_argument("--dag", required=True, choices=SAMPLES)

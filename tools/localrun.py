@@ -132,8 +132,8 @@ def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
 
 
 def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None = None,
-                 end: datetime | None = None, reprocess: bool = False, extra_env: dict[str, str] | None = None,
-                 timeout: float | None = 1800) -> IntervalResult:
+                 end: datetime | None = None, reprocess: bool = False, allow_shrinking: bool = False,
+                 extra_env: dict[str, str] | None = None, timeout: float | None = 1800) -> IntervalResult:
     """One DAG run via ``airflow dags test``: the daily interval starting at ``day``, or the interval
     ``[start, end)`` (``end`` found from the DAG's timetable when not given)."""
     if day is not None:
@@ -150,7 +150,7 @@ def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None 
     # a manual run at logical date T gets the last complete interval before T: the one ending at T
     args = ["dags", "test", dag_id, end.isoformat()]
     if reprocess:
-        args += ["-c", json.dumps({"reprocess": True})]
+        args += ["-c", json.dumps({"reprocess": True, **({"allow_shrinking": True} if allow_shrinking else {})})]
     t0 = time.perf_counter()
     code = airflow(args, env=env, log_path=log, timeout=timeout)
     return IntervalResult(dag_id, label, code, time.perf_counter() - t0, log)

@@ -3,7 +3,7 @@
 The protocol is :class:`~exactly_once.transaction.TwoPhaseCommitSink`; see ``docs/PROTOCOL.md``.
 """
 from .errors import (ConfigError, ExactlyOnceError, FailpointError, FencedError, InputChangedError,
-                     OrderingError, OwnershipError, StorageError, TransactionAbortedError,
+                     InputsShrankError, OrderingError, OwnershipError, StorageError, TransactionAbortedError,
                      TransactionStateError, UnsafeIdentifierError, ValidationFailedError)
 from .ids import Interval, TxnRef
 from .manifest import Manifest, ManifestFile
@@ -12,6 +12,6 @@ from .txlog import State
 
 __all__ = [
     "CommitResult", "ConfigError", "ExactlyOnceError", "FailpointError", "FencedError", "InputChangedError",
-    "Interval", "Manifest", "ManifestFile", "OrderingError", "OwnershipError", "State", "StorageError", "TransactionAbortedError", "TransactionStateError",
+    "InputsShrankError", "Interval", "Manifest", "ManifestFile", "OrderingError", "OwnershipError", "State", "StorageError", "TransactionAbortedError", "TransactionStateError",
     "TwoPhaseCommitSink", "TxnRef", "UnsafeIdentifierError", "ValidationFailedError",
 ]

@@ -70,3 +70,9 @@ class ContractError(ConfigError):
 
 class NoInputError(ExactlyOnceError):
     """A source matched no input file for an interval and does not declare empty intervals normal."""
+
+
+class InputsShrankError(ExactlyOnceError):
+    """A reprocess froze fewer inputs than the interval's committed version read: files it read have left
+    the landing zone, and publishing would silently drop their data. Restore them, or reprocess with
+    ``allow_shrinking`` when removing them is intended."""

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from .config import PipelineConfig
 from .contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
-from .errors import (ConfigError, NoInputError, OrderingError, OwnershipError, TransactionStateError,
+from .errors import (ConfigError, InputsShrankError, NoInputError, OrderingError, OwnershipError, TransactionStateError,
                      ValidationFailedError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, parse_txn_name
@@ -49,19 +49,23 @@ class IntervalRun:
         self.storage = self.sink.storage
 
     # ------------------------------------------------------------------ begin
-    def begin(self, *, refresh_sources: bool = False, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    def begin(self, *, refresh_sources: bool = False, allow_shrinking: bool = False,
+              run: dict[str, Any] | None = None) -> dict[str, Any]:
         """Open a transaction: check ownership and ordering, freeze (or replay) the sources, write the spec.
 
         Returns ``{"txn": ..., "spec": <job spec URL>, "inputs": n}`` for the next tasks (XCom). Raises,
         before anything is written: OwnershipError (another interval owns one of the partitions),
         OrderingError (a stateful interval's predecessor is not committed), NoInputError (a source
-        matched no file and does not allow empty intervals).
+        matched no file and does not allow empty intervals), InputsShrankError (sources frozen now lack
+        files the committed version read, unless ``allow_shrinking``; those dropped are recorded in
+        ``meta.dropped_inputs``).
         """
         self._check_owners()
         prev = self.predecessor()
         inputs, replayed = self._inputs(refresh_sources)
+        dropped = [] if replayed else self._dropped_inputs(inputs, allow_shrinking)
         meta = {"run": run or {}, "partitions": list(self.partitions), "refresh_sources": refresh_sources,
-                "replayed": replayed, "prev": prev.name if prev else None}
+                "replayed": replayed, "prev": prev.name if prev else None, "dropped_inputs": dropped}
         flat = [{"source": name, **fi.to_dict()} for name, fis in inputs.items() for fi in fis]
         txn = self.sink.begin(self.interval, sources=flat, meta=meta, reads=prev)
         staging = self.sink.staging_dir(txn)
@@ -127,9 +131,12 @@ class IntervalRun:
         return found[0]
 
     def _inputs(self, refresh: bool) -> tuple[dict[str, list[FrozenInput]], bool]:
-        """The inputs per source: replayed from the committed attempt or the newest attempt that got past
-        its write (so a retry computes the same answer), else frozen now from the landing zone."""
+        """The inputs per source: replayed from the committed attempt or the newest live attempt that got
+        past its write (so a retry computes the same answer), else frozen now from the landing zone.
+        Recovery runs first, so an attempt whose gate failed (or that is superseded) is aborted and
+        never replayed."""
         if not refresh:
+            self.sink.recover(self.interval)
             chosen = self._replayable()
             if chosen is not None:
                 first = self._sources()[0].name
@@ -148,6 +155,30 @@ class IntervalRun:
                     f"{source.format} ending {source.endings[:3]}...; if empty intervals are normal, declare "
                     f"Source({source.name!r}, ..., allow_empty=True)")
         return fresh, False
+
+    def _dropped_inputs(self, inputs: Mapping[str, list[FrozenInput]], allow: bool) -> list[str]:
+        """Files (``source:rel``) the committed version read that are not among ``inputs``; raises
+        InputsShrankError if there are any and ``allow`` is false."""
+        committed = self.sink.committed(self.interval)
+        if committed is None:
+            return []
+        first = self._sources()[0].name
+        now = {(name, fi.rel) for name, fis in inputs.items() for fi in fis}
+        before = (committed[1].records.get("open") or {}).get("sources") or []
+        gone = sorted(f"{item.get('source', first)}:{item.get('rel', item['path'])}" for item in before
+                      if (item.get("source", first), item.get("rel", item["path"])) not in now)
+        if gone and not allow:
+            raise InputsShrankError(
+                f"{self.config.pipeline}: interval {self.interval}: {len(gone)} input file(s) that the committed "
+                f"version {committed[0].name} read are no longer in the landing zone ({', '.join(gone[:5])}"
+                f"{', ...' if len(gone) > 5 else ''}); publishing would drop their data. Put them back and "
+                "reprocess, or - if removing them is intended - reprocess with allow_shrinking: trigger the "
+                'run with conf {"reprocess": true, "allow_shrinking": true} (make run-interval ... REPROCESS=1 '
+                "ALLOW_SHRINKING=1)")
+        if gone:
+            log.warning("%s %s: reprocess drops %d input file(s) of %s (allow_shrinking): %s", self.config.pipeline,
+                        self.interval, len(gone), committed[0].name, ", ".join(gone[:20]))
+        return gone
 
     def _replayable(self) -> EpochStatus | None:
         for _, st in sorted(self.sink.status(self.interval).items(), reverse=True):

@@ -84,9 +84,9 @@ class FakeTI:
         return self.xcom.get(task_ids)
 
 
-def context(run_id: str, iv: Interval, **xcom: Any) -> dict[str, Any]:
+def context(run_id: str, iv: Interval, conf: dict[str, Any] | None = None, **xcom: Any) -> dict[str, Any]:
     return {"ti": FakeTI(run_id, xcom), "data_interval_start": iv.start, "data_interval_end": iv.end,
-            "dag_run": SimpleNamespace(conf={})}
+            "dag_run": SimpleNamespace(conf=conf or {})}
 
 
 def test_teardown_aborts_the_epoch_its_own_failed_begin_opened_and_no_other(tmp_path, monkeypatch):
@@ -112,3 +112,37 @@ def test_teardown_aborts_the_epoch_its_own_failed_begin_opened_and_no_other(tmp_
     # ... run A's own teardown finds it in the log and aborts it: nothing OPEN, no staging left
     assert abort.execute(context("run_A", iv)) == [f"{sink.ref(iv, 1).name}: ABORTED"]
     assert sink.status(iv)[1].state is State.ABORTED and not os.path.exists(staging)
+
+
+def test_a_reprocess_trigger_that_lost_inputs_fails_at_once_and_allow_shrinking_lets_it_through(tmp_path):
+    """Issue 13 case 1 through the begin task: conf {"reprocess": true} over a landing folder that lost
+    a file the committed version read fails without retries and says how to proceed; adding
+    "allow_shrinking": true (what the error advises) begins the reprocess."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from exactly_once.ids import TxnRef
+
+    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
+    landing.mkdir(parents=True)
+    for name in ("a.csv", "b.csv"):
+        (landing / name).write_text("x\n1\n")
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}")
+    iv = Interval.daily("2013-01-01")
+    begin = BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
+    sink = cfg.sink_handle()
+    txn = TxnRef.from_dict(begin.execute(context("scheduled", iv))["txn"])
+    out = os.path.join(sink.data_dir(txn), "dt=2013-01-01")
+    os.makedirs(out)
+    pq.write_table(pa.table({"x": [1, 1]}), os.path.join(out, "part-0.parquet"))
+    sink.pre_commit(txn)
+    sink.record_validation(txn, True, {})
+    sink.commit(txn)
+    (landing / "a.csv").unlink()
+    with pytest.raises(AirflowFailException, match=r"InputsShrankError.*dt=2013-01-01/a.csv.*\"allow_shrinking\": true"):
+        begin.execute(context("manual__reprocess", iv, conf={"reprocess": True}))
+    assert sorted(sink.status(iv)) == [1]
+    began = begin.execute(context("manual__reprocess2", iv, conf={"reprocess": True, "allow_shrinking": True}))
+    meta = sink.status(iv)[TxnRef.from_dict(began["txn"]).epoch].records["open"]["meta"]
+    assert meta["dropped_inputs"] == ["s:dt=2013-01-01/a.csv"] and began["inputs"] == 1

@@ -17,7 +17,7 @@ import pytest
 
 from exactly_once.config import PipelineConfig
 from exactly_once.contracts import Counts, JobSpec
-from exactly_once.errors import NoInputError, OrderingError, OwnershipError
+from exactly_once.errors import InputsShrankError, NoInputError, OrderingError, OwnershipError
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.job import JobContext
 from exactly_once.layout import Source
@@ -65,9 +65,20 @@ def write(spec_url: str, *, partition: str | None = None) -> Counts:
                              input_files=files, input_bytes=size))
 
 
-def run_interval(cfg: PipelineConfig, iv: Interval, *, refresh: bool = False, run_id: str = "r") -> dict[str, Any]:
+def land_four(root: Path) -> None:
+    for name, v in (("a.csv", 1), ("b.csv", 2), ("c.csv", 4), ("d.csv", 8)):
+        land(root, "2013-01", name, [v])
+
+
+def archive_three(root: Path) -> None:
+    for name in ("a.csv", "b.csv", "c.csv"):
+        (root / "landing" / "s" / "2013-01" / name).unlink()
+
+
+def run_interval(cfg: PipelineConfig, iv: Interval, *, refresh: bool = False, allow_shrinking: bool = False,
+                 run_id: str = "r") -> dict[str, Any]:
     run = IntervalRun(cfg, iv, storage_options={})
-    began = run.begin(refresh_sources=refresh, run={"run_id": run_id})
+    began = run.begin(refresh_sources=refresh, allow_shrinking=allow_shrinking, run={"run_id": run_id})
     txn = TxnRef.from_dict(began["txn"])
     try:
         write(began["spec"])
@@ -137,6 +148,46 @@ def test_a_plain_rerun_refreezes_after_an_aborted_attempt_and_replays_a_committe
     assert table(cfg) == {"2013-01": (2, 3)}
     run_interval(cfg, month(1), refresh=True)  # ... a reprocess takes it in
     assert table(cfg) == {"2013-01": (3, 7)}
+
+
+def test_a_reprocess_that_lost_inputs_is_refused_unless_shrinking_is_allowed(tmp_path):
+    """Issue 13 case 1: 3 of the interval's 4 files were archived away; a reprocess must not silently
+    publish the one left over the committed four."""
+    cfg = config(tmp_path)
+    land_four(tmp_path)
+    run_interval(cfg, month(1))
+    assert table(cfg) == {"2013-01": (4, 15)}
+    archive_three(tmp_path)
+    run = IntervalRun(cfg, month(1), storage_options={})
+    with pytest.raises(InputsShrankError, match=r"3 input file\(s\).*s:2013-01/a.csv.*allow_shrinking"):
+        run.begin(refresh_sources=True, run={"run_id": "reprocess"})
+    assert sorted(run.sink.status(month(1))) == [1] and table(cfg) == {"2013-01": (4, 15)}  # nothing began
+    done = run_interval(cfg, month(1), refresh=True, allow_shrinking=True)  # intended: it goes through
+    meta = done["sink"].status(month(1))[2].records["open"]["meta"]
+    assert meta["dropped_inputs"] == ["s:2013-01/a.csv", "s:2013-01/b.csv", "s:2013-01/c.csv"]
+    assert table(cfg) == {"2013-01": (1, 8)}
+
+
+def test_a_failed_shrunk_reprocess_never_poisons_the_next_plain_rerun(tmp_path):
+    """Issue 13 case 1: a reprocess froze the one file left while three were moved away, its gate failed
+    and its abort never ran (the worker was killed); the files are back, and the next plain re-run
+    replays the committed version's four files, not the failed attempt's one."""
+    cfg = config(tmp_path)
+    land_four(tmp_path)
+    run_interval(cfg, month(1))
+    archive_three(tmp_path)
+    run = IntervalRun(cfg, month(1), storage_options={})
+    began = run.begin(refresh_sources=True, allow_shrinking=True, run={"run_id": "reprocess"})
+    bad = TxnRef.from_dict(began["txn"])
+    write(began["spec"])
+    run.pre_commit(bad)
+    run.sink.record_validation(bad, False, {"note": "the gate failed"})  # ... then the worker died
+    land_four(tmp_path)  # the archiver's move is undone
+    again = run_interval(cfg, month(1))
+    statuses = again["sink"].status(month(1))
+    assert statuses[bad.epoch].state is State.ABORTED
+    assert statuses[3].records["open"]["meta"]["replayed"] is True and again["began"]["inputs"] == 4
+    assert table(cfg) == {"2013-01": (4, 15)}
 
 
 def test_two_intervals_never_publish_one_partition(tmp_path):

@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowFailException
 
 from ..config import PipelineConfig
-from ..errors import (ConfigError, FencedError, InputChangedError, OwnershipError, TransactionAbortedError,
+from ..errors import (ConfigError, FencedError, InputChangedError, InputsShrankError, OwnershipError, TransactionAbortedError,
                       UnsafeIdentifierError, ValidationFailedError)
 from ..ids import Interval, TxnRef
 from ..pipeline import IntervalRun
@@ -21,7 +21,7 @@ from .connections import storage_options
 
 # errors no retry can fix: the task fails at once (and ends its transaction)
 FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError, OwnershipError,
-         ConfigError, InputChangedError)
+         ConfigError, InputChangedError, InputsShrankError)
 log = logging.getLogger(__name__)
 
 
@@ -83,7 +83,8 @@ class PhaseOperator(BaseOperator):
 
 
 class BeginOperator(PhaseOperator):
-    """Setup task: recover, allocate the epoch, freeze the sources (``conf.reprocess`` re-freezes)."""
+    """Setup task: recover, allocate the epoch, freeze the sources (``conf.reprocess`` re-freezes;
+    ``conf.allow_shrinking`` lets that reprocess read fewer files than the committed version did)."""
 
     phase = "begin"
     ui_color = "#d9f2d9"
@@ -92,6 +93,7 @@ class BeginOperator(PhaseOperator):
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}
         ti = context["ti"]
         return run.begin(refresh_sources=bool(conf.get("reprocess")),
+                         allow_shrinking=bool(conf.get("allow_shrinking")),
                          run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id,
                               "task_id": ti.task_id})
 
