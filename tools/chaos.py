@@ -109,11 +109,11 @@ class ChaosRun:
     def __init__(self, *, days: int = 3, kills: int = 3, seed: int = 7, deadline: float = 600,
                  out: str | Path | None = None, events_per_day: int = 300, min_gap: float = 20.0,
                  retries: int = 6, race_day: int | None = None, verify: Verify | None = None,
-                 log: Callable[[str], None] | None = None):
+                 backfill_runs: int = 1, log: Callable[[str], None] | None = None):
         self.kills_budget, self.seed, self.deadline = kills, seed, deadline
         self.out = Path(out) if out else Path(tempfile.mkdtemp(prefix="eo-chaos-"))
         self.events_per_day, self.min_gap, self.retries = events_per_day, min_gap, retries
-        self.race_day, self.verify = race_day, verify
+        self.race_day, self.verify, self.backfill_runs = race_day, verify, backfill_runs
         self.rng, self.t0 = random.Random(seed), time.time()
         self._log = log or (lambda m: print(m, flush=True))
         today = datetime.now(timezone.utc).date()  # the last day is yesterday: Deployment.backfill
@@ -125,7 +125,8 @@ class ChaosRun:
         self._log(f"[chaos {time.time() - self.t0:7.1f}s] {msg}")
 
     def run(self) -> dict[str, Any]:
-        settings = {"EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2"}
+        settings = {"EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2",
+                    "EO_PREDECESSOR_POKE_SECONDS": "5"}
         self.deploy = Deployment(self.out, purpose="chaos", settings=settings, log=self.log)
         error, self.runs = None, {}
         try:
@@ -153,7 +154,7 @@ class ChaosRun:
             self.zombie_env.update({"AIRFLOW_HOME": str(self.out / "zombie-home"), "EO_RETRIES": "0"})
             self.deploy.airflow("zombie-db-migrate", ["db", "migrate"], env=self.zombie_env)
         self.deploy.start([DAG_ID])
-        self.deploy.backfill(DAG_ID, self.days[0], self.days[-1])
+        self.deploy.backfill(DAG_ID, self.days[0], self.days[-1], max_active_runs=self.backfill_runs)
 
     def _drive(self) -> None:
         end = self.t0 + self.deadline

@@ -247,14 +247,15 @@ class Deployment:
                 "select 1 from serialized_dag where dag_id = %s", (d,))), 300)
         return self
 
-    def backfill(self, dag_id: str, first_day: str, last_day: str) -> None:
-        """``airflow backfill create`` of [first_day, last_day] in order, then unpause the DAG.
+    def backfill(self, dag_id: str, first_day: str, last_day: str, max_active_runs: int = 1) -> None:
+        """``airflow backfill create`` of [first_day, last_day] in order (``max_active_runs`` of them at
+        once), then unpause the DAG.
 
         Backfill first, unpause after: with catchup=False the scheduler would otherwise create a run for
         the latest interval; that logical date would then already be taken when the backfill asks for it.
         """
         self.airflow(f"backfill-{dag_id}", ["backfill", "create", "--dag-id", dag_id, "--from-date", first_day,
-                                            "--to-date", last_day, "--max-active-runs", "1",
+                                            "--to-date", last_day, "--max-active-runs", str(max_active_runs),
                                             "--reprocess-behavior", "none"])
         self.airflow(f"unpause-{dag_id}", ["dags", "unpause", dag_id])
         self.log(f"backfill of {dag_id} {first_day} .. {last_day} created, {dag_id} unpaused")

@@ -143,7 +143,8 @@ def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None 
         raise ValueError("run_interval needs day or start")
     if end is None:
         start, end = dag_interval(dag_id, start)
-    env = airflow_env(extra_env)
+    # `airflow dags test` runs one interval: a stateful begin must fail at once, not wait for a predecessor
+    env = airflow_env({"EO_PREDECESSOR_TIMEOUT_SECONDS": "0", **(extra_env or {})})
     ensure_db(env)
     label = day or start.strftime("%Y%m%dT%H%M%SZ")
     log = Path(data_root()) / "logs" / dag_id / f"{label}.log"

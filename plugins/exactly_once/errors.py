@@ -76,3 +76,8 @@ class InputsShrankError(ExactlyOnceError):
     """A reprocess froze fewer inputs than the interval's committed version read: files it read have left
     the landing zone, and publishing would silently drop their data. Restore them, or reprocess with
     ``allow_shrinking`` when removing them is intended."""
+
+
+class PredecessorPendingError(OrderingError):
+    """A stateful interval's predecessor is not committed (yet): run it first. The begin task waits for it
+    (rescheduling, up to ``EO_PREDECESSOR_TIMEOUT_SECONDS``) before failing with this error."""

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 from .config import PipelineConfig
 from .contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
-from .errors import (ConfigError, InputsShrankError, NoInputError, OrderingError, OwnershipError, TransactionStateError,
+from .errors import (ConfigError, InputsShrankError, NoInputError, OrderingError, OwnershipError,
+                     PredecessorPendingError, TransactionStateError,
                      ValidationFailedError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, parse_txn_name
@@ -123,7 +124,7 @@ class IntervalRun:
             raise OrderingError(f"{cfg.pipeline}: several committed intervals end at {self.interval.start}: "
                                 f"{[t.interval.token for t in found]}; a stateful pipeline needs one schedule")
         if not found:
-            raise OrderingError(
+            raise PredecessorPendingError(
                 f"{cfg.pipeline}: interval {self.interval} needs the state of the interval that ends at "
                 f"{self.interval.start.isoformat()}, which is not committed; run that interval first "
                 f"(make run-interval DAG={cfg.pipeline} START=<its start>), or set start= to make this the "

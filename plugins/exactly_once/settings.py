@@ -34,3 +34,11 @@ def from_env() -> dict[str, str | None]:
     ``PipelineConfig(pipeline=..., sink=..., **settings.from_env(), ...)`` in a DAG file."""
     root = data_root()
     return {"root": root, "reports": reports_dir(root), "storage_conn_id": storage_conn_id()}
+
+
+def predecessor_wait() -> tuple[float, float]:
+    """``(poke, timeout)`` seconds a stateful begin waits for its predecessor interval to commit, from
+    ``EO_PREDECESSOR_POKE_SECONDS`` (default 30) and ``EO_PREDECESSOR_TIMEOUT_SECONDS`` (default 6 h;
+    0 fails at once)."""
+    return (float(os.environ.get("EO_PREDECESSOR_POKE_SECONDS") or 30),
+            float(os.environ.get("EO_PREDECESSOR_TIMEOUT_SECONDS") or 6 * 3600))

@@ -146,3 +146,60 @@ def test_a_reprocess_trigger_that_lost_inputs_fails_at_once_and_allow_shrinking_
     began = begin.execute(context("manual__reprocess2", iv, conf={"reprocess": True, "allow_shrinking": True}))
     meta = sink.status(iv)[TxnRef.from_dict(began["txn"]).epoch].records["open"]["meta"]
     assert meta["dropped_inputs"] == ["s:dt=2013-01-01/a.csv"] and began["inputs"] == 1
+
+
+def test_a_stateful_begin_waits_while_its_predecessors_run_is_running_and_only_then(tmp_path, monkeypatch):
+    """Issue 13 case 4: the runs of a parallel backfill start together. Day 2's begin reschedules itself
+    (no retry used, nothing written) while day 1's run is queued or running, fails with a clear error
+    after EO_PREDECESSOR_TIMEOUT_SECONDS, fails at once when day 1's run has finished without a commit,
+    and begins on day 1's committed state once it is there."""
+    from datetime import timedelta
+
+    from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
+
+    from exactly_once.errors import PredecessorPendingError
+    from exactly_once.ids import TxnRef
+
+    for day in ("2013-01-01", "2013-01-02"):
+        folder = tmp_path / "landing" / "s" / f"dt={day}"
+        folder.mkdir(parents=True)
+        (folder / "a.csv").write_text("x\n1\n")
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", stateful=True, start=START)
+    day1, day2 = Interval.daily("2013-01-01"), Interval.daily("2013-01-02")
+    begin = BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
+    sink = cfg.sink_handle()
+    monkeypatch.setenv("EO_PREDECESSOR_POKE_SECONDS", "60")
+    monkeypatch.setenv("EO_PREDECESSOR_TIMEOUT_SECONDS", "3600")
+
+    def ctx(prev_state: str | None, first_try: datetime | None = None) -> dict[str, Any]:
+        c = context("backfill__day2", day2)
+        c["ti"].get_previous_dagrun = lambda state=None: None if prev_state is None else SimpleNamespace(
+            state=prev_state, data_interval_end=day2.start)
+        c["ti"].get_first_reschedule_date = lambda context: first_try
+        return c
+
+    for state in ("queued", "running"):
+        before = datetime.now(timezone.utc)
+        with pytest.raises(AirflowRescheduleException) as waiting:
+            begin.execute(ctx(state))
+        assert timedelta(seconds=59) <= waiting.value.reschedule_date - before <= timedelta(seconds=70)
+    assert sink.status(day2) == {}  # nothing was written while waiting
+    long_ago = datetime.now(timezone.utc) - timedelta(seconds=3590)
+    with pytest.raises(AirflowFailException, match=r"PredecessorPendingError.*run that interval first.*waited 35\d\d s"):
+        begin.execute(ctx("running", first_try=long_ago))
+    with pytest.raises(PredecessorPendingError):  # day 1's run is over and committed nothing: no waiting
+        begin.execute(ctx("failed"))
+    with pytest.raises(PredecessorPendingError):  # no run of day 1 at all
+        begin.execute(ctx(None))
+    # day 1 commits; day 2 begins on its state
+    first = TxnRef.from_dict(begin.execute(context("day1", day1))["txn"])
+    out = os.path.join(sink.data_dir(first), "dt=2013-01-01")
+    os.makedirs(out)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"x": [1]}), os.path.join(out, "part-0.parquet"))
+    sink.pre_commit(first)
+    sink.record_validation(first, True, {})
+    sink.commit(first)
+    began = begin.execute(ctx("running"))
+    assert sink.status(day2)[TxnRef.from_dict(began["txn"]).epoch].reads == first

@@ -7,13 +7,16 @@ once (``AirflowFailException``: no retries); everything else is retried with bac
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
 
+from .. import settings
 from ..config import PipelineConfig
-from ..errors import (ConfigError, FencedError, InputChangedError, InputsShrankError, OwnershipError, TransactionAbortedError,
+from ..errors import (ConfigError, FencedError, InputChangedError, InputsShrankError, OwnershipError,
+                      PredecessorPendingError, TransactionAbortedError,
                       UnsafeIdentifierError, ValidationFailedError)
 from ..ids import Interval, TxnRef
 from ..pipeline import IntervalRun
@@ -92,10 +95,40 @@ class BeginOperator(PhaseOperator):
     def call(self, run: IntervalRun, context: Any) -> Any:
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}
         ti = context["ti"]
-        return run.begin(refresh_sources=bool(conf.get("reprocess")),
-                         allow_shrinking=bool(conf.get("allow_shrinking")),
-                         run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id,
-                              "task_id": ti.task_id})
+        try:
+            return run.begin(refresh_sources=bool(conf.get("reprocess")),
+                             allow_shrinking=bool(conf.get("allow_shrinking")),
+                             run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id,
+                                  "task_id": ti.task_id})
+        except PredecessorPendingError as exc:
+            if predecessor_running(context, run.interval):
+                self.wait_for_predecessor(exc, context)
+            raise
+
+    @staticmethod
+    def wait_for_predecessor(exc: PredecessorPendingError, context: Any) -> None:
+        """The predecessor interval's DAG run is queued or running (a parallel backfill, a clear of an
+        earlier day): reschedule the task - its worker slot is freed, no retry is used - every
+        ``EO_PREDECESSOR_POKE_SECONDS`` until ``EO_PREDECESSOR_TIMEOUT_SECONDS`` after the first try;
+        then fail at once with the error."""
+        poke, timeout = settings.predecessor_wait()
+        ti, now = context["ti"], datetime.now(timezone.utc)
+        first = ti.get_first_reschedule_date(context) or now
+        waited = (now - first).total_seconds()
+        if waited + poke <= timeout:
+            log.info("waiting for the predecessor interval (%.0f s so far, up to %.0f s): %s", waited, timeout, exc)
+            raise AirflowRescheduleException(now + timedelta(seconds=poke))
+        raise AirflowFailException(f"{type(exc).__name__}: {exc} (waited {waited:.0f} s for it; "
+                                   "EO_PREDECESSOR_TIMEOUT_SECONDS sets how long)") from exc
+
+
+def predecessor_running(context: Any, interval: Interval) -> bool:
+    """Is the DAG run of the interval that ends where ``interval`` starts queued or running? (Its begin
+    may not have run yet: the runs of a backfill start together.) A finished one is not waited for."""
+    prev = context["ti"].get_previous_dagrun()
+    if prev is None or prev.data_interval_end is None or prev.data_interval_end != interval.start:
+        return False
+    return str(getattr(prev.state, "value", prev.state)) in ("queued", "running")
 
 
 class PreCommitOperator(PhaseOperator):
