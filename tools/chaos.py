@@ -126,7 +126,7 @@ class ChaosRun:
 
     def run(self) -> dict[str, Any]:
         settings = {"EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2",
-                    "EO_PREDECESSOR_POKE_SECONDS": "5"}
+                    "EO_PREDECESSOR_POKE_SECONDS": "10"}
         self.deploy = Deployment(self.out, purpose="chaos", settings=settings, log=self.log)
         error, self.runs = None, {}
         try:

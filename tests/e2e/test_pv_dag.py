@@ -100,7 +100,7 @@ def test_ordering_late_files_and_reprocessing(data_root):
     generate(str(data_root / "landing"), DAYS[:2], events_per_day=300)
     # day 2 before day 1: refused with a clear error, nothing published
     res = run_interval("pv_pipeline", DAYS[1])
-    assert not res.ok and "OrderingError" in res.log_path.read_text()
+    assert not res.ok and "PredecessorPendingError" in res.log_path.read_text()  # at once: no run of day 1
     assert notes_by_day()[DAYS[1]] == "not published: app_pv.begin failed"
     assert visible_rows(data_root) == {}
     run_ok(DAYS[0])
