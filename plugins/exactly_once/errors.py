@@ -81,3 +81,8 @@ class InputsShrankError(ExactlyOnceError):
 class PredecessorPendingError(OrderingError):
     """A stateful interval's predecessor is not committed (yet): run it first. The begin task waits for it
     (rescheduling, up to ``EO_PREDECESSOR_TIMEOUT_SECONDS``) before failing with this error."""
+
+
+class CommitWithoutWriteError(TransactionStateError):
+    """A commit task ran for an attempt whose write never ran (a clear of the commit task alone) and the
+    interval has no committed version to stand on; clear the write task with its downstream instead."""

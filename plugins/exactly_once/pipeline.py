@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from .config import PipelineConfig
 from .contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
 from .errors import (ConfigError, InputsShrankError, NoInputError, OrderingError, OwnershipError,
-                     PredecessorPendingError, TransactionStateError,
+                     CommitWithoutWriteError, PredecessorPendingError, TransactionStateError,
                      ValidationFailedError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, parse_txn_name
@@ -264,9 +264,18 @@ class IntervalRun:
 
     # ------------------------------------------------------------------ commit / abort
     def commit(self, txn: TxnRef) -> dict[str, Any]:
-        """Publish; then report late files of this interval and later intervals made stale."""
+        """Publish; then report late files of this interval and later intervals made stale.
+
+        A commit whose own attempt never wrote (``txn`` OPEN: the UI's "Clear" of the commit task re-runs
+        ``begin`` with it, but not the write) publishes nothing: if the interval has a committed,
+        published version it returns ``{"version": <that>, "already_committed": True}``; otherwise it
+        raises CommitWithoutWriteError saying which task to clear instead.
+        """
         t0 = time.perf_counter()
-        result = self.sink.commit(self._own(txn))
+        st = self.sink.status(self.interval).get(self._own(txn).epoch)
+        if st is not None and st.state is State.OPEN:
+            return self._nothing_written(txn)
+        result = self.sink.commit(txn)
         summary = {"version": txn.name, "partitions": result.partitions, "files": result.files,
                    "rows": result.rows, "commit_seconds": round(time.perf_counter() - t0, 4),
                    "stale_intervals": self.stale_after(), "late_files": self.late_files()}
@@ -276,6 +285,17 @@ class IntervalRun:
                         ", ".join(summary["stale_intervals"]))
         self._write_report(summary)
         return summary
+
+    def _nothing_written(self, txn: TxnRef) -> dict[str, Any]:
+        found = self.sink.committed(self.interval)
+        if found is not None and found[1].published:
+            log.info("commit of %s: its write never ran (only begin and commit were re-run, as a clear of "
+                     "the commit task does); %s is committed and live - nothing to publish", txn.name, found[0].name)
+            return {"version": found[0].name, "already_committed": True, "attempt": txn.name}
+        raise CommitWithoutWriteError(
+            f"{txn.name} has nothing to commit: its write, pre_commit and validate did not run (clearing the "
+            f"commit task re-runs begin with it, which opened a new attempt). No version of {self.interval} "
+            "is committed yet: clear the write task with 'Downstream' selected, or the whole run")
 
     def abort(self, txn: TxnRef) -> str:
         """Teardown: end the transaction without leftovers (roll a decided commit forward instead)."""

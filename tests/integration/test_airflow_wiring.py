@@ -203,3 +203,57 @@ def test_a_stateful_begin_waits_while_its_predecessors_run_is_running_and_only_t
     sink.commit(first)
     began = begin.execute(ctx("running"))
     assert sink.status(day2)[TxnRef.from_dict(began["txn"]).epoch].reads == first
+
+
+def _commit_first_version(begin: BeginOperator, sink: Any, iv: Interval, run_id: str) -> Any:
+    """begin through the operator, then a stand-in write and the protocol's pre_commit/verdict/commit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exactly_once.ids import TxnRef
+
+    txn = TxnRef.from_dict(begin.execute(context(run_id, iv))["txn"])
+    out = os.path.join(sink.data_dir(txn), f"dt={iv.day}")
+    os.makedirs(out)
+    pq.write_table(pa.table({"x": [1, 2]}), os.path.join(out, "part-0.parquet"))
+    sink.pre_commit(txn)
+    sink.record_validation(txn, True, {})
+    sink.commit(txn)
+    return txn
+
+
+@pytest.mark.parametrize("committed_before", [True, False])
+def test_clearing_the_commit_task_reports_the_truth_and_never_retries(tmp_path, committed_before):
+    """Issue 13 case 2: Airflow's own clear (DAG.partial_subset) of the commit task also re-runs its
+    setup (begin: a new, empty attempt) and teardown (abort). Commit then sees an attempt that never
+    wrote: if the interval is committed and live it succeeds saying so (nothing published twice, the
+    teardown aborts the empty attempt); if nothing is committed it fails at once - no retries - naming
+    the task to clear instead. Either way the live data is what it was and nothing is left staged."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from exactly_once.ids import TxnRef
+
+    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
+    landing.mkdir(parents=True)
+    (landing / "a.csv").write_text("x\n1\n")
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}")
+    with DAG("daily", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=START) as dag:
+        exactly_once_group(cfg)
+    iv, sink = Interval.daily("2013-01-01"), cfg.sink_handle()
+    first = _commit_first_version(dag.task_dict["t.begin"], sink, iv, "scheduled") if committed_before else None
+    cleared = dag.partial_subset(task_ids=["t.commit"], include_downstream=True, include_upstream=False)
+    assert sorted(cleared.task_dict) == ["t.abort", "t.begin", "t.commit"]  # what "Clear" re-runs
+    began = cleared.task_dict["t.begin"].execute(context("scheduled", iv))
+    again = TxnRef.from_dict(began["txn"])
+    ctx = context("scheduled", iv, **{"t.begin": began})
+    if committed_before:
+        result = cleared.task_dict["t.commit"].execute(ctx)
+        assert result == {"version": first.name, "already_committed": True, "attempt": again.name}
+    else:
+        with pytest.raises(AirflowFailException, match="CommitWithoutWriteError.*clear the write task"):
+            cleared.task_dict["t.commit"].execute(ctx)
+    cleared.task_dict["t.abort"].execute(ctx)
+    statuses = sink.status(iv)
+    assert statuses[again.epoch].state is State.ABORTED
+    assert sink.live_version("dt=2013-01-01") == (first.name if first else None)
+    assert not os.path.exists(sink.staging_dir(again))

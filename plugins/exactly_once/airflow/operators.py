@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleExcept
 
 from .. import settings
 from ..config import PipelineConfig
-from ..errors import (ConfigError, FencedError, InputChangedError, InputsShrankError, OwnershipError,
+from ..errors import (CommitWithoutWriteError, ConfigError, FencedError, InputChangedError, InputsShrankError, OwnershipError,
                       PredecessorPendingError, TransactionAbortedError,
                       UnsafeIdentifierError, ValidationFailedError)
 from ..ids import Interval, TxnRef
@@ -24,7 +24,7 @@ from .connections import storage_options
 
 # errors no retry can fix: the task fails at once (and ends its transaction)
 FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError, OwnershipError,
-         ConfigError, InputChangedError, InputsShrankError)
+         ConfigError, InputChangedError, InputsShrankError, CommitWithoutWriteError)
 log = logging.getLogger(__name__)
 
 
@@ -184,7 +184,8 @@ class CommitOperator(PhaseOperator):
         from .notes import on_commit  # noqa: PLC0415 - asset event extra + the run's note
 
         summary = run.commit(self.txn(context))
-        on_commit(self, context, summary)
+        if not summary.get("already_committed"):
+            on_commit(self, context, summary)
         return summary
 
 
