@@ -286,6 +286,16 @@ class IntervalRun:
         self._write_report(summary)
         return summary
 
+    def finish_publishes(self) -> list[dict[str, Any]]:
+        """Finish every decided but unpublished commit of this interval (a commit task that died after
+        the decision, a killed worker, "Mark failed" on commit) and return their run summaries (as
+        :meth:`commit` returns them), so the task that finished them can announce them."""
+        done = []
+        for epoch, st in sorted(self.sink.status(self.interval).items()):
+            if st.state is State.COMMITTED and not st.published:
+                done.append(self.commit(self.sink.ref(self.interval, epoch)))
+        return done
+
     def _nothing_written(self, txn: TxnRef) -> dict[str, Any]:
         found = self.sink.committed(self.interval)
         if found is not None and found[1].published:

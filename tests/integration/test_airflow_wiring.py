@@ -57,7 +57,9 @@ def test_several_sinks_in_one_dag_and_one_table_written_twice_is_refused(tmp_pat
     assert {"a.commit", "b.commit"} <= set(dag.task_dict)
     assert dag.task_dict["a.write"].application_args[2:] == ["--x", "1"]
     assert dag.task_dict["a.write"].conf["spark.executor.memory"] == "1g"
-    assert [t.task_id for t in dag.tasks if t.outlets] == ["a.commit", "b.commit"]
+    from airflow.sdk import Asset
+
+    assert [t.task_id for t in dag.tasks if any(isinstance(o, Asset) for o in t.outlets)] == ["a.commit", "b.commit"]
     with pytest.raises(LayoutError, match="both write a"), hourly_dag("dup"):
         exactly_once_group(config(tmp_path, sink="a"))
         exactly_once_group(config(tmp_path, sink="a"), group_id="a_again")
@@ -79,9 +81,13 @@ class FakeTI:
     def __init__(self, run_id: str, xcom: dict[str, Any] | None = None) -> None:
         self.run_id, self.try_number, self.dag_id, self.task_id = run_id, 1, "d", "t.begin"
         self.xcom = xcom or {}
+        self.pushed: dict[str, Any] = {}
 
     def xcom_pull(self, task_ids: str) -> Any:
         return self.xcom.get(task_ids)
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
 
 
 def context(run_id: str, iv: Interval, conf: dict[str, Any] | None = None, **xcom: Any) -> dict[str, Any]:
@@ -257,3 +263,53 @@ def test_clearing_the_commit_task_reports_the_truth_and_never_retries(tmp_path, 
     assert statuses[again.epoch].state is State.ABORTED
     assert sink.live_version("dt=2013-01-01") == (first.name if first else None)
     assert not os.path.exists(sink.staging_dir(again))
+
+
+@pytest.mark.parametrize("finisher", ["t.abort", "t.begin"])
+def test_a_publish_finished_by_the_teardown_or_the_next_begin_still_gets_its_asset_event_and_summary(
+        tmp_path, monkeypatch, finisher):
+    """Issue 13 case 3: the commit task decided COMMITTED and died before publishing (every try, or
+    "Mark failed"). Whoever finishes the publish - the run's teardown, or the next run's begin - emits the
+    table's asset event (through its AssetAlias outlet, with the commit's extra), leaves the run note
+    and writes the run summary; a teardown with nothing to finish emits nothing."""
+    from airflow.sdk import Asset
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from exactly_once.ids import TxnRef
+
+    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
+    landing.mkdir(parents=True)
+    (landing / "a.csv").write_text("x\n1\n")
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", reports=str(tmp_path / "reports"))
+    with DAG("daily", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=START) as dag:
+        exactly_once_group(cfg)
+    iv, sink, tasks = Interval.daily("2013-01-01"), cfg.sink_handle(), dag.task_dict
+    began = tasks["t.begin"].execute(context("scheduled", iv))
+    txn = TxnRef.from_dict(began["txn"])
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    out = os.path.join(sink.data_dir(txn), "dt=2013-01-01")
+    os.makedirs(out)
+    pq.write_table(pa.table({"x": [1, 2]}), os.path.join(out, "part-0.parquet"))
+    sink.pre_commit(txn)
+    sink.record_validation(txn, True, {})
+    monkeypatch.setenv("EO_FAILPOINTS", "commit.before_publish=error")
+    with pytest.raises(FailpointError):  # decided, then died: nothing live, no event from commit
+        tasks["t.commit"].execute(context("scheduled", iv, **{"t.begin": began}))
+    monkeypatch.delenv("EO_FAILPOINTS")
+    assert sink.status(iv)[txn.epoch].state is State.COMMITTED and sink.live_version("dt=2013-01-01") is None
+    ctx = context("scheduled", iv, **{"t.begin": began}) if finisher == "t.abort" else context("next", iv)
+    ctx["outlet_events"] = events = OutletEventAccessors()
+    ctx["ti"].task_id = finisher
+    tasks[finisher].execute(ctx)
+    assert sink.live_version("dt=2013-01-01") == txn.name
+    [alias] = tasks[finisher].outlets
+    [event] = events[alias].asset_alias_events
+    assert event.dest_asset_key.uri == Asset(uri=f"file://{cfg.table_url}").uri
+    assert event.extra["version"] == txn.name and event.extra["rows"] == 2
+    assert ctx["ti"].pushed["eo_note"] == f"published e1: 2 rows, 1 file (publish finished by {finisher})"
+    assert (tmp_path / "reports" / "runs" / "p" / f"{txn.name}.json").is_file()
+    quiet = context("scheduled", iv, **{"t.begin": began})
+    quiet["outlet_events"] = nothing = OutletEventAccessors()
+    tasks["t.abort"].execute(quiet)  # already published: nothing to announce
+    assert nothing[alias].asset_alias_events == [] and "eo_note" not in quiet["ti"].pushed

@@ -54,17 +54,36 @@ def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
     return f"aborted: {type(exc).__name__}: {exc}"[:300]
 
 
+def event_extra(context: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    ti = context["ti"]
+    return {"version": summary.get("version"), "rows": summary.get("rows"), "files": summary.get("files"),
+            "partitions": sorted(summary.get("partitions") or {}),
+            "interval": {"start": context["data_interval_start"].isoformat(),
+                         "end": context["data_interval_end"].isoformat()},
+            "report_url": report_url(ti.dag_id, ti.run_id)}
+
+
 def on_commit(operator: Any, context: Any, summary: dict[str, Any]) -> None:
     """Commit task: the asset event's extra and the run's note."""
-    ti = context["ti"]
-    extra = {"version": summary.get("version"), "rows": summary.get("rows"), "files": summary.get("files"),
-             "partitions": sorted(summary.get("partitions") or {}),
-             "interval": {"start": context["data_interval_start"].isoformat(),
-                          "end": context["data_interval_end"].isoformat()},
-             "report_url": report_url(ti.dag_id, ti.run_id)}
+    extra = event_extra(context, summary)
     for outlet in operator.outlets or []:
         context["outlet_events"][outlet].extra.update(extra)
-    ti.xcom_push(key=NOTE_KEY, value=published_note(summary))
+    context["ti"].xcom_push(key=NOTE_KEY, value=published_note(summary))
+
+
+def on_finished_publish(operator: Any, context: Any, summaries: list[dict[str, Any]]) -> None:
+    """Begin or teardown finished a publish the commit task did not: the table's asset event (through
+    the task's AssetAlias outlet: no event unless one is added) and the run's note."""
+    from airflow.sdk import Asset, AssetAlias
+
+    for summary in summaries:
+        for outlet in operator.outlets or []:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri), extra=event_extra(context, summary))
+        note = f"{published_note(summary)} (publish finished by {context['ti'].task_id})"
+        context["ti"].xcom_push(key=NOTE_KEY, value=note)
+        log.info("%s finished the publish of %s: asset event and run summary recorded", context["ti"].task_id,
+                 summary.get("version"))
 
 
 def on_final_error(context: Any, note: str) -> None:

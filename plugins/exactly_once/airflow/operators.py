@@ -45,10 +45,12 @@ class PhaseOperator(BaseOperator):
     phase: str = ""
     ui_color = "#e8f1fb"
 
-    def __init__(self, *, config: PipelineConfig, begin_task_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, config: PipelineConfig, begin_task_id: str | None = None,
+                 asset_uri: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.config = config
         self.begin_task_id = begin_task_id
+        self.asset_uri = asset_uri  # the table's Asset, announced through an AssetAlias outlet
 
     def run_for(self, context: Any) -> IntervalRun:
         """The interval's run; the storage connection is resolved here, once per task."""
@@ -95,6 +97,7 @@ class BeginOperator(PhaseOperator):
     def call(self, run: IntervalRun, context: Any) -> Any:
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}
         ti = context["ti"]
+        announce_finished(self, context, run.finish_publishes())
         try:
             return run.begin(refresh_sources=bool(conf.get("reprocess")),
                              allow_shrinking=bool(conf.get("allow_shrinking")),
@@ -120,6 +123,14 @@ class BeginOperator(PhaseOperator):
             raise AirflowRescheduleException(now + timedelta(seconds=poke))
         raise AirflowFailException(f"{type(exc).__name__}: {exc} (waited {waited:.0f} s for it; "
                                    "EO_PREDECESSOR_TIMEOUT_SECONDS sets how long)") from exc
+
+
+def announce_finished(operator: PhaseOperator, context: Any, summaries: list[dict[str, Any]]) -> None:
+    """A publish this task finished (the commit task died after deciding) gets its asset event and note."""
+    if summaries:
+        from .notes import on_finished_publish  # noqa: PLC0415
+
+        on_finished_publish(operator, context, summaries)
 
 
 def predecessor_running(context: Any, interval: Interval) -> bool:
@@ -206,6 +217,7 @@ class AbortOperator(PhaseOperator):
 
     def call(self, run: IntervalRun, context: Any) -> Any:
         began = self.began(context)
+        announce_finished(self, context, run.finish_publishes())
         if began:
             self.interrupt_writes(TxnRef.from_dict(began["txn"]).name)
         if not began:

@@ -24,7 +24,7 @@ import weakref
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Asset, TaskGroup
+from airflow.sdk import Asset, AssetAlias, TaskGroup
 
 from ..config import PipelineConfig
 from ..errors import LayoutError
@@ -87,7 +87,11 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
     with TaskGroup(group_id=gid, tooltip=f"exactly-once publish of {config.sink}") as group:
         begin_id = group.child_id("begin")  # the real id, with every enclosing group's prefix
         common = {"config": config, "begin_task_id": begin_id, **retry}
-        begin = BeginOperator(task_id="begin", **common)
+        # begin and the teardown may finish a publish the commit task did not: they announce it through an
+        # alias (an alias outlet emits nothing unless an event is added to it)
+        finishers = {"outlets": [AssetAlias(f"exactly_once:{config.pipeline}/{config.sink}")],
+                     "asset_uri": _asset_uri(config)}
+        begin = BeginOperator(task_id="begin", **finishers, **common)
         write = WriteOperator(
             task_id="write", application=config.application, conn_id=spark_conn_id,
             name=f"{config.pipeline}-{config.sink}", conf=conf, env_vars=spark_env(),
@@ -98,7 +102,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         # The asset is the table's location (its URI is its name: moving EO_DATA_ROOT is a new asset)
         commit = CommitOperator(task_id="commit", outlets=[Asset(uri=_asset_uri(config))], **common)
         abort = AbortOperator(task_id="abort", spark_conn_id=spark_conn_id,
-                              write_attempts=retry["retries"] + 1, **common)
+                              write_attempts=retry["retries"] + 1, **finishers, **common)
         begin >> write >> pre_commit >> validate >> commit >> abort
         abort.as_teardown(setups=begin)
     if begin.task_id != begin_id:
