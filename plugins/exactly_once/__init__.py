@@ -12,6 +12,7 @@ from .txlog import State
 
 __all__ = [
     "CommitResult", "ConfigError", "ExactlyOnceError", "FailpointError", "FencedError", "InputChangedError",
-    "InputsShrankError", "Interval", "Manifest", "ManifestFile", "OrderingError", "OwnershipError", "State", "StorageError", "TransactionAbortedError", "TransactionStateError",
+    "InputsShrankError", "Interval", "Manifest", "ManifestFile", "OrderingError", "OwnershipError", "State",
+    "StorageError", "TransactionAbortedError", "TransactionStateError",
     "TwoPhaseCommitSink", "TxnRef", "UnsafeIdentifierError", "ValidationFailedError",
 ]

@@ -55,6 +55,7 @@ def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
 
 
 def event_extra(context: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """The asset event's extra for a published version (``IntervalRun.commit``'s summary)."""
     ti = context["ti"]
     return {"version": summary.get("version"), "rows": summary.get("rows"), "files": summary.get("files"),
             "partitions": sorted(summary.get("partitions") or {}),
@@ -79,7 +80,8 @@ def on_finished_publish(operator: Any, context: Any, summaries: list[dict[str, A
     for summary in summaries:
         for outlet in operator.outlets or []:
             if isinstance(outlet, AssetAlias):
-                context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri), extra=event_extra(context, summary))
+                context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
+                                                     extra=event_extra(context, summary))
         note = f"{published_note(summary)} (publish finished by {context['ti'].task_id})"
         context["ti"].xcom_push(key=NOTE_KEY, value=note)
         log.info("%s finished the publish of %s: asset event and run summary recorded", context["ti"].task_id,

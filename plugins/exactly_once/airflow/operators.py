@@ -15,9 +15,9 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleExcept
 
 from .. import settings
 from ..config import PipelineConfig
-from ..errors import (CommitWithoutWriteError, ConfigError, FencedError, InputChangedError, InputsShrankError, OwnershipError,
-                      PredecessorPendingError, TransactionAbortedError,
-                      UnsafeIdentifierError, ValidationFailedError)
+from ..errors import (CommitWithoutWriteError, ConfigError, FencedError, InputChangedError, InputsShrankError,
+                      OwnershipError, PredecessorPendingError, TransactionAbortedError, UnsafeIdentifierError,
+                      ValidationFailedError)
 from ..ids import Interval, TxnRef
 from ..pipeline import IntervalRun
 from .connections import storage_options
