@@ -2,7 +2,8 @@
 
 * The commit task's asset event carries ``{"version", "interval": {"start", "end"}, "rows", "files",
   "partitions", "report_url"}`` (``outlet_events[asset].extra``), so a consumer DAG knows exactly
-  which version it was triggered by.
+  which version it was triggered by. When the teardown or the next run's begin finished a publish the
+  commit task did not, that task adds the same event through its AssetAlias outlet.
 * A task cannot set its DAG run's note through the Task SDK (Airflow 3.3's execution API has no such
   call; the REST API would need credentials in every worker). So the phase tasks push a one-line note
   as XCom ``eo_note`` ("published e2: 5 rows, 1 file", "aborted: rejected_ratio 0.081 > 0.05"), and
