@@ -272,8 +272,8 @@ class IntervalRun:
         raises CommitWithoutWriteError saying which task to clear instead.
         """
         t0 = time.perf_counter()
-        st = self.sink.status(self.interval).get(self._own(txn).epoch)
-        if st is not None and st.state is State.OPEN:
+        st = self.sink.status_of(self._own(txn))  # refuses another pipeline's or an unknown transaction
+        if st.state is State.OPEN:
             return self._nothing_written(txn)
         result = self.sink.commit(txn)
         summary = {"version": txn.name, "partitions": result.partitions, "files": result.files,

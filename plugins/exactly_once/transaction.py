@@ -387,6 +387,10 @@ class TwoPhaseCommitSink:
             bind_table(self.storage, self.home, self.table, self.pipeline, self.sink)
             self._bound = True
 
+    def status_of(self, txn: TxnRef) -> EpochStatus:
+        """``txn``'s status; TransactionStateError for another sink's or an unknown transaction."""
+        return self._status(txn)
+
     def _status(self, txn: TxnRef) -> EpochStatus:
         if (txn.pipeline, txn.sink) != (self.pipeline, self.sink):
             raise TransactionStateError(f"{txn.name} belongs to {txn.pipeline}/{txn.sink}, not this sink")
