@@ -106,7 +106,8 @@ class BeginOperator(PhaseOperator):
         except PredecessorPendingError as exc:
             if predecessor_running(context, run.interval):
                 self.wait_for_predecessor(exc, context)
-            raise
+            # nothing is running that could commit it: no retry can help, the run fails now
+            raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
 
     @staticmethod
     def wait_for_predecessor(exc: PredecessorPendingError, context: Any) -> None:
