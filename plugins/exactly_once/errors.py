@@ -86,3 +86,9 @@ class PredecessorPendingError(OrderingError):
 class CommitWithoutWriteError(TransactionStateError):
     """A commit task ran for an attempt whose write never ran (a clear of the commit task alone) and the
     interval has no committed version to stand on; clear the write task with its downstream instead."""
+
+
+class PhaseNotRunError(TransactionStateError):
+    """A phase found that the phase before it never ran for this attempt (it was marked success in the
+    UI without running, or its job exited without its result): no retry can bring the result, and
+    nothing is published without it. Clear the named task with Downstream."""

@@ -17,9 +17,9 @@ from typing import Any, Mapping
 
 from .config import PipelineConfig
 from .contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
-from .errors import (ConfigError, InputsShrankError, NoInputError, OrderingError, OwnershipError,
-                     CommitWithoutWriteError, PredecessorPendingError, TransactionStateError,
-                     ValidationFailedError)
+from .errors import (CommitWithoutWriteError, ConfigError, InputsShrankError, NoInputError, OrderingError,
+                     OwnershipError, PhaseNotRunError, PredecessorPendingError, TransactionAbortedError,
+                     TransactionStateError, ValidationFailedError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, parse_txn_name
 from .layout import Source, late_files, list_inputs
@@ -205,8 +205,18 @@ class IntervalRun:
             status = self.sink.status(self.interval).get(txn.epoch)
             if status and status.manifest is not None:  # already pre-committed; counts are in the log
                 return status.records["pre_committed"].get("counts", {})
-            raise TransactionStateError(
-                f"{txn.name}: the write job did not finish ({COUNTS} missing); retry the write") from None
+            if status and status.state is State.ABORTED:  # e.g. the teardown ended it: staging is gone
+                raise TransactionAbortedError(f"{txn.name} was aborted ({status.reason or 'no reason recorded'})"
+                                              "; it can never commit - re-run the interval") from None
+            raise self._not_run(txn, f"the write job left no {COUNTS}", "write") from None
+
+    def _not_run(self, txn: TxnRef, found: str, task: str) -> PhaseNotRunError:
+        """The phase before this one never ran for ``txn`` ("Mark success" in the UI, or a job that exited
+        without its result): final - no retry of this phase can bring that result."""
+        return PhaseNotRunError(
+            f"{txn.name}: {found}: the {task} task did not run for this attempt (was it marked success?) or "
+            f"ended without its result. Nothing of this attempt is published; clear the {task} task with "
+            "Downstream (or the whole run) to run it")
 
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
         """Seal the staged output (manifest in the log, with the write job's counts).
@@ -241,7 +251,13 @@ class IntervalRun:
         Raises ValidationFailedError (one line per failed expectation) when it fails; the transaction
         can then never commit, and the teardown aborts it.
         """
-        self._own(txn)
+        st = self.sink.status_of(self._own(txn))
+        if st.state is State.ABORTED:
+            raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason or 'no reason recorded'}); it "
+                                          "can never commit")
+        if st.manifest is None:
+            self.counts(txn)  # the write's result first: name the earliest phase that did not run
+            raise self._not_run(txn, "it is not pre-committed (no manifest in the log)", "pre_commit")
         from .quality import validate_staged  # GX is heavy: imported only by the validate task
 
         spec = JobSpec.from_json(self.storage.read_bytes(self.storage.join(self.sink.staging_dir(txn), SPEC)))
@@ -269,12 +285,18 @@ class IntervalRun:
         A commit whose own attempt never wrote (``txn`` OPEN: the UI's "Clear" of the commit task re-runs
         ``begin`` with it, but not the write) publishes nothing: if the interval has a committed,
         published version it returns ``{"version": <that>, "already_committed": True}``; otherwise it
-        raises CommitWithoutWriteError saying which task to clear instead.
+        raises CommitWithoutWriteError saying which task to clear instead. An attempt that wrote but was
+        never pre-committed, or has no verdict ("Mark success" on pre_commit or validate), is refused with
+        PhaseNotRunError: nothing unvalidated is ever published.
         """
         t0 = time.perf_counter()
         st = self.sink.status_of(self._own(txn))  # refuses another pipeline's or an unknown transaction
         if st.state is State.OPEN:
+            if self.storage.exists(self.storage.join(self.sink.staging_dir(txn), COUNTS)):
+                raise self._not_run(txn, "its write finished but it is not pre-committed", "pre_commit")
             return self._nothing_written(txn)
+        if st.state is State.PRE_COMMITTED and st.validation is None and self.sink.require_validation:
+            raise self._not_run(txn, "no quality verdict is recorded", "validate")
         result = self.sink.commit(txn)
         summary = {"version": txn.name, "partitions": result.partitions, "files": result.files,
                    "rows": result.rows, "commit_seconds": round(time.perf_counter() - t0, 4),

@@ -1,9 +1,10 @@
 """What a run tells Airflow about its table: the asset event's extra and the DAG run's note.
 
-* The commit task's asset event carries ``{"version", "interval": {"start", "end"}, "rows", "files",
-  "partitions", "report_url"}`` (``outlet_events[asset].extra``), so a consumer DAG knows exactly
-  which version it was triggered by. When the teardown or the next run's begin finished a publish the
-  commit task did not, that task adds the same event through its AssetAlias outlet.
+* The table's asset event carries ``{"version", "interval": {"start", "end"}, "rows", "files",
+  "partitions", "report_url"}``, so a consumer DAG knows exactly which version it was triggered by. It
+  is added through the task's AssetAlias outlet by whoever published: the commit task, or the teardown
+  or the next run's begin when they finished a publish the commit task did not. A commit that published
+  nothing (the interval was already committed) adds no event.
 * A task cannot set its DAG run's note through the Task SDK (Airflow 3.3's execution API has no such
   call; the REST API would need credentials in every worker). So the phase tasks push a one-line note
   as XCom ``eo_note`` ("published e2: 5 rows, 1 file", "aborted: rejected_ratio 0.081 > 0.05"), and
@@ -65,24 +66,27 @@ def event_extra(context: Any, summary: dict[str, Any]) -> dict[str, Any]:
             "report_url": report_url(ti.dag_id, ti.run_id)}
 
 
-def on_commit(operator: Any, context: Any, summary: dict[str, Any]) -> None:
-    """Commit task: the asset event's extra and the run's note."""
-    extra = event_extra(context, summary)
+def announce(operator: Any, context: Any, summary: dict[str, Any]) -> None:
+    """The table's asset event for a version that went live, through the task's AssetAlias outlet
+    (an alias emits nothing unless an event is added: a task that published nothing announces nothing)."""
+    from airflow.sdk import Asset, AssetAlias
+
     for outlet in operator.outlets or []:
-        context["outlet_events"][outlet].extra.update(extra)
+        if isinstance(outlet, AssetAlias):
+            context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri), extra=event_extra(context, summary))
+
+
+def on_commit(operator: Any, context: Any, summary: dict[str, Any]) -> None:
+    """Commit task published a version: the asset event and the run's note."""
+    announce(operator, context, summary)
     context["ti"].xcom_push(key=NOTE_KEY, value=published_note(summary))
 
 
 def on_finished_publish(operator: Any, context: Any, summaries: list[dict[str, Any]]) -> None:
-    """Begin or teardown finished a publish the commit task did not: the table's asset event (through
-    the task's AssetAlias outlet: no event unless one is added) and the run's note."""
-    from airflow.sdk import Asset, AssetAlias
-
+    """Begin or teardown finished a publish the commit task did not: the table's asset event and the
+    run's note."""
     for summary in summaries:
-        for outlet in operator.outlets or []:
-            if isinstance(outlet, AssetAlias):
-                context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
-                                                     extra=event_extra(context, summary))
+        announce(operator, context, summary)
         note = f"{published_note(summary)} (publish finished by {context['ti'].task_id})"
         context["ti"].xcom_push(key=NOTE_KEY, value=note)
         log.info("%s finished the publish of %s: asset event and run summary recorded", context["ti"].task_id,

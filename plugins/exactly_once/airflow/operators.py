@@ -16,15 +16,15 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleExcept
 from .. import settings
 from ..config import PipelineConfig
 from ..errors import (CommitWithoutWriteError, ConfigError, FencedError, InputChangedError, InputsShrankError,
-                      OwnershipError, PredecessorPendingError, TransactionAbortedError, UnsafeIdentifierError,
-                      ValidationFailedError)
+                      OwnershipError, PhaseNotRunError, PredecessorPendingError, TransactionAbortedError,
+                      UnsafeIdentifierError, ValidationFailedError)
 from ..ids import Interval, TxnRef
 from ..pipeline import IntervalRun
 from .connections import storage_options
 
 # errors no retry can fix: the task fails at once (and ends its transaction)
 FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError, OwnershipError,
-         ConfigError, InputChangedError, InputsShrankError, CommitWithoutWriteError)
+         ConfigError, InputChangedError, InputsShrankError, CommitWithoutWriteError, PhaseNotRunError)
 log = logging.getLogger(__name__)
 
 
@@ -187,7 +187,8 @@ class ValidateOperator(PhaseOperator):
 
 
 class CommitOperator(PhaseOperator):
-    """Publish atomically; the only task that declares the output Asset."""
+    """Publish atomically and announce the table's Asset (through the group's AssetAlias outlet) - only
+    when a version went live: a commit that found the interval already committed announces nothing."""
 
     phase = "commit"
     ui_color = "#cfe2ff"

@@ -24,7 +24,7 @@ import weakref
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Asset, AssetAlias, TaskGroup
+from airflow.sdk import AssetAlias, TaskGroup
 
 from ..config import PipelineConfig
 from ..errors import LayoutError
@@ -87,8 +87,11 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
     with TaskGroup(group_id=gid, tooltip=f"exactly-once publish of {config.sink}") as group:
         begin_id = group.child_id("begin")  # the real id, with every enclosing group's prefix
         common = {"config": config, "begin_task_id": begin_id, **retry}
-        # begin and the teardown may finish a publish the commit task did not: they announce it through an
-        # alias (an alias outlet emits nothing unless an event is added to it)
+        # The table's Asset (its URI is its location: moving EO_DATA_ROOT is a new asset) is announced
+        # through an alias by whoever publishes - commit, or begin/the teardown finishing a publish commit
+        # did not: an alias outlet emits nothing unless an event is added to it, so a task that published
+        # nothing (commit of an interval already committed) announces nothing. A static Asset outlet
+        # would emit an event on every success of its task.
         finishers = {"outlets": [AssetAlias(f"exactly_once:{config.pipeline}/{config.sink}")],
                      "asset_uri": _asset_uri(config)}
         begin = BeginOperator(task_id="begin", **finishers, **common)
@@ -99,8 +102,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
                               *config.application_args], **retry)
         pre_commit = PreCommitOperator(task_id="pre_commit", **common)
         validate = ValidateOperator(task_id="validate", **common)
-        # The asset is the table's location (its URI is its name: moving EO_DATA_ROOT is a new asset)
-        commit = CommitOperator(task_id="commit", outlets=[Asset(uri=_asset_uri(config))], **common)
+        commit = CommitOperator(task_id="commit", **finishers, **common)
         abort = AbortOperator(task_id="abort", spark_conn_id=spark_conn_id,
                               write_attempts=retry["retries"] + 1, **finishers, **common)
         begin >> write >> pre_commit >> validate >> commit >> abort

@@ -1,0 +1,386 @@
+"""Issue 13: what the Airflow UI and CLI do to an interval, through Airflow's own code on a real metadata DB.
+
+Each test runs the operations exactly as Airflow 3 implements them - ``DAG.clear`` / ``partial_subset``
+(what a "Clear" includes), ``set_task_instance_state`` ("Mark success"), ``_create_backfill``
+(``airflow backfill create --reprocess-behavior``) - on the serialized DAG in a SQLite metadata DB, then
+runs the task instances Airflow would schedule, in its order (``DagRun.update_state``, the loop of
+``airflow dags test``), through the Task SDK's in-process runner (XCom, outlets and asset events are
+real). Only the write task is a stand-in (the pyarrow job of ``test_interval_runs``: no JVM). Every
+test asserts on the data (rows exactly once, the live version) and on the run's and tasks' states.
+
+One metadata DB per module (its own file, never the demo's); each test has its own DAG id and data root.
+"""
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow.dataset as ds
+import pytest
+
+from exactly_once.contracts import COUNTS, JobSpec
+from test_interval_runs import config, land, month, write  # the stand-in write job and its helpers
+
+pytestmark = pytest.mark.airflow
+
+UTC = timezone.utc
+PART = "month=2013-01"
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> Iterator[Any]:
+    """A fresh SQLite metadata DB for this module (the ORM is pointed at it, then back)."""
+    from airflow import settings
+    from airflow.utils import db
+
+    key = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
+    old = os.environ.get(key)
+    os.environ[key] = f"sqlite:///{tmp_path_factory.mktemp('airflow-db') / 'airflow.db'}"
+    settings.configure_vars()
+    settings.reconfigure_orm()
+    try:
+        db.initdb()
+        from airflow.dag_processing.bundles.manager import DagBundlesManager
+
+        s = settings.NonScopedSession()  # its own: create_session() in Airflow closes the scoped one
+        DagBundlesManager().sync_bundles_to_db(session=s)
+        s.commit()
+        yield s
+        s.close()
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+        settings.configure_vars()
+        settings.reconfigure_orm()
+
+
+class Pipeline:
+    """One DAG (``exactly_once_group`` of a monthly pipeline, one retry) in the metadata DB, and a driver
+    that runs its task instances the way the scheduler would."""
+
+    def __init__(self, session: Any, root: Path, dag_id: str) -> None:
+        from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+        from airflow.models.serialized_dag import SerializedDagModel
+        from airflow.sdk import DAG, CronDataIntervalTimetable
+        from airflow.serialization.serialized_objects import LazyDeserializedDAG
+
+        from exactly_once.airflow import exactly_once_group
+
+        self.session, self.root, self.dag_id = session, root, dag_id
+        self.cfg = config(root)
+        with DAG(dag_id, schedule=CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"),
+                 start_date=datetime(2013, 1, 1, tzinfo=UTC), catchup=False, max_active_runs=1) as dag:
+            # one retry, at once: a final error must fail on its first try, a retryable one is retried
+            exactly_once_group(self.cfg, retries=1, retry_delay_seconds=0)
+        self.dag = dag
+        update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
+                                         session=session)
+        session.commit()
+        self.sdag = session.scalar(SerializedDagModel.latest_item_select_object(dag_id)).dag
+        self.sink = self.cfg.sink_handle()
+        self.broken: set[str] = set()   # months whose write job dies (the Spark job failed)
+        self.bad_counts: set[str] = set()  # months whose write job reports counts the gate rejects
+
+    # ---------------------------------------------------------------- runs
+    def create_run(self, m: int) -> Any:
+        from airflow.utils.state import DagRunState
+        from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+        iv = month(m)
+        dr = self.sdag.create_dagrun(
+            run_id=f"scheduled__{iv.start.isoformat()}", logical_date=iv.start, data_interval=(iv.start, iv.end),
+            run_after=iv.end, run_type=DagRunType.SCHEDULED, triggered_by=DagRunTriggeredByType.TIMETABLE,
+            state=DagRunState.RUNNING, session=self.session)
+        self.session.commit()
+        return dr
+
+    def drive(self, dr: Any, *, until: str | None = None) -> dict[str, str]:
+        """Run the run's schedulable task instances until the run ends (or ``until`` is next to run);
+        return the tasks' states. Like ``airflow dags test``: ``update_state`` decides what may run."""
+        from airflow.sdk.definitions.dag import _run_task
+        from airflow.utils.state import DagRunState, TaskInstanceState
+
+        session = self.session
+        if dr.state == DagRunState.QUEUED:  # a cleared run: the scheduler starts it
+            dr.set_state(DagRunState.RUNNING)
+            session.commit()
+        while dr.state == DagRunState.RUNNING:
+            session.expire_all()
+            schedulable, _ = dr.update_state(session=session)
+            if until is not None and until in {ti.task_id for ti in schedulable}:
+                session.rollback()
+                break
+            for ti in schedulable:
+                if ti.state != TaskInstanceState.UP_FOR_RESCHEDULE:
+                    ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
+                if ti.task_id == "t.write" and self._began(dr) is not None:
+                    self._stand_in_write(ti, dr)
+                else:  # the real task runner; a write without begin's XCom fails rendering its template
+                    try:
+                        _run_task(ti=ti, task=self.dag.task_dict[ti.task_id])
+                    except Exception:  # noqa: BLE001 - a failed task is recorded as failed, like dags test
+                        pass
+        return self.states(dr)
+
+    def _began(self, dr: Any) -> dict[str, Any] | None:
+        from airflow.models.xcom import XComModel
+
+        row = self.session.scalars(XComModel.get_many(run_id=dr.run_id, dag_ids=self.dag_id, task_ids="t.begin",
+                                                      key="return_value")).first()
+        return XComModel.deserialize_value(row) if row is not None else None
+
+    def _stand_in_write(self, ti: Any, dr: Any) -> None:
+        from airflow.utils.state import TaskInstanceState
+
+        began = self._began(dr)
+        key = dr.data_interval_start.strftime("%Y-%m")
+        if key in self.broken:
+            ti.set_state(TaskInstanceState.FAILED, session=self.session)
+        else:
+            write(began["spec"])
+            if key in self.bad_counts:  # the job says it wrote rows that are not staged: the gate must fail
+                counts = Path(JobSpec.from_json(Path(began["spec"]).read_bytes()).staging_dir) / COUNTS
+                doc = json.loads(counts.read_text())
+                doc["rows_written"] = {k: v + 5 for k, v in doc["rows_written"].items()}
+                counts.write_text(json.dumps(doc))
+            ti.set_state(TaskInstanceState.SUCCESS, session=self.session)
+        self.session.commit()
+
+    def states(self, dr: Any) -> dict[str, str]:
+        self.session.expire_all()
+        return {ti.task_id.split(".", 1)[1]: str(getattr(ti.state, "value", ti.state))
+                for ti in dr.get_task_instances(session=self.session)}
+
+    def tries(self, dr: Any, task: str) -> int:
+        [ti] = [t for t in dr.get_task_instances(session=self.session) if t.task_id == f"t.{task}"]
+        return ti.try_number
+
+    def note(self, dr: Any) -> str | None:
+        from exactly_once.airflow.notes import run_note
+
+        return run_note(dr, self.session)
+
+    def run_state(self, dr: Any) -> str:
+        self.session.refresh(dr)
+        return str(getattr(dr.state, "value", dr.state))
+
+    # ---------------------------------------------------------------- data
+    def rows(self) -> list[dict[str, Any]]:
+        return ds.dataset(self.cfg.table_url, format="parquet", partitioning="hive").to_table().to_pylist()
+
+    def live(self, m: int = 1) -> str | None:
+        return self.sink.live_version(f"month=2013-{m:02d}")
+
+    def epochs(self, m: int = 1) -> dict[int, str]:
+        return {e: st.state.value for e, st in self.sink.status(month(m)).items()}
+
+    def staged(self) -> list[str]:
+        staging = Path(self.sink.staging_dir(self.sink.ref(month(1), 1))).parent
+        return sorted(p.name for p in staging.iterdir()) if staging.exists() else []
+
+
+@pytest.fixture
+def pipe(session, tmp_path, request) -> Pipeline:
+    land(tmp_path, "2013-01", "a.csv", [1, 2])
+    land(tmp_path, "2013-02", "a.csv", [10])
+    return Pipeline(session, tmp_path, request.node.name.replace("[", "_").replace("]", "").replace("-", "_"))
+
+
+def green_run(pipe: Pipeline, m: int = 1) -> Any:
+    dr = pipe.create_run(m)
+    assert set(pipe.drive(dr).values()) == {"success"}
+    assert pipe.run_state(dr) == "success"
+    return dr
+
+
+JAN = [{"n": 2, "total": 3, "month": "2013-01"}]
+
+
+# ------------------------------------------------------------------------------------------ clear
+def test_clearing_write_without_downstream_keeps_the_live_version_and_leaves_nothing_staged(pipe):
+    """Clear of ``write`` alone re-runs begin, write and the teardown (Airflow adds the setup and the
+    teardown): the new attempt writes, nobody pre-commits or commits it, the teardown aborts it. The live
+    version stays the first one, its rows once; nothing is left staged."""
+    dr = green_run(pipe)
+    cleared = pipe.sdag.clear(task_ids=["t.write"], run_id=dr.run_id, session=pipe.session, dry_run=True)
+    assert sorted(ti.task_id for ti in cleared) == ["t.abort", "t.begin", "t.write"]
+    pipe.sdag.clear(task_ids=["t.write"], run_id=dr.run_id, session=pipe.session)
+    pipe.session.commit()
+    assert set(pipe.drive(dr).values()) == {"success"} and pipe.run_state(dr) == "success"
+    assert pipe.epochs() == {1: "COMMITTED", 2: "ABORTED"}
+    assert pipe.live() == pipe.sink.ref(month(1), 1).name and pipe.rows() == JAN
+    assert pipe.staged() == []
+
+
+def test_clearing_write_with_downstream_publishes_an_identical_version(pipe):
+    """Clear of ``write`` with Downstream (``partial_subset(include_downstream=True)``: the whole chain)
+    replays the committed inputs and publishes a new version with the same rows, once."""
+    dr = green_run(pipe)
+    subset = pipe.sdag.partial_subset(task_ids=["t.write"], include_downstream=True, include_upstream=False)
+    assert sorted(subset.task_dict) == ["t.abort", "t.begin", "t.commit", "t.pre_commit", "t.validate", "t.write"]
+    pipe.sdag.clear(task_ids=list(subset.task_dict), run_id=dr.run_id, session=pipe.session)
+    pipe.session.commit()
+    assert set(pipe.drive(dr).values()) == {"success"}
+    assert pipe.epochs() == {1: "COMMITTED", 2: "COMMITTED"}
+    assert pipe.live() == pipe.sink.ref(month(1), 2).name and pipe.rows() == JAN
+    assert pipe.sink.status(month(1))[2].records["open"]["meta"]["replayed"] is True
+    assert pipe.staged() == []
+
+
+# ------------------------------------------------------------------------------------------ mark success
+# "Mark success" on a phase before it ran: the next phase that needs its result refuses at once (final,
+# no retry) and says what to clear; the teardown aborts the attempt; the first version stays live.
+REFUSED_BY = {"begin": ("write", None), "write": ("pre_commit", "the write task did not run"),
+              "pre_commit": ("validate", "the pre_commit task did not run"),
+              "validate": ("commit", "the validate task did not run"), "commit": (None, None)}
+
+
+@pytest.mark.parametrize("marked", list(REFUSED_BY))
+def test_mark_success_on_a_phase_publishes_nothing_unrun_and_the_next_phase_says_what_to_clear(pipe, marked):
+    from airflow.utils.state import TaskInstanceState
+
+    first = green_run(pipe)
+    assert pipe.live() == pipe.sink.ref(month(1), 1).name
+    # the whole run again (Clear the run), and the operator marks one phase success before it runs
+    pipe.sdag.clear(run_id=first.run_id, session=pipe.session)
+    pipe.session.commit()
+    pipe.drive(first, until=f"t.{marked}")
+    altered = pipe.sdag.set_task_instance_state(task_id=f"t.{marked}", run_id=first.run_id,
+                                                state=TaskInstanceState.SUCCESS, session=pipe.session)
+    pipe.session.commit()
+    assert [ti.task_id for ti in altered] == [f"t.{marked}"]
+    states = pipe.drive(first)
+    refusing, says = REFUSED_BY[marked]
+    assert pipe.live() == pipe.sink.ref(month(1), 1).name and pipe.rows() == JAN  # nothing new published
+    assert pipe.staged() == []
+    if marked == "begin":  # no transaction: the write cannot even render its arguments; nothing opened
+        assert states["write"] == "failed" and pipe.epochs() == {1: "COMMITTED"}
+    else:
+        assert pipe.epochs() == {1: "COMMITTED", 2: "ABORTED"}
+    if refusing is None:  # commit marked success: nothing published, the teardown aborted the attempt
+        assert states == {"begin": "success", "write": "success", "pre_commit": "success", "validate": "success",
+                          "commit": "success", "abort": "success"}
+        assert pipe.sink.status(month(1))[2].reason is not None
+        return
+    assert states[refusing] == "failed" and pipe.run_state(first) == "failed"
+    if says is not None:  # refused on its first try (final), naming the task to clear
+        assert pipe.tries(first, refusing) == 1
+        note = pipe.note(first)
+        assert note.startswith("aborted: PhaseNotRunError") and says in note and "Downstream" in note
+
+
+def test_marking_a_failed_gate_success_publishes_nothing(pipe):
+    """The gate failed (the teardown aborted the attempt); "Mark success" on validate clears commit
+    (upstream_failed), which then finds the attempt aborted and fails at once: nothing unvalidated is
+    published, the first version stays live."""
+    from airflow.utils.state import TaskInstanceState
+
+    first = green_run(pipe)
+    pipe.bad_counts.add("2013-01")
+    pipe.sdag.clear(run_id=first.run_id, session=pipe.session)
+    pipe.session.commit()
+    states = pipe.drive(first)
+    assert states["validate"] == "failed" and states["commit"] == "upstream_failed"
+    assert pipe.epochs() == {1: "COMMITTED", 2: "ABORTED"}
+    pipe.sdag.set_task_instance_state(task_id="t.validate", run_id=first.run_id, state=TaskInstanceState.SUCCESS,
+                                      session=pipe.session)
+    pipe.session.commit()
+    assert pipe.states(first)["commit"] is None or pipe.states(first)["commit"] == "None"  # cleared to run
+    states = pipe.drive(first)
+    assert states["validate"] == "success" and states["commit"] == "failed" and pipe.tries(first, "commit") == 1
+    assert pipe.run_state(first) == "failed"
+    assert pipe.live() == pipe.sink.ref(month(1), 1).name and pipe.rows() == JAN
+    assert pipe.epochs() == {1: "COMMITTED", 2: "ABORTED"} and pipe.staged() == []
+
+
+# ------------------------------------------------------------------------------------------ backfill
+def backfill(pipe: Pipeline, behavior: str) -> list[Any]:
+    """``airflow backfill create --dag-id <dag> --from-date 2013-01-01 --to-date 2013-02-01
+    --reprocess-behavior <behavior>``; returns the runs it (re)queued, in its order."""
+    from airflow.models.backfill import BackfillDagRun, ReprocessBehavior, _create_backfill
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    bf = _create_backfill(dag_id=pipe.dag_id, from_date=month(1).start, to_date=month(2).start, max_active_runs=10,
+                          reverse=False, dag_run_conf=None, triggering_user_name="test",
+                          reprocess_behavior=ReprocessBehavior(behavior))
+    pipe.session.expire_all()
+    ids = pipe.session.scalars(select(BackfillDagRun.dag_run_id).where(BackfillDagRun.backfill_id == bf.id,
+                                                                       BackfillDagRun.dag_run_id.is_not(None))
+                               .order_by(BackfillDagRun.sort_ordinal)).all()
+    return [pipe.session.scalar(select(DagRun).where(DagRun.id == i)) for i in ids]
+
+
+@pytest.mark.parametrize("behavior", ["completed", "failed", "none"])
+def test_backfill_create_with_each_reprocess_behavior(pipe, behavior):
+    """January succeeded (e1 live); February's write died (its run failed, nothing published). A backfill
+    over both re-runs what its reprocess behaviour says: ``completed`` both (January replays its committed
+    inputs: a new, identical version), ``failed`` only February, ``none`` neither. Every re-run ends
+    exact: each month's rows once, the newest committed version live, nothing staged."""
+    green_run(pipe, 1)
+    pipe.broken.add("2013-02")
+    feb = pipe.create_run(2)
+    assert pipe.drive(feb)["write"] == "failed" and pipe.run_state(feb) == "failed"
+    assert pipe.epochs(2) == {1: "ABORTED"} and pipe.live(2) is None
+    pipe.broken.clear()
+    runs = backfill(pipe, behavior)
+    expected = {"completed": ["2013-01", "2013-02"], "failed": ["2013-02"], "none": []}[behavior]
+    assert [r.data_interval_start.strftime("%Y-%m") for r in runs] == expected
+    for dr in runs:
+        assert set(pipe.drive(dr).values()) == {"success"} and pipe.run_state(dr) == "success"
+    jan = 2 if behavior == "completed" else 1
+    assert pipe.live(1) == pipe.sink.ref(month(1), jan).name
+    assert pipe.live(2) == (None if behavior == "none" else pipe.sink.ref(month(2), 2).name)
+    assert sorted(pipe.rows(), key=lambda r: r["month"]) == JAN + (
+        [] if behavior == "none" else [{"n": 1, "total": 10, "month": "2013-02"}])
+    if behavior == "completed":
+        assert pipe.epochs(1) == {1: "COMMITTED", 2: "COMMITTED"}
+        assert pipe.sink.status(month(1))[2].records["open"]["meta"]["replayed"] is True
+    assert pipe.staged() == []
+
+
+# ------------------------------------------------------------------------------------------ asset events
+def test_the_tables_asset_event_goes_out_once_per_published_version_and_schedules_its_consumer(pipe):
+    """The commit task announces the table through the group's AssetAlias: one asset event per version
+    that went live (with its extra), and an asset-scheduled consumer DAG is queued. Clearing commit
+    (begin, commit, teardown re-run; the interval is already committed) publishes nothing and emits no
+    event - a static Asset outlet would have announced a publish that did not happen."""
+    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+    from airflow.models.asset import AssetDagRunQueue, AssetEvent, AssetModel
+    from airflow.sdk import DAG, Asset
+    from airflow.sdk.bases.operator import BaseOperator
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+    from sqlalchemy import func, select
+
+    uri = f"file://{pipe.cfg.table_url}"
+    with DAG(f"{pipe.dag_id}_consumer", schedule=[Asset(uri=uri)], start_date=datetime(2013, 1, 1, tzinfo=UTC)) as c:
+        BaseOperator(task_id="read")
+    update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(c)], {}, None, set(),
+                                     session=pipe.session)
+    pipe.session.commit()
+
+    def events() -> list[dict[str, Any]]:
+        pipe.session.expire_all()
+        return [e.extra for e in pipe.session.scalars(select(AssetEvent).join(AssetModel).where(
+            AssetModel.uri == uri).order_by(AssetEvent.id))]
+
+    dr = green_run(pipe)
+    [extra] = events()
+    assert extra["version"] == pipe.sink.ref(month(1), 1).name and extra["rows"] == 1
+    assert extra["interval"] == {"start": month(1).start.isoformat(), "end": month(1).end.isoformat()}
+    queued = pipe.session.scalar(select(func.count()).select_from(AssetDagRunQueue).where(
+        AssetDagRunQueue.target_dag_id == c.dag_id))
+    assert queued == 1
+    pipe.sdag.clear(task_ids=["t.commit"], run_id=dr.run_id, session=pipe.session)
+    pipe.session.commit()
+    assert set(pipe.drive(dr).values()) == {"success"}
+    assert pipe.epochs() == {1: "COMMITTED", 2: "ABORTED"} and pipe.live() == pipe.sink.ref(month(1), 1).name
+    assert len(events()) == 1  # no event for the publish that did not happen
