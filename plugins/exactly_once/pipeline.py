@@ -214,9 +214,8 @@ class IntervalRun:
         """The phase before this one never ran for ``txn`` ("Mark success" in the UI, or a job that exited
         without its result): final - no retry of this phase can bring that result."""
         return PhaseNotRunError(
-            f"{txn.name}: {found}: the {task} task did not run for this attempt (was it marked success?) or "
-            f"ended without its result. Nothing of this attempt is published; clear the {task} task with "
-            "Downstream (or the whole run) to run it")
+            f"{txn.name}: {found}: the {task} task did not run for this attempt (marked success?) - clear it "
+            "with Downstream (or the whole run) to run it; nothing of this attempt is published")
 
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
         """Seal the staged output (manifest in the log, with the write job's counts).

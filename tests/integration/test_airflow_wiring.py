@@ -57,9 +57,10 @@ def test_several_sinks_in_one_dag_and_one_table_written_twice_is_refused(tmp_pat
     assert {"a.commit", "b.commit"} <= set(dag.task_dict)
     assert dag.task_dict["a.write"].application_args[2:] == ["--x", "1"]
     assert dag.task_dict["a.write"].conf["spark.executor.memory"] == "1g"
-    from airflow.sdk import Asset
+    from airflow.sdk import AssetAlias
 
-    assert [t.task_id for t in dag.tasks if any(isinstance(o, Asset) for o in t.outlets)] == ["a.commit", "b.commit"]
+    aliases = {t.task_id: o.name for t in dag.tasks for o in t.outlets if isinstance(o, AssetAlias)}
+    assert aliases == {f"{s}.{p}": f"exactly_once:p/{s}" for s in "ab" for p in ("begin", "commit", "abort")}
     with pytest.raises(LayoutError, match="both write a"), hourly_dag("dup"):
         exactly_once_group(config(tmp_path, sink="a"))
         exactly_once_group(config(tmp_path, sink="a"), group_id="a_again")

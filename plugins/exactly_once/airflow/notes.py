@@ -102,14 +102,18 @@ def on_final_error(context: Any, note: str) -> None:
 
 
 def run_note(dag_run: Any, session: Any) -> str | None:
-    """The notes the run's tasks left (one per table), joined; None if none."""
+    """The notes the run's tasks left (one per table) since the run was last cleared, joined; None if
+    none. A task that did not run again after a clear ("Mark success" on a phase, a clear without
+    Downstream) keeps its XCom from before: that note is about an earlier attempt and is left out."""
     from sqlalchemy import select
 
     from airflow.models.xcom import XComModel
 
-    rows = session.scalars(select(XComModel).where(
+    query = select(XComModel).where(
         XComModel.dag_id == dag_run.dag_id, XComModel.run_id == dag_run.run_id, XComModel.key == NOTE_KEY)
-        .order_by(XComModel.task_id)).all()
+    if dag_run.queued_at is not None:  # set again by every clear
+        query = query.where(XComModel.timestamp >= dag_run.queued_at)
+    rows = session.scalars(query.order_by(XComModel.task_id)).all()
     notes = [str(XComModel.deserialize_value(x)) for x in rows]
     if not notes:
         return None
