@@ -291,7 +291,7 @@ class IntervalRun:
         t0 = time.perf_counter()
         st = self.sink.status_of(self._own(txn))  # refuses another pipeline's or an unknown transaction
         if st.state is State.OPEN:
-            if self.storage.exists(self.storage.join(self.sink.staging_dir(txn), COUNTS)):
+            if self._write_finished(txn):
                 raise self._not_run(txn, "its write finished but it is not pre-committed", "pre_commit")
             return self._nothing_written(txn)
         if st.state is State.PRE_COMMITTED and st.validation is None and self.sink.require_validation:
@@ -327,6 +327,14 @@ class IntervalRun:
             f"{txn.name} has nothing to commit: its write, pre_commit and validate did not run (clearing the "
             f"commit task re-runs begin with it, which opened a new attempt). No version of {self.interval} "
             "is committed yet: clear the write task with 'Downstream' selected, or the whole run")
+
+    def _write_finished(self, txn: TxnRef) -> bool:
+        return self.storage.exists(self.storage.join(self.sink.staging_dir(txn), COUNTS))
+
+    def undecided_output(self, txn: TxnRef) -> bool:
+        """Has ``txn`` output that an abort now would throw away (undecided, and its write finished)?"""
+        st = self.sink.status_of(self._own(txn))
+        return st.state in (State.OPEN, State.PRE_COMMITTED) and (st.manifest is not None or self._write_finished(txn))
 
     def abort(self, txn: TxnRef) -> str:
         """Teardown: end the transaction without leftovers (roll a decided commit forward instead)."""

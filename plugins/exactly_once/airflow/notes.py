@@ -56,6 +56,15 @@ def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
     return f"aborted: {type(exc).__name__}: {exc}"[:300]
 
 
+def discarded_note(run: Any, txn: Any) -> str:
+    """``not published: e2 was aborted by the teardown ...``: the teardown threw away an attempt that
+    wrote but was never committed (a clear of the write task alone, "Mark success" on commit)."""
+    found = run.sink.committed(txn.interval)
+    live = f"e{found[0].epoch} stays live" if found else "nothing of the interval is live"
+    return (f"not published: e{txn.epoch} was aborted by the teardown - its commit did not run (clear the "
+            f"write task with Downstream to publish a new version); {live}")
+
+
 def event_extra(context: Any, summary: dict[str, Any]) -> dict[str, Any]:
     """The asset event's extra for a published version (``IntervalRun.commit``'s summary)."""
     ti = context["ti"]
@@ -94,7 +103,8 @@ def on_finished_publish(operator: Any, context: Any, summaries: list[dict[str, A
 
 
 def on_final_error(context: Any, note: str) -> None:
-    """A phase failed for good: leave the note for the run (best effort; never hides the error)."""
+    """A phase failed for good (or the teardown threw an attempt away): leave the note for the run
+    (best effort; never hides the error)."""
     try:
         context["ti"].xcom_push(key=NOTE_KEY, value=note)
     except Exception:  # noqa: BLE001 - the task fails with its own error anyway

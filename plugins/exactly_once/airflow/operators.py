@@ -225,7 +225,14 @@ class AbortOperator(PhaseOperator):
         if not began:
             done = run.abort_unhanded(context["ti"].run_id)
             return done or "nothing to abort"
-        return run.abort(self.txn(context))
+        txn = self.txn(context)
+        discards = run.undecided_output(txn)  # a write nobody committed (a clear without Downstream, ...)
+        state = run.abort(txn)
+        if discards and state == "ABORTED":
+            from .notes import discarded_note, on_final_error  # noqa: PLC0415
+
+            on_final_error(context, discarded_note(run, txn))
+        return state
 
 
     def interrupt_writes(self, txn: str) -> None:
