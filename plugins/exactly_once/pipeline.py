@@ -334,7 +334,8 @@ class IntervalRun:
     def undecided_output(self, txn: TxnRef) -> bool:
         """Has ``txn`` output that an abort now would throw away (undecided, and its write finished)?"""
         st = self.sink.status_of(self._own(txn))
-        return st.state in (State.OPEN, State.PRE_COMMITTED) and (st.manifest is not None or self._write_finished(txn))
+        undecided = st.state in (State.OPEN, State.PRE_COMMITTED)
+        return undecided and (st.manifest is not None or self._write_finished(txn))
 
     def abort(self, txn: TxnRef) -> str:
         """Teardown: end the transaction without leftovers (roll a decided commit forward instead)."""
