@@ -196,18 +196,15 @@ class IntervalRun:
         return txn
 
     def counts(self, txn: TxnRef) -> dict[str, Any]:
-        """The counts the write job recorded (written last, so their presence means the job finished)."""
-        self._own(txn)
-        path = self.storage.join(self.sink.staging_dir(txn), COUNTS)
+        """The counts the write job recorded (written last, so their presence means the job finished);
+        from the log once pre-committed. Refuses another interval's, pipeline's or an unknown transaction."""
+        status = self.sink.status_of(self._own(txn))
+        if status.manifest is not None:  # pre-committed: the counts are in the log
+            return status.records["pre_committed"].get("counts", {})
+        _refuse_aborted(txn, status)
         try:
-            return self.storage.read_json(path)
+            return self.storage.read_json(self.storage.join(self.sink.staging_dir(txn), COUNTS))
         except FileNotFoundError:
-            status = self.sink.status(self.interval).get(txn.epoch)
-            if status and status.manifest is not None:  # already pre-committed; counts are in the log
-                return status.records["pre_committed"].get("counts", {})
-            if status and status.state is State.ABORTED:  # e.g. the teardown ended it: staging is gone
-                raise TransactionAbortedError(f"{txn.name} was aborted ({status.reason or 'no reason recorded'})"
-                                              "; it can never commit - re-run the interval") from None
             raise self._not_run(txn, f"the write job left no {COUNTS}", "write") from None
 
     def _not_run(self, txn: TxnRef, found: str, task: str) -> PhaseNotRunError:
@@ -251,9 +248,7 @@ class IntervalRun:
         can then never commit, and the teardown aborts it.
         """
         st = self.sink.status_of(self._own(txn))
-        if st.state is State.ABORTED:
-            raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason or 'no reason recorded'}); it "
-                                          "can never commit")
+        _refuse_aborted(txn, st)
         if st.manifest is None:
             self.counts(txn)  # the write's result first: name the earliest phase that did not run
             raise self._not_run(txn, "it is not pre-committed (no manifest in the log)", "pre_commit")
@@ -427,6 +422,13 @@ class IntervalRun:
         path = reports.join(root, "runs", self.config.pipeline, f"{summary['version']}.json")
         reports.makedirs(reports.join(root, "runs", self.config.pipeline))
         reports.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True).encode())
+
+
+def _refuse_aborted(txn: TxnRef, st: EpochStatus) -> None:
+    """An aborted attempt (the teardown or a failed phase ended it; its staging is gone) never goes on."""
+    if st.state is State.ABORTED:
+        raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason or 'no reason recorded'}); it can "
+                                      "never commit - re-run the interval")
 
 
 def _fingerprint_of(st: Any) -> str | None:
