@@ -248,9 +248,8 @@ class IntervalRun:
         can then never commit, and the teardown aborts it.
         """
         st = self.sink.status_of(self._own(txn))
-        _refuse_aborted(txn, st)
-        if st.manifest is None:
-            self.counts(txn)  # the write's result first: name the earliest phase that did not run
+        if st.manifest is None:  # (a retry after the gate failed finds its manifest and fails as before)
+            self.counts(txn)  # an aborted attempt, or a write that did not run, is refused first
             raise self._not_run(txn, "it is not pre-committed (no manifest in the log)", "pre_commit")
         from .quality import validate_staged  # GX is heavy: imported only by the validate task
 
