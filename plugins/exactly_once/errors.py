@@ -86,3 +86,8 @@ class PredecessorPendingError(OrderingError):
 class CommitWithoutWriteError(TransactionStateError):
     """A commit task ran for an attempt whose write never ran (a clear of the commit task alone) and the
     interval has no committed version to stand on; clear the write task with its downstream instead."""
+
+
+# the error a commit raises for a transaction aborted for this recorded cause (else FencedError)
+ABORT_CAUSES = {"input_changed": InputChangedError, "staged_changed": StorageError,
+                "target_refused": TargetSchemaError}
