@@ -264,3 +264,46 @@ def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(ta
     assert [os.path.basename(g) for g in gone] == [t1.name]
     assert t2.name in names and sink.storage.exists(sink.data_dir(opened))
     assert table_rows(sink) == expect(make_rows("b", 2, start=10))
+
+
+def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url):
+    from exactly_once.history import history, render
+    from exactly_once.rollback import rollback
+
+    sink = delta_sink(table_url)
+    first, second = make_rows("a", 3), make_rows("b", 2, start=10)
+    t1 = commit_version(sink, IV, {PART: [first]})
+    commit_version(sink, IV, {PART: [second]})
+    result = rollback(sink, IV, t1.epoch)
+    assert result.partitions == {PART: "published"} and result.txn.epoch == 3
+    assert table_rows(sink) == expect(first)  # the old version, live again through the protocol
+    rows = history(sink)
+    assert [(r.epoch, r.table_version, r.live) for r in rows] == [(1, 0, False), (2, 1, False), (3, 2, True)]
+    assert "e3 (table v2)" in render(sink, table_url, rows)
+    assert table_rows(sink, version=1) == expect(second)  # time travel to the version history names
+    assert delta_leftovers(sink) == []
+
+
+def test_a_checkpoint_every_n_versions(tmp_path):
+    """Tables are created with a checkpoint every 100 versions; with 10, ten publishes (the target alone,
+    one interval each) leave the checkpoint of version 9, and a reader starting from it sees every
+    interval's row once."""
+    from datetime import date, timedelta
+
+    from exactly_once.ids import TxnRef
+    from exactly_once.storage import storage_for
+    from target_helpers import stage
+
+    sink = delta_sink(str(tmp_path / "warehouse" / "default"))
+    commit_version(sink, IV, {PART: [make_rows("a", 1)]})
+    assert sink.target.snapshot().metadata().configuration["delta.checkpointInterval"] == "100"
+    storage, root = storage_for(str(tmp_path / "t"))
+    target = DeltaTarget(storage, root, pipeline="p", sink="t", checkpoint_every=10)
+    days = [(date(2026, 1, 1) + timedelta(days=i)).isoformat() for i in range(10)]
+    for i, day in enumerate(days):
+        staged = stage(tmp_path / "staging", {f"dt={day}": [[{"k": i, "v": day}]]})
+        assert target.publish(TxnRef("p", "t", Interval.daily(day), 1), staged) == {f"dt={day}": "published"}
+    checkpoints = sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet"))
+    assert checkpoints == ["00000000000000000009.checkpoint.parquet"]
+    t = target.snapshot().to_pyarrow_table()
+    assert sorted(t.column("k").to_pylist()) == list(range(10))

@@ -37,7 +37,7 @@ from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, 
 
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20  # lost races for the next log entry before giving up (each one re-reads the table)
-CHECKPOINT_EVERY = "100"  # delta.checkpointInterval: a checkpoint every 100 versions
+CHECKPOINT_EVERY = 100  # delta.checkpointInterval: a checkpoint every 100 versions
 
 
 def delta_storage_options(storage: Storage) -> tuple[str, dict[str, str]]:
@@ -69,8 +69,10 @@ def delta_type(t: pa.DataType) -> pa.DataType:
 class DeltaTarget(PublishTarget):
     """Publishes ``pipeline``/``sink`` into the Delta table at ``table`` on ``storage``."""
 
-    def __init__(self, storage: Storage, table: str, *, pipeline: str, sink: str) -> None:
+    def __init__(self, storage: Storage, table: str, *, pipeline: str, sink: str,
+                 checkpoint_every: int = CHECKPOINT_EVERY) -> None:
         self.storage = storage
+        self.checkpoint_every = checkpoint_every  # set when the table is created
         self.table = table
         self.pipeline, self.sink = pipeline, sink
         scheme, self.options = delta_storage_options(storage)
@@ -105,6 +107,13 @@ class DeltaTarget(PublishTarget):
     def live_files(self, partition: str) -> list[str]:
         return sorted(self.storage.join(self.table, a["path"]) for a in self.live_actions(self.snapshot())
                       if a["path"].split("/", 1)[-1].rpartition("/")[0] == partition)
+
+    def commit_versions(self) -> dict[str, int]:
+        """Transaction name -> the Delta table version its publish committed (time travel: read the
+        table ``as of`` it). Commits made by others are not listed."""
+        dt = self.snapshot()
+        return {h["exactly_once.txn"]: int(h["version"]) for h in (dt.history() if dt is not None else [])
+                if "exactly_once.txn" in h}
 
     def stored_files(self, partition: str, version: str, names: list[str]) -> dict[str, str] | None:
         paths = {n: self.storage.join(self.table, version, partition, n) for n in names}
@@ -214,7 +223,7 @@ class DeltaTarget(PublishTarget):
                 fields = schema or pa.schema([(k, pa.string()) for k in keys])
                 create_table_with_add_actions(self.uri, Schema.from_arrow(fields), adds, mode="error",
                                               partition_by=keys, configuration={
-                                                  "delta.checkpointInterval": CHECKPOINT_EVERY},
+                                                  "delta.checkpointInterval": str(self.checkpoint_every)},
                                               storage_options=self.options, commit_properties=props,
                                               post_commithook_properties=hooks)
                 return True
