@@ -268,7 +268,10 @@ def plot(sec: dict[str, Any], path: Path = PLOT) -> Path:
         ys = [res[n]["commit"]["median"] for n in res]
         lo = [res[n]["commit"]["median"] - res[n]["commit"]["min"] for n in res]
         hi = [res[n]["commit"]["max"] - res[n]["commit"]["median"] for n in res]
-        label = "local FS (rename + symlink swap)" if backend == "local" else "S3 via s3fs, moto_server on loopback (copies)"
+        label = {"local": "local FS, files (rename + symlink swap)",
+                 "s3": "S3 via s3fs, moto_server on loopback, files (copies)",
+                 "local-delta": "local FS, Delta table (one Delta commit)",
+                 "s3-delta": "S3, moto_server on loopback, Delta table (one Delta commit)"}.get(backend, backend)
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
     ax.axhline(0.5, color="grey", linestyle=":", linewidth=1, label="target: local 0.5 s at 1,000 files")
     ax.set_xscale("log")

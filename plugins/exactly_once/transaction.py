@@ -44,6 +44,7 @@ from .ids import Interval, TxnRef, check_name, check_partition
 from .manifest import Manifest
 from .ownership import PartitionClaims, bind_table
 from .storage import MANIFEST, Storage, default_home, storage_for, to_json
+from .staging import retire_staging
 from .targets import target_for
 from .targets.base import PublishTarget, StagedVersion
 from .txlog import EpochStatus, State, TxLog
@@ -106,8 +107,8 @@ class TwoPhaseCommitSink:
         return TxnRef(self.pipeline, self.sink, interval, epoch)
 
     def staging_dir(self, txn: TxnRef) -> str:
-        """Where the writer of ``txn`` puts everything."""
-        return self.storage.join(self.home, "_staging", txn.name)
+        """Where the writer of ``txn`` puts everything (in the table's data area for a Delta table)."""
+        return self.target.staging_dir(txn) or self.storage.join(self.home, "_staging", txn.name)
 
     def data_dir(self, txn: TxnRef) -> str:
         """The writer's output root: one sub-directory per partition (``dt=.../``)."""
@@ -489,9 +490,7 @@ class TwoPhaseCommitSink:
                 for part in other.published_partitions:
                     parts.setdefault(part, ())  # no longer produced: publish an empty version of it
         results = self.target.publish(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), parts))
-        self.storage.remove_tree(self.data_dir(txn))
-        self.storage.remove_tree(self.sealed_dir(txn))
-        self.storage.move_tree(self.staging_dir(txn), self.checkpoint_dir(txn))
+        retire_staging(self, txn, manifest)
         failpoint("commit.after_publish")
         self.log.append(txn.interval, txn.epoch, "published", {"partitions": results})
         return CommitResult(txn, results, manifest.files, manifest.rows)

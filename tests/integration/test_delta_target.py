@@ -64,6 +64,9 @@ def test_publish_replaces_the_interval_in_one_delta_commit(table_url):
     assert table_rows(sink) == sorted(expect(again) + expect(other, PART2))
     assert sink.target.live_epoch(IV) == t3.epoch and sink.target.live_epoch(IV2) == 1
     assert sink.live_version(PART) == t3.name and len(sink.live_files(PART)) == 1
+    sealed = "sealed" if sink.storage.can_rename else "data"  # staged in the table, committed in place
+    assert sink.live_files(PART)[0].startswith(sink.storage.join(sink.table, t3.name, sealed, PART) + "/")
+    assert sink.storage.list_names(sink.storage.join(sink.home, "_staging")) == []
     dt = sink.target.snapshot()
     assert dt.version() == 2  # one Delta commit per publish
     assert table_rows(sink, version=0) == expect(first)  # time travel
@@ -255,13 +258,17 @@ def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(ta
     sink = delta_sink(table_url)
     t1 = commit_version(sink, IV, {PART: [make_rows("a", 2)]})
     t2 = commit_version(sink, IV, {PART: [make_rows("b", 2, start=10)]})
+    zombie = sink.begin(IV2)
+    sink.abort(zombie)
+    write_output(sink, zombie, {PART2: [make_rows("z", 1)]})  # a fenced writer's late files, in the table
     opened = sink.begin(IV2)
     write_output(sink, opened, {PART2: [make_rows("c", 1)]})
     assert gc(sink, min_age=3600)["versions"] == []
-    gone = gc(sink, min_age=0)["versions"]
+    report = gc(sink, min_age=0)
     refresh(sink)
     names = sink.storage.list_names(sink.table)
-    assert [os.path.basename(g) for g in gone] == [t1.name]
+    assert [os.path.basename(g) for g in report["versions"]] == [t1.name]
+    assert zombie.name not in names  # aborted: gc deletes by our log, late files included
     assert t2.name in names and sink.storage.exists(sink.data_dir(opened))
     assert table_rows(sink) == expect(make_rows("b", 2, start=10))
 

@@ -109,6 +109,13 @@ class PublishTarget(ABC):
     def describe(self) -> str:
         """One line for logs; never contains a credential."""
 
+    publishes_in_place = False  # True: the sealed staged files become the live files (they are not removed)
+
+    def staging_dir(self, txn: TxnRef) -> str | None:
+        """Where ``txn``'s writer stages, if the target wants it somewhere of its own (a Delta table: in
+        its data area, so that the sealed files can be committed where they are); None: the sink's home."""
+        return None
+
     def check(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Refuse ``staged`` before the decision (TargetSchemaError: the transaction is aborted, nothing is
         published) where the target can tell it will never fit; most targets check inside publish."""

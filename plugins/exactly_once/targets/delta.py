@@ -5,10 +5,10 @@ this protocol already trusts (``link(2)`` locally, ``If-None-Match`` on S3) - so
 commit path. The table at ``table`` is a plain Delta table that any Delta reader (delta-rs, Spark,
 DuckDB's delta extension, Polars) reads at one snapshot.
 
-A version's files go to ``<table>/<txn>/<partition>/<name>``: unique per transaction, invisible to Delta
-readers until the commit that adds them. Locally the sealed staging dir of each partition is renamed
-there (one ``rename(2)`` per partition); on S3 the sealed files are copied there server-side. Then one
-Delta commit carries
+A transaction stages in the table's data area, ``<table>/<txn>/`` (:meth:`DeltaTarget.staging_dir`):
+its files are invisible to Delta readers until a commit names them. The sink seals them there (locally
+one ``rename(2)`` of ``data/`` to ``sealed/``; on S3 they stay in ``data/``), so the publish moves
+nothing: it is one Delta commit, O(1) requests whatever the file count, carrying
 
 * ``txn{appId=exactly-once/<pipeline>/<sink>/<interval>, version=<epoch>}`` - the target's marker:
   an app version at or above the epoch means ``already`` / ``superseded``, which also resolves the lost
@@ -101,12 +101,12 @@ class DeltaTarget(PublishTarget):
 
     def live_version(self, partition: str) -> str | None:
         versions = {a["path"].split("/", 1)[0] for a in self.live_actions(self.snapshot())
-                    if a["path"].split("/", 1)[-1].startswith(partition + "/")}
+                    if ("/" + a["path"].rpartition("/")[0]).endswith("/" + partition)}
         return max(versions) if versions else None
 
     def live_files(self, partition: str) -> list[str]:
         return sorted(self.storage.join(self.table, a["path"]) for a in self.live_actions(self.snapshot())
-                      if a["path"].split("/", 1)[-1].rpartition("/")[0] == partition)
+                      if ("/" + a["path"].rpartition("/")[0]).endswith("/" + partition))
 
     def commit_versions(self) -> dict[str, int]:
         """Transaction name -> the Delta table version its publish committed (time travel: read the
@@ -116,8 +116,18 @@ class DeltaTarget(PublishTarget):
                 if "exactly_once.txn" in h}
 
     def stored_files(self, partition: str, version: str, names: list[str]) -> dict[str, str] | None:
-        paths = {n: self.storage.join(self.table, version, partition, n) for n in names}
-        return paths if all(self.storage.exists(p) for p in paths.values()) else None
+        for sub in ("sealed", "data", ""):  # staged in the table (local, S3), or placed there
+            paths = {n: self.storage.join(self.table, version, sub, partition, n) for n in names}
+            if all(self.storage.exists(p) for p in paths.values()):
+                return paths
+        return None
+
+    publishes_in_place = True  # the sealed files are the live files
+
+    def staging_dir(self, txn: TxnRef) -> str | None:
+        """``<table>/<txn>``: the writer stages in the table's data area, invisible to Delta readers
+        until the commit names its files, so that the publish moves nothing (O(1) requests on S3)."""
+        return self.storage.join(self.table, txn.name)
 
     def describe(self) -> str:
         return f"delta table at {self.storage.url(self.table)}"
@@ -129,15 +139,15 @@ class DeltaTarget(PublishTarget):
         done = self._settled(dt, app, txn)
         if done:
             return outcome(staged.partitions, done)
-        self._place(txn, staged)
+        base = self._in_table(txn, staged)
         failpoints.failpoint("commit.mid_publish")  # files in the data area, not committed: invisible
-        schema = self.staged_schema(txn, staged)
+        schema = self.staged_schema(txn, staged, base)
         for _ in range(COMMIT_TRIES):
             dt = self.snapshot()
             done = self._settled(dt, app, txn)
             if done:
                 break
-            if self._commit(dt, app, txn, staged, schema):
+            if self._commit(dt, app, txn, staged, schema, base):
                 done = PUBLISHED
                 break
         else:
@@ -151,6 +161,16 @@ class DeltaTarget(PublishTarget):
         if live is None or live < txn.epoch:
             return None
         return ALREADY if live == txn.epoch else SUPERSEDED
+
+    def _in_table(self, txn: TxnRef, staged: StagedVersion) -> str:
+        """The table-relative dir of the sealed files (``<txn>/sealed`` locally, ``<txn>/data`` on S3:
+        the sink stages in the table, see :meth:`staging_dir`). A version staged elsewhere (the target
+        used on its own) is first placed into ``<table>/<txn>/`` (renamed locally, copied on S3)."""
+        root = (staged.root or "").rstrip("/")
+        if root.startswith(self.table.rstrip("/") + "/"):
+            return root[len(self.table.rstrip("/")) + 1:]
+        self._place(txn, staged)
+        return txn.name
 
     def _place(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Put the sealed files into ``<table>/<txn>/<partition>/`` (idempotent)."""
@@ -177,18 +197,18 @@ class DeltaTarget(PublishTarget):
         widen it at publish). TargetSchemaError otherwise."""
         dt = self.snapshot()
         if dt is not None and self._settled(dt, self.app_id(txn.interval), txn) is None:
-            self.clashes(pa.schema(dt.schema().to_arrow()), self.staged_schema(txn, staged, placed=False), txn)
+            self.clashes(pa.schema(dt.schema().to_arrow()), self.staged_schema(txn, staged), txn)
 
-    def staged_schema(self, txn: TxnRef, staged: StagedVersion, placed: bool = True) -> pa.Schema | None:
-        """The Arrow schema of the version (one file per partition read - in the table's data area once
-        ``placed``, else in the staging; partition keys as strings), None if it has no file.
+    def staged_schema(self, txn: TxnRef, staged: StagedVersion, base: str | None = None) -> pa.Schema | None:
+        """The Arrow schema of the version (one file per partition read - below ``<table>/<base>`` if
+        given, else through ``staged``; partition keys as strings), None if it has no file.
         TargetSchemaError if its files disagree on a column's type."""
         fields: dict[str, pa.DataType] = {}
         for part, files in sorted(staged.partitions.items()):
             if not files:
                 continue
-            path = self.storage.join(self.table, txn.name, part, files[0].name)
-            with (self.storage.open(path, "rb") if placed else staged.open(part, files[0].name)) as fh:
+            path = self.storage.join(self.table, base or "", part, files[0].name)
+            with (self.storage.open(path, "rb") if base else staged.open(part, files[0].name)) as fh:
                 schema = pq.read_schema(fh)
             for f in schema:
                 self._merge(fields, f.name, delta_type(f.type), f"{txn.name} {part}")
@@ -203,7 +223,8 @@ class DeltaTarget(PublishTarget):
                                     "job write one type per column")
         fields[name] = typ
 
-    def _commit(self, dt: Any, app: str, txn: TxnRef, staged: StagedVersion, schema: pa.Schema | None) -> bool:
+    def _commit(self, dt: Any, app: str, txn: TxnRef, staged: StagedVersion, schema: pa.Schema | None,
+                base: str) -> bool:
         """One Delta commit on snapshot ``dt``; False if another writer took the log entry first."""
         from deltalake import Schema
         from deltalake.exceptions import CommitFailedError
@@ -212,7 +233,7 @@ class DeltaTarget(PublishTarget):
 
         now = int(time.time() * 1000)
         keys = sorted({k for p in staged.partitions for k in partition_values(p)})
-        adds = [AddAction(posixpath.join(txn.name, part, f.name), f.size, partition_values(part), now, True,
+        adds = [AddAction(posixpath.join(base, part, f.name), f.size, partition_values(part), now, True,
                           json.dumps({"numRecords": f.rows} if f.rows is not None else {}))
                 for part, f in staged.files()]
         props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(app, txn.epoch, now)],
