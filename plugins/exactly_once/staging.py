@@ -27,3 +27,7 @@ def retire_staging(sink: "TwoPhaseCommitSink", txn: "TxnRef", manifest: Manifest
             continue  # moved by an earlier call
         st.write_atomic(dst, st.read_bytes(src))  # extras are small: state, counts, quarantine
         st.remove_tree(src)
+    for top in {e.name.split("/", 1)[0] for e in manifest.extras if "/" in e.name}:
+        path = st.join(sink.staging_dir(txn), top)
+        if st.exists(path) and not st.walk_files(path):
+            st.remove_tree(path)  # the dirs the extras left (local storage has directories)

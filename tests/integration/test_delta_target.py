@@ -67,6 +67,9 @@ def test_publish_replaces_the_interval_in_one_delta_commit(table_url):
     sealed = "sealed" if sink.storage.can_rename else "data"  # staged in the table, committed in place
     assert sink.live_files(PART)[0].startswith(sink.storage.join(sink.table, t3.name, sealed, PART) + "/")
     assert sink.storage.list_names(sink.storage.join(sink.home, "_staging")) == []
+    state = sink.storage.join(sink.checkpoint_dir(t3), "state", "counts.json")  # the extras moved out
+    assert json.loads(sink.storage.read_bytes(state)) == {PART: 4}
+    assert not sink.storage.exists(sink.storage.join(sink.staging_dir(t3), "state"))
     dt = sink.target.snapshot()
     assert dt.version() == 2  # one Delta commit per publish
     assert table_rows(sink, version=0) == expect(first)  # time travel
