@@ -67,7 +67,11 @@ def s3_server() -> Iterator[dict[str, str]]:
         yield {"endpoint_url": f"http://127.0.0.1:{port}", **CREDS}
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:  # a loaded moto_server can take long to exit: never lose the results
+            proc.kill()
+            proc.wait()
 
 
 def _bucket(s3: dict[str, str]) -> str:

@@ -85,10 +85,12 @@ class DeltaTarget(PublishTarget):
     def snapshot(self, version: int | None = None) -> Any:
         """The table (delta-rs ``DeltaTable``) at its newest or a given version; None before the first commit."""
         from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
-        if not DeltaTable.is_deltatable(self.uri, storage_options=self.options):
+        try:
+            return DeltaTable(self.uri, version=version, storage_options=self.options)
+        except TableNotFoundError:  # no log entry yet (the dir may hold staged transactions)
             return None
-        return DeltaTable(self.uri, version=version, storage_options=self.options)
 
     @staticmethod
     def live_actions(dt: Any) -> list[dict[str, Any]]:
@@ -142,8 +144,8 @@ class DeltaTarget(PublishTarget):
         base = self._in_table(txn, staged)
         failpoints.failpoint("commit.mid_publish")  # files in the data area, not committed: invisible
         schema = self.staged_schema(txn, staged, base)
-        for _ in range(COMMIT_TRIES):
-            dt = self.snapshot()
+        for attempt in range(COMMIT_TRIES):
+            dt = dt if attempt == 0 else self.snapshot()  # a lost race re-reads the table
             done = self._settled(dt, app, txn)
             if done:
                 break
