@@ -1,8 +1,10 @@
-"""Section 2: the cost of ``commit()`` alone vs the number of staged files, local FS and loopback S3.
+"""Section 2: the cost of ``commit()`` alone vs the number of staged files, local FS and loopback S3,
+for the files target (copy-based publish on S3) and a Delta table (``table_format="delta"``), in one run.
 
-Files are pre-staged directly with the storage adapter (tiny opaque ``.bin`` files: the commit only
-moves them; their content is irrelevant), sealed with ``pre_commit(checksums=False)``, then only
-``commit()`` is timed. The S3 server is a ``moto_server`` this module starts on 127.0.0.1.
+Files are pre-staged directly with the storage adapter (tiny opaque ``.bin`` files for the files target:
+the commit only moves them; one tiny Parquet file repeated for Delta, whose commit reads a schema),
+sealed with ``pre_commit(checksums=False)``, then only ``commit()`` is timed. The S3 server is a
+``moto_server`` this module starts on 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -23,6 +25,18 @@ from bench.common import clock, loadavg, say, stats
 from exactly_once import Interval, TwoPhaseCommitSink
 
 PAYLOAD = b"x" * 256
+FORMATS = ("files", "delta")
+
+
+def _parquet_payload() -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"k": pa.array([1], pa.int64()), "v": ["x"]}), buf)
+    return buf.getvalue()
 CREDS = {"key": "eo-bench-key", "secret": "eo-bench-secret"}
 
 
@@ -53,7 +67,11 @@ def s3_server() -> Iterator[dict[str, str]]:
         yield {"endpoint_url": f"http://127.0.0.1:{port}", **CREDS}
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:  # a loaded moto_server can take long to exit: never lose the results
+            proc.kill()
+            proc.wait()
 
 
 def _bucket(s3: dict[str, str]) -> str:
@@ -66,15 +84,17 @@ def _bucket(s3: dict[str, str]) -> str:
 
 
 def _stage(sink: TwoPhaseCommitSink, data_dir: str, n: int) -> None:
-    paths = [sink.storage.join(data_dir, f"part-{i:05d}.bin") for i in range(n)]
+    delta = sink.table_format == "delta"
+    payload = _parquet_payload() if delta else PAYLOAD
+    paths = [sink.storage.join(data_dir, f"part-{i:05d}.{'parquet' if delta else 'bin'}") for i in range(n)]
     fs = getattr(sink.storage, "fs", None)
     if fs is not None:
-        fs.pipe({p: PAYLOAD for p in paths})  # batched, concurrent PUTs
+        fs.pipe({p: payload for p in paths})  # batched, concurrent PUTs
     else:
         os.makedirs(data_dir, exist_ok=True)
         for p in paths:
             with open(p, "wb") as f:
-                f.write(PAYLOAD)
+                f.write(payload)
 
 
 def _one(sink: TwoPhaseCommitSink, day: str, n: int) -> dict[str, float]:
@@ -91,14 +111,14 @@ def _one(sink: TwoPhaseCommitSink, day: str, n: int) -> dict[str, float]:
 
 
 def run_backend(name: str, table_for: Any, counts: list[int], reps: int, warmup: int,
-                storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                storage_options: dict[str, Any] | None = None, table_format: str = "files") -> dict[str, Any]:
     res: dict[str, Any] = {}
     day0 = date(2030, 1, 1)
     k = 0
 
     def sink_for(n: int) -> TwoPhaseCommitSink:
         return TwoPhaseCommitSink.at(table_for(n), pipeline="bench", sink="t", checksums=False,
-                                     storage_options=dict(storage_options or {}))
+                                     storage_options=dict(storage_options or {}), table_format=table_format)
 
     for _ in range(warmup):  # connection pools, imports, first-touch: once per backend, smallest count
         _one(sink_for(0), (day0 - timedelta(days=1 + _)).isoformat(), counts[0])
@@ -115,20 +135,29 @@ def run_backend(name: str, table_for: Any, counts: list[int], reps: int, warmup:
     return res
 
 
+def _name(storage: str, table_format: str) -> str:
+    return storage if table_format == "files" else f"{storage}-{table_format}"
+
+
 def commit_vs_files(work: Path, counts: list[int], reps: int, warmup: int, s3: bool = True,
-                    s3_counts: list[int] | None = None) -> dict[str, Any]:
+                    s3_counts: list[int] | None = None, formats: tuple[str, ...] = FORMATS) -> dict[str, Any]:
+    """Backends ``local``, ``s3`` (files target) and ``local-delta``, ``s3-delta`` (a Delta table)."""
     out: dict[str, Any] = {"counts": counts, "reps": reps, "file_bytes": len(PAYLOAD), "backends": {}}
     say(f"commit vs files: {counts}")
     base = work / "commit_files"
     shutil.rmtree(base, ignore_errors=True)
-    out["backends"]["local"] = run_backend("local", lambda n: str(base / f"t{n}"), counts, reps, warmup)
+    for fmt in formats:
+        out["backends"][_name("local", fmt)] = run_backend(_name("local", fmt), lambda n, f=fmt: str(base / f"{f}{n}"),
+                                                           counts, reps, warmup, table_format=fmt)
     if s3:
         with s3_server() as srv:
             counts_s3 = s3_counts or counts
-            buckets = {n: _bucket(srv) for n in [0, *counts_s3]}  # one per count: moto lists per bucket
             opts = {"key": srv["key"], "secret": srv["secret"], "endpoint_url": srv["endpoint_url"]}
-            out["backends"]["s3"] = run_backend("s3", lambda n: f"s3://{buckets[n]}/warehouse/t", counts_s3, reps,
-                                                warmup, opts)
+            for fmt in formats:
+                buckets = {n: _bucket(srv) for n in [0, *counts_s3]}  # one per count: moto lists per bucket
+                out["backends"][_name("s3", fmt)] = run_backend(
+                    _name("s3", fmt), lambda n, b=buckets: f"s3://{b[n]}/warehouse/t", counts_s3, reps, warmup,
+                    opts, table_format=fmt)
             import s3fs
 
             out["s3_client"] = {"s3fs": s3fs.__version__, "server": "moto_server on 127.0.0.1"}

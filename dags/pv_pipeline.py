@@ -3,6 +3,8 @@
 Reads ``EO_DATA_ROOT/landing/app_logs/dt=YYYY-MM-DD/`` (JSON lines, at-least-once delivery), writes
 ``EO_DATA_ROOT/warehouse/app_pv/dt=YYYY-MM-DD/`` (app_id, pv, uv, cumulative_pv). One DAG run = one daily
 data interval [00:00, 24:00) UTC; the tasks are the phases of a two-phase commit.
+With ``EO_PV_TABLE_FORMAT=delta`` the same location holds a Delta Lake table instead (one Delta commit
+per published interval; read it with any Delta reader).
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ PV = PipelineConfig(
     start=START,    # the first interval: reads no state
     max_malformed_ratio=float(os.environ.get("EO_PV_MAX_MALFORMED_RATIO", "0.05")),
     keep_rejected=os.environ.get("EO_KEEP_REJECTED", "0") == "1",
+    table_format=os.environ.get("EO_PV_TABLE_FORMAT") or "files",  # "delta": a Delta Lake table
 )
 
 with DAG(

@@ -15,6 +15,7 @@ from .errors import ConfigError
 from .ids import check_name, utc
 from .layout import Partitions, Source, Template
 from .storage import redact
+from .targets import check_table_format
 from .targets.base import PublishTarget
 from .transaction import TwoPhaseCommitSink
 
@@ -45,6 +46,8 @@ class PipelineConfig:
       staged Parquet is then the write-ahead log; ``table`` keeps only the transaction log and state).
     * ``root``: the data root (local path or ``s3://``); ``table``: the table URL (default
       ``<root>/warehouse/<sink>``); ``reports``: the local reports dir (default ``<root>/reports``).
+    * ``table_format``: ``files`` (the default) or ``delta`` - the table is a Delta Lake table, each
+      publish one Delta commit (docs/TARGETS.md); bound to the table on first use.
     """
 
     pipeline: str
@@ -64,10 +67,14 @@ class PipelineConfig:
     application_args: Sequence[str] = ()
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     target: PublishTarget | None = None
+    table_format: str = "files"
 
     def __post_init__(self) -> None:
         check_name(self.pipeline, "pipeline id")
         check_name(self.sink, "sink name")
+        check_table_format(self.table_format)
+        if self.table_format != "files" and self.target is not None:
+            raise ConfigError(f"{self.pipeline}: give either target= or table_format={self.table_format!r}")
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - normalising a frozen dataclass
         raw = self.sources
         sources = tuple(_source(s) for s in ([raw] if isinstance(raw, (Source, str)) else raw))
@@ -113,7 +120,7 @@ class PipelineConfig:
         needs a passing verdict."""
         return TwoPhaseCommitSink.at(self.table_url, pipeline=self.pipeline, sink=self.sink,
                                      storage_options=dict(storage_options or {}), require_validation=True,
-                                     target=self.target)
+                                     target=self.target, table_format=self.table_format)
 
     def describe(self) -> str:
         """One line for logs; never contains credentials."""

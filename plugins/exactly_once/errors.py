@@ -92,3 +92,8 @@ class PhaseNotRunError(TransactionStateError):
     """A phase found that the phase before it never ran for this attempt (it was marked success in the
     UI without running, or its job exited without its result): no retry can bring the result, and
     nothing is published without it. Clear the named task with Downstream."""
+
+
+# the error a commit raises for a transaction aborted for this recorded cause (else FencedError)
+ABORT_CAUSES = {"input_changed": InputChangedError, "staged_changed": StorageError,
+                "target_refused": TargetSchemaError}

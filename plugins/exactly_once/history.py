@@ -36,17 +36,20 @@ class HistoryRow:
     files: int | None
     verdict: str
     reason: str
+    table_version: int | None = None  # the table format's own version of this publish (Delta), if any
 
 
 def history(sink: TwoPhaseCommitSink) -> list[HistoryRow]:
     """Every epoch of every interval of ``sink``'s table, oldest interval and epoch first."""
     out = []
+    table_versions = getattr(sink.target, "commit_versions", dict)()  # Delta: txn name -> table version
     for iv in intervals(sink):
         view = interval_view(sink, iv, with_recover=False)
         for e in view.epochs:
             live = view.live is not None and view.live.epoch == e.epoch and e.published
             out.append(HistoryRow(iv.start.isoformat(), iv.end.isoformat(), e.epoch, e.version, e.state.value, live,
-                                  _iso(e.ended_at), e.rows, e.files, _verdict(e), e.reason))
+                                  _iso(e.ended_at), e.rows, e.files, _verdict(e), e.reason,
+                                  table_versions.get(e.version)))
     return out
 
 
@@ -65,7 +68,8 @@ def render(sink: TwoPhaseCommitSink, url: str, rows: list[HistoryRow]) -> str:
     """The history as an aligned text table (what ``eo history`` prints)."""
     head = ("interval start", "end", "version", "state", "live", "decided (UTC)", "rows", "files", "verdict / reason")
     table = [head] + [(r.interval_start[:19].replace("T", " "), r.interval_end[:19].replace("T", " "),
-                       f"e{r.epoch}", r.state, "*" if r.live else "", r.decided_at or "-", _n(r.rows), _n(r.files),
+                       f"e{r.epoch}" + ("" if r.table_version is None else f" (table v{r.table_version})"),
+                       r.state, "*" if r.live else "", r.decided_at or "-", _n(r.rows), _n(r.files),
                        "; ".join(x for x in (r.verdict if r.verdict != "-" else "", r.reason) if x) or "-")
                       for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]

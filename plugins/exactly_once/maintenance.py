@@ -102,6 +102,8 @@ def _collect_interval(sink: TwoPhaseCommitSink, iv: Interval, min_age: float, no
         for kind, path in (("staging", sink.staging_dir(txn)), ("checkpoints", sink.checkpoint_dir(txn))):
             if kind == "checkpoints" and current and current[0] == txn:
                 continue
+            if kind == "staging" and st.state is State.COMMITTED and sink.target.publishes_in_place:
+                continue  # a Delta version's staging holds its data files: the target's sweep decides
             if sink.storage.exists(path):
                 sink.storage.remove_tree(path)
                 report[kind].append(path)

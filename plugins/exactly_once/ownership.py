@@ -12,11 +12,18 @@ from .ids import TxnRef
 from .storage import Storage, to_json
 
 
-def bind_table(storage: Storage, home: str, table: str, pipeline: str, sink: str) -> None:
-    """Record ``pipeline``/``sink`` as the table's owner if it has none; refuse any other owner."""
+def bind_table(storage: Storage, home: str, table: str, pipeline: str, sink: str,
+               table_format: str = "files") -> None:
+    """Record ``pipeline``/``sink`` (and the table format) as the table's owner if it has none; refuse
+    any other owner, and a switch of the table's format."""
     path = storage.join(home, "_owner.json")
-    storage.create_exclusive(path, to_json({"pipeline": pipeline, "sink": sink}))
+    storage.create_exclusive(path, to_json({"pipeline": pipeline, "sink": sink, "format": table_format}))
     owner = storage.read_json(path)
+    bound = owner.get("format", "files")  # records written before formats existed: files
+    if bound != table_format:
+        raise OwnershipError(
+            f"the table {storage.url(table)} is a {bound!r} table; it cannot be published as "
+            f"{table_format!r}: keep table_format={bound!r}, or give the {table_format!r} table its own location")
     if (owner.get("pipeline"), owner.get("sink")) != (pipeline, sink):
         raise OwnershipError(
             f"the table {storage.url(table)} belongs to pipeline {owner.get('pipeline')!r} (sink "

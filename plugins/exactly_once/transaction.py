@@ -37,14 +37,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 from . import manifest as manifests
 from . import ordering
-from .errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError,
-                     StorageError, TransactionAbortedError, TransactionStateError)
+from .errors import (ABORT_CAUSES, ConfigError, ExactlyOnceError, FencedError, InputChangedError,
+                     StorageError, TargetSchemaError, TransactionAbortedError, TransactionStateError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, check_name, check_partition
 from .manifest import Manifest
 from .ownership import PartitionClaims, bind_table
 from .storage import MANIFEST, Storage, default_home, storage_for, to_json
-from .targets import files_target
+from .staging import retire_staging
+from .targets import target_for
 from .targets.base import PublishTarget, StagedVersion
 from .txlog import EpochStatus, State, TxLog
 
@@ -70,26 +71,26 @@ class TwoPhaseCommitSink:
     Layout: the table directory ``table`` holds only live data (``<partition>/``); everything else is
     under ``home`` (default :func:`default_home`)::
 
-        _owner.json                   the pipeline this table belongs to
+        _owner.json                   the pipeline this table belongs to, and its table_format
         _claims/<partition>.json      the interval that owns each partition
         _txlog/<interval>/...         the transaction log
         _staging/<txn>/data/<partition>/...   what the writer produces (sealed/ once committing)
         _staging/<txn>/...            anything else the writer keeps (state, counts, quarantine)
         _checkpoints/<txn>/           that "anything else" once the transaction committed
-        _versions/<partition>/<txn>/  published versions (local files target)
+        _versions/<partition>/<txn>/  published versions (local files target; Delta: <table>/<txn>/)
     """
 
     def __init__(self, storage: Storage, table: str, *, pipeline: str, sink: str, home: str | None = None,
                  target: PublishTarget | None = None, require_validation: bool = False,
-                 checksums: bool = True) -> None:
+                 checksums: bool = True, table_format: str = "files") -> None:
         self.storage = storage
         self.table = table
         self.pipeline = check_name(pipeline, "pipeline id")
         self.sink = check_name(sink, "sink name")
         self.home = home or default_home(table)
-        self.target = target or files_target(storage, table, self.home)
-        self.require_validation = require_validation
-        self.checksums = checksums
+        self.table_format = table_format
+        self.target = target or target_for(storage, table, self.home, table_format, self.pipeline, self.sink)
+        self.require_validation, self.checksums = require_validation, checksums
         self.log = TxLog(storage, storage.join(self.home, "_txlog"))
         self._bound = False
         self._claims = PartitionClaims(storage, self.home)
@@ -106,8 +107,8 @@ class TwoPhaseCommitSink:
         return TxnRef(self.pipeline, self.sink, interval, epoch)
 
     def staging_dir(self, txn: TxnRef) -> str:
-        """Where the writer of ``txn`` puts everything."""
-        return self.storage.join(self.home, "_staging", txn.name)
+        """Where the writer of ``txn`` puts everything (in the table's data area for a Delta table)."""
+        return self.target.staging_dir(txn) or self.storage.join(self.home, "_staging", txn.name)
 
     def data_dir(self, txn: TxnRef) -> str:
         """The writer's output root: one sub-directory per partition (``dt=.../``)."""
@@ -351,6 +352,7 @@ class TwoPhaseCommitSink:
         except FileNotFoundError:
             raise ConfigError(f"{storage.url(root)} is not an exactly-once table (no owner record in "
                               f"{storage.url(default_home(root))}); check the URL") from None
+        kwargs.setdefault("table_format", owner.get("format", "files"))  # as bound by the first writer
         return cls(storage, root, pipeline=owner["pipeline"], sink=owner["sink"], **kwargs)
 
     def intervals(self) -> list[Interval]:
@@ -384,7 +386,7 @@ class TwoPhaseCommitSink:
     # ------------------------------------------------------------------ internals
     def _bind(self) -> None:
         if not self._bound:
-            bind_table(self.storage, self.home, self.table, self.pipeline, self.sink)
+            bind_table(self.storage, self.home, self.table, self.pipeline, self.sink, self.table_format)
             self._bound = True
 
     def status_of(self, txn: TxnRef) -> EpochStatus:
@@ -421,11 +423,9 @@ class TwoPhaseCommitSink:
 
     def _raise_aborted(self, txn: TxnRef) -> None:
         rec = self.log.read(txn.interval, txn.epoch, "outcome") or {}
-        reason = rec.get("reason") or "aborted"
-        if rec.get("cause") == "input_changed":
-            raise InputChangedError(f"{txn.name} aborted: {reason}; re-run the interval to recompute it")
-        if rec.get("cause") == "staged_changed":
-            raise StorageError(f"{txn.name} aborted: {reason}; re-run the interval")
+        reason, cause = rec.get("reason") or "aborted", rec.get("cause")
+        if cause in ABORT_CAUSES:
+            raise ABORT_CAUSES[cause](f"{txn.name} aborted: {reason}; re-run the interval (fixed, if need be)")
         raise FencedError(f"{txn.name} was not committed: {reason}")
 
     def _decide_commit(self, txn: TxnRef, st: EpochStatus, stale: list[str]) -> State:
@@ -437,6 +437,10 @@ class TwoPhaseCommitSink:
         if problem:
             return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
                                 f"{problem} (a second writer?)")
+        try:  # the target's own check of the staged version (a Delta table's schema), before deciding
+            self.target.check(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), manifest.partitions))
+        except TargetSchemaError as exc:
+            return self._decide(txn, State.ABORTED, "target_refused", str(exc))
         self.log.append(txn.interval, txn.epoch, "intent", {})
         if st.reads is not None:
             newer = ordering.newer_than(self, st.reads)
@@ -476,8 +480,7 @@ class TwoPhaseCommitSink:
             rec = statuses[txn.epoch].records
             manifest = statuses[txn.epoch].manifest
             done = {p: "already" if r == "published" else r for p, r in rec["published"]["partitions"].items()}
-            return CommitResult(txn, done,
-                                manifest.files if manifest else 0, manifest.rows if manifest else None)
+            return CommitResult(txn, done, manifest.files if manifest else 0, manifest.rows if manifest else None)
         manifest = statuses[txn.epoch].manifest
         assert manifest is not None, f"{txn.name} is committed without a manifest"
         failpoint("commit.before_publish")
@@ -486,12 +489,8 @@ class TwoPhaseCommitSink:
             if epoch < txn.epoch and other.state is State.COMMITTED:
                 for part in other.published_partitions:
                     parts.setdefault(part, ())  # no longer produced: publish an empty version of it
-        root = self.sealed_dir(txn)
-        opener = lambda part, name: self.storage.open(self.storage.join(root, part, name), "rb")  # noqa: E731
-        results = self.target.publish(txn, StagedVersion(parts, opener, root))
-        self.storage.remove_tree(self.data_dir(txn))
-        self.storage.remove_tree(self.sealed_dir(txn))
-        self.storage.move_tree(self.staging_dir(txn), self.checkpoint_dir(txn))
+        results = self.target.publish(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), parts))
+        retire_staging(self, txn, manifest)
         failpoint("commit.after_publish")
         self.log.append(txn.interval, txn.epoch, "published", {"partitions": results})
         return CommitResult(txn, results, manifest.files, manifest.rows)

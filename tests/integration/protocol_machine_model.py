@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, multiple, rule
 
 from exactly_once import FencedError, InputChangedError, Interval, State, TxnRef
-from protocol_helpers import exact_reader_rows, is_local, open_sink, write_output
+from exactly_once.targets.delta import DeltaTarget
+from protocol_helpers import exact_reader_rows, is_delta, is_local, open_sink, write_output
 
 
 def _at_switch(args) -> bool:
@@ -85,7 +86,9 @@ class RaceRules:
         before ``attempt``'s commit and reads after it: per partition it gets the version it planned on
         whole, or (local, names gone after a swap) an error to retry on - never a mix of two versions."""
         before = {p: exact_reader_rows(self.sink, p) for iv in INTERVALS for p in partitions_of(iv)}
-        if is_local(self.sink):
+        if is_delta(self.sink):  # a Delta reader: the snapshot it planned on, read after the commit
+            planned = self.sink.target.snapshot()
+        elif is_local(self.sink):
             import pyarrow.dataset as ds
 
             planned = (ds.dataset(self.sink.table, format="parquet", partitioning="hive").get_fragments()
@@ -97,7 +100,11 @@ class RaceRules:
             return multiple()
         self.commit(attempt, OK)
         got: dict[str, list] = {}
-        if is_local(self.sink):
+        if is_delta(self.sink):
+            t = planned.to_pyarrow_table() if planned is not None else None
+            for k, v, dt in zip(*(t.column(c).to_pylist() for c in ("k", "v", "dt"))) if t is not None else ():
+                got.setdefault(f"dt={dt}", []).append((k, v))
+        elif is_local(self.sink):
             failed: set[str] = set()
             for frag in planned:
                 part = os.path.relpath(os.path.dirname(frag.path), self.sink.table)
@@ -131,7 +138,7 @@ class RaceRules:
         sizes = sizes[2:]
         type(self).steps += 1
         self.dirty.add(attempt.txn.interval)
-        other, news, waiting = open_sink(self.url), {}, threading.Event()
+        other, news, waiting = open_sink(self.url, table_format=self.sink.table_format), {}, threading.Event()
         real_flock = fcntl.flock
 
         def flock(fd, op):
@@ -157,11 +164,15 @@ class RaceRules:
                 assert waiting.wait(60), "the newer attempt neither finished nor waited"
             return real_point(*args, **kwargs)
 
-        target = os if is_local(self.sink) else self.sink.storage
-        name = "symlink" if is_local(self.sink) else "put_conditional"
+        if is_delta(self.sink):  # the Delta commit of this attempt is the switch
+            target, name = DeltaTarget, "_commit"
+            at_switch = lambda a: a[3] == attempt.txn  # noqa: E731 - (self, dt, app, txn, ...)
+        else:
+            target = os if is_local(self.sink) else self.sink.storage
+            name, at_switch = "symlink" if is_local(self.sink) else "put_conditional", _at_switch
         real_point = getattr(target, name)
         fcntl.flock = flock
-        setattr(target, name, lambda *a, **k: stall(*a, **k) if _at_switch(a) else real_point(*a, **k))
+        setattr(target, name, lambda *a, **k: stall(*a, **k) if at_switch(a) else real_point(*a, **k))
         try:
             self.sink.commit(attempt.txn)
         except (FencedError, InputChangedError):

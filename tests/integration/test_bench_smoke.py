@@ -74,7 +74,7 @@ def test_bench_sections_on_tiny_sizes(tmp_path):
         assert write["outputs"][variant]["files"] == write["outputs"]["plain"]["files"] == 4
 
     commit = sections["commit"]["backends"]
-    assert set(commit) == {"local", "s3"}
+    assert set(commit) == {"local", "s3", "local-delta", "s3-delta"}  # files target and Delta table
     assert all(commit[b]["10"]["commit"]["median"] > 0 for b in commit)
 
     rec = sections["recovery"]["sizes"]["10000"]

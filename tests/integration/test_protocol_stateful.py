@@ -26,7 +26,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multip
 from exactly_once import (FailpointError, FencedError, InputChangedError, Interval, State,
                           TransactionAbortedError, TransactionStateError, TxnRef)
 from exactly_once.maintenance import gc
-from protocol_helpers import (assert_exact_version, exact_reader_rows, failpoints, is_local, leftovers,
+from protocol_helpers import (assert_exact_version, exact_reader_rows, failpoints, is_delta, is_local, leftovers,
                               log_problems, open_sink, plain_reader_rows, refresh, write_output)
 from protocol_machine_model import (ABORT_FP, BEGIN_FP, COMMIT_FP, FORWARD, INTERVALS, OK, PRE_COMMIT_FP,
                                     RECOVER_FP, Attempt, RaceRules, partitions_of, predecessor, produced)
@@ -34,6 +34,7 @@ from protocol_machine_model import (ABORT_FP, BEGIN_FP, COMMIT_FP, FORWARD, INTE
 
 class ProtocolMachine(RaceRules, RuleBasedStateMachine):
     new_url = staticmethod(lambda: "")  # set by the test: a fresh table location per example
+    table_format = "files"  # set by the test: "delta" runs the same machine on a Delta table
     steps = 0
     fired: Counter = Counter()  # how often the race-making rules really raced (reported by the tests)
 
@@ -42,7 +43,7 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.url = type(self).new_url()
-        self.sink = open_sink(self.url)
+        self.sink = open_sink(self.url, table_format=type(self).table_format)
         self.row_ids = itertools.count()
         self.sealed_rows: dict[tuple[str, int], dict[str, list]] = {}  # (interval, epoch) -> rows
         self.seen: dict[tuple[str, int], State] = {}
@@ -217,7 +218,7 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
     def protocol_invariants(self) -> None:
         """Checked for every interval a step may have touched (the others cannot have changed)."""
         refresh(self.sink)
-        plain = plain_reader_rows(self.sink.table) if is_local(self.sink) else None
+        plain = plain_reader_rows(self.sink.table) if is_local(self.sink) and not is_delta(self.sink) else None
         for iv in sorted(self.dirty):
             statuses = self.sink.status(iv)
             self._states_only_move_forward(iv, statuses)
@@ -297,8 +298,9 @@ RACES = ("gc(min_age=0)", "reader overlapped a switch", "stalled publisher overt
          "dependent refused: input changed", "gc raced a commit")
 
 
-def run_machine(new_url, max_examples: int, steps: int) -> int:
+def run_machine(new_url, max_examples: int, steps: int, table_format: str = "files") -> int:
     ProtocolMachine.new_url = staticmethod(new_url)
+    ProtocolMachine.table_format = table_format
     ProtocolMachine.steps = 0
     ProtocolMachine.fired = Counter()
     run_state_machine_as_test(ProtocolMachine, settings=settings(
@@ -324,3 +326,26 @@ def test_protocol_state_machine_s3(s3_server):
     print(f"\nHypothesis protocol state machine (S3): {total} protocol steps; races: "
           f"{dict(ProtocolMachine.fired)}")
     assert total >= 40, f"only {total} protocol steps ran"
+
+
+def test_protocol_state_machine_delta_local(tmp_path):
+    """The same machine on a Delta table (issue 18): Delta readers, the Delta commit as the switch."""
+    pytest.importorskip("deltalake")
+    counter = itertools.count()
+    total = run_machine(lambda: str(tmp_path / f"ex{next(counter)}" / "t"), max_examples=8, steps=15,
+                        table_format="delta")
+    print(f"\nHypothesis protocol state machine (Delta, local): {total} protocol steps; races: "
+          f"{dict(ProtocolMachine.fired)}")
+    assert total >= 80, f"only {total} protocol steps ran"
+
+
+@pytest.mark.s3
+def test_protocol_state_machine_delta_s3(s3_server):
+    pytest.importorskip("deltalake")
+    from conftest import make_bucket
+
+    total = run_machine(lambda: f"s3://{make_bucket(s3_server)}/warehouse/t", max_examples=3, steps=10,
+                        table_format="delta")
+    print(f"\nHypothesis protocol state machine (Delta, S3): {total} protocol steps; races: "
+          f"{dict(ProtocolMachine.fired)}")
+    assert total >= 20, f"only {total} protocol steps ran"

@@ -6,10 +6,12 @@ version live, idempotently, with a marker of its own that it changes atomically 
 * files (the default) - :mod:`.files` (local: versioned dirs behind a symlink) and :mod:`.s3files`
   (S3: per-version names and a conditional manifest switch);
 * :class:`DatabaseTarget` - PostgreSQL / MariaDB / MySQL: rows + marker in one database transaction;
-* :class:`RedisTarget` - Redis: values + marker in one MULTI/EXEC, guarded by WATCH.
+* :class:`RedisTarget` - Redis: values + marker in one MULTI/EXEC, guarded by WATCH;
+* ``table_format="delta"`` - :mod:`.delta`: the table is a Delta Lake table, one Delta commit per publish.
 
 See docs/TARGETS.md.
 """
+from ..errors import ConfigError
 from ..storage import Storage
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedFile, StagedVersion
 from .database import DatabaseTarget
@@ -26,5 +28,30 @@ def files_target(storage: Storage, table: str, home: str) -> PublishTarget:
 
     return S3FilesTarget(storage, table)  # type: ignore[arg-type]
 
-__all__ = ["ALREADY", "PUBLISHED", "SUPERSEDED", "DatabaseTarget", "PublishTarget", "RedisTarget", "StagedFile",
+TABLE_FORMATS = ("files", "delta")
+
+
+def check_table_format(table_format: str) -> str:
+    """``files`` or ``delta``; ConfigError naming the choice otherwise (Iceberg is refused with the reason)."""
+    if table_format == "iceberg":
+        raise ConfigError("table_format='iceberg' is not supported: an Iceberg commit is a compare-and-swap in "
+                          "a catalog; use table_format='delta' (a Delta commit is a put-if-absent of its log "
+                          "entry, the primitive this protocol already relies on)")
+    if table_format not in TABLE_FORMATS:
+        raise ConfigError(f"table_format must be one of {TABLE_FORMATS}, got {table_format!r}")
+    return table_format
+
+
+def target_for(storage: Storage, table: str, home: str, table_format: str, pipeline: str,
+               sink: str) -> PublishTarget:
+    """The target that publishes a table of ``table_format`` (``files`` or ``delta``)."""
+    if check_table_format(table_format) == "delta":
+        from .delta import DeltaTarget
+
+        return DeltaTarget(storage, table, pipeline=pipeline, sink=sink)
+    return files_target(storage, table, home)
+
+
+__all__ = ["TABLE_FORMATS", "check_table_format", "target_for",
+           "ALREADY", "PUBLISHED", "SUPERSEDED", "DatabaseTarget", "PublishTarget", "RedisTarget", "StagedFile",
            "StagedVersion", "files_target"]

@@ -54,6 +54,11 @@ class StagedVersion:
                  for p, files in (manifest.get("partitions") or {}).items()}
         return cls(parts, opener)
 
+    @classmethod
+    def on(cls, storage: Any, root: str, partitions: Mapping[str, tuple[StagedFile, ...]]) -> "StagedVersion":
+        """The version whose files are ``<root>/<partition>/<name>`` on ``storage`` (the sealed staging)."""
+        return cls(partitions, lambda part, name: storage.open(storage.join(root, part, name), "rb"), root)
+
     def path(self, partition: str, name: str | None = None) -> str:
         """Storage path of a staged partition dir or file (targets that move or copy files)."""
         if self.root is None:
@@ -103,6 +108,17 @@ class PublishTarget(ABC):
     @abstractmethod
     def describe(self) -> str:
         """One line for logs; never contains a credential."""
+
+    publishes_in_place = False  # True: the sealed staged files become the live files (they are not removed)
+
+    def staging_dir(self, txn: TxnRef) -> str | None:
+        """Where ``txn``'s writer stages, if the target wants it somewhere of its own (a Delta table: in
+        its data area, so that the sealed files can be committed where they are); None: the sink's home."""
+        return None
+
+    def check(self, txn: TxnRef, staged: StagedVersion) -> None:
+        """Refuse ``staged`` before the decision (TargetSchemaError: the transaction is aborted, nothing is
+        published) where the target can tell it will never fit; most targets check inside publish."""
 
     def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
         """True if ``txn``'s version is what readers see (recovery: a live version is never aborted)."""

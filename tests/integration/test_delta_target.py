@@ -1,0 +1,319 @@
+"""The protocol publishing into a Delta Lake table (``table_format="delta"``), local and on the loopback S3
+server: a child killed at every failpoint then recovery, the lost acknowledgement, two finishers of one
+epoch, two intervals racing for the log entry, a zombie older epoch, readers overlapping a commit, schema
+checks, gc (issue 18). Races are forced interleavings at the exact step, never sleeps. S3 data is written
+by the stand-in writer (pyarrow through s3fs): Spark has no s3a here."""
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from exactly_once import Interval, State, TwoPhaseCommitSink
+from exactly_once.errors import ConfigError, OwnershipError, TargetSchemaError
+from exactly_once.ids import parse_txn_name
+from exactly_once.maintenance import gc
+from exactly_once.targets.delta import DeltaTarget
+from protocol_helpers import (CRASH_EXIT, commit_version, interleave, make_rows, open_sink, refresh, run_child,
+                              table_url, write_output)  # noqa: F401 - table_url is a fixture
+
+pytest.importorskip("deltalake")
+IV, IV2 = Interval.daily("2026-01-01"), Interval.daily("2026-01-02")
+PART, PART2 = f"dt={IV.day}", f"dt={IV2.day}"
+DELTA = {"table_format": "delta"}
+FAILPOINTS = ["begin.after", "pre_commit.after", "commit.before_publish", "commit.mid_publish",
+              "commit.after_publish"]
+
+
+def delta_sink(url: str, **kw):
+    return open_sink(url, **DELTA, **kw)
+
+
+def table_rows(sink, version: int | None = None) -> list[tuple]:
+    """What a Delta reader (delta-rs) sees: sorted ``(k, v, dt)``."""
+    refresh(sink)
+    t = sink.target.snapshot(version).to_pyarrow_table()
+    return sorted(zip(t.column("k").to_pylist(), t.column("v").to_pylist(), t.column("dt").to_pylist()))
+
+
+def expect(rows, part: str = PART) -> list[tuple]:
+    return sorted((k, v, part.split("=", 1)[1]) for k, v in rows)
+
+
+def delta_leftovers(sink) -> list[str]:
+    """Idle-state garbage: staging dirs, and ``<table>/<txn>/`` dirs of transactions that did not commit."""
+    refresh(sink)
+    st = sink.storage
+    found = [f"_staging/{n}" for n in st.list_names(st.join(sink.home, "_staging"))]
+    for name in st.list_names(sink.table):
+        parsed = parse_txn_name(name)
+        if parsed and sink.log.status(Interval.from_token(parsed[0]), parsed[1]).state is not State.COMMITTED:
+            found.append(name)
+    return found
+
+
+def test_publish_replaces_the_interval_in_one_delta_commit(table_url):
+    sink = delta_sink(table_url)
+    first, again, other = make_rows("a", 6), make_rows("b", 4, start=50), make_rows("c", 3, start=90)
+    commit_version(sink, IV, {PART: [first[:3], first[3:]]})
+    commit_version(sink, IV2, {PART2: [other]})
+    t3 = commit_version(sink, IV, {PART: [again]})
+    assert table_rows(sink) == sorted(expect(again) + expect(other, PART2))
+    assert sink.target.live_epoch(IV) == t3.epoch and sink.target.live_epoch(IV2) == 1
+    assert sink.live_version(PART) == t3.name and len(sink.live_files(PART)) == 1
+    sealed = "sealed" if sink.storage.can_rename else "data"  # staged in the table, committed in place
+    assert sink.live_files(PART)[0].startswith(sink.storage.join(sink.table, t3.name, sealed, PART) + "/")
+    assert sink.storage.list_names(sink.storage.join(sink.home, "_staging")) == []
+    state = sink.storage.join(sink.checkpoint_dir(t3), "state", "counts.json")  # the extras moved out
+    assert json.loads(sink.storage.read_bytes(state)) == {PART: 4}
+    assert not sink.storage.exists(sink.storage.join(sink.staging_dir(t3), "state"))
+    dt = sink.target.snapshot()
+    assert dt.version() == 2  # one Delta commit per publish
+    assert table_rows(sink, version=0) == expect(first)  # time travel
+    assert delta_leftovers(sink) == []
+
+
+@pytest.mark.parametrize("failpoint", FAILPOINTS)
+def test_crash_at_every_failpoint_then_recovery_publishes_once(table_url, failpoint):
+    first = make_rows("a", 5)
+    ops = [{"op": "begin"}, {"op": "write", "files": {PART: [first[:2], first[2:]]}}, {"op": "pre_commit"},
+           {"op": "commit"}]
+    code, _, err = run_child(table_url, IV, ops, failpoints_spec=f"{failpoint}=crash", sink_kwargs=DELTA)
+    assert code == CRASH_EXIT, err
+    sink = delta_sink(table_url)
+    sink.recover(IV, abort_open=True)
+    decided = failpoint.startswith("commit.") or failpoint == "pre_commit.after"
+    states = {e: s.state for e, s in sink.status(IV).items()}
+    assert (State.COMMITTED in states.values()) is decided, states
+    if decided:
+        assert table_rows(sink) == expect(first)
+        assert sink.target.snapshot().version() == 0  # published exactly once, even after a lost ack
+    else:
+        assert sink.target.snapshot() is None
+        commit_version(sink, IV, {PART: [first]})  # Airflow's retry
+        assert table_rows(sink) == expect(first)
+    again = make_rows("b", 3, start=100)
+    commit_version(sink, IV, {PART: [again]})
+    assert table_rows(sink) == expect(again)
+    assert all(s.state is State.ABORTED or s.published for s in sink.status(IV).values())
+    assert delta_leftovers(sink) == []
+
+
+def test_lost_acknowledgement_is_resolved_from_the_table(table_url):
+    """The Delta commit landed, the ``published`` record did not: the table's txn version says so."""
+    rows = make_rows("a", 4)
+    ops = [{"op": "begin"}, {"op": "write", "files": {PART: [rows]}}, {"op": "pre_commit"}, {"op": "commit"}]
+    code, _, err = run_child(table_url, IV, ops, failpoints_spec="commit.after_publish=crash", sink_kwargs=DELTA)
+    assert code == CRASH_EXIT, err
+    sink = delta_sink(table_url)
+    assert not sink.status(IV)[1].published and sink.target.live_epoch(IV) == 1
+    assert sink.commit(sink.ref(IV, 1)).partitions == {PART: "already"}
+    assert sink.target.snapshot().version() == 0 and table_rows(sink) == expect(rows)
+
+
+def test_two_finishers_of_one_epoch_publish_once(table_url, monkeypatch):
+    sink, other = delta_sink(table_url), delta_sink(table_url)
+    txn = sink.begin(IV)
+    rows = make_rows("a", 5)
+    write_output(sink, txn, {PART: [rows]})
+    sink.pre_commit(txn)
+    # the other finisher (recovery in another process) commits the same epoch inside our commit step
+    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda *a: True,
+                       lambda: other.recover(IV))
+    result = sink.commit(txn)
+    assert state["fired"] and result.partitions == {PART: "already"}
+    assert sink.target.snapshot().version() == 0 and table_rows(sink) == expect(rows)
+    assert delta_leftovers(sink) == []
+
+
+def test_two_intervals_racing_for_the_log_entry_both_land(table_url, monkeypatch):
+    sink, other = delta_sink(table_url), delta_sink(table_url)
+    a, b = make_rows("a", 3), make_rows("b", 2, start=10)
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: [a]})
+    sink.pre_commit(txn)
+    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, app, t, *r: t == txn,
+                       lambda: commit_version(other, IV2, {PART2: [b]}))
+    assert sink.commit(txn).partitions == {PART: "published"}
+    assert state["fired"]
+    assert table_rows(sink) == sorted(expect(a) + expect(b, PART2))
+    assert sink.target.snapshot().version() == 1  # the loser re-read the table and took the next entry
+
+
+def test_zombie_older_epoch_never_replaces_a_newer_one(table_url, monkeypatch):
+    """Epoch 1 decided COMMITTED and stalled before its Delta commit; epoch 2 is published meanwhile
+    (forced at that exact step). Epoch 1's commit then finds a newer app version: superseded, its files
+    go, and the table keeps epoch 2."""
+    sink, other = delta_sink(table_url), delta_sink(table_url)
+    old, new = make_rows("old", 4), make_rows("new", 3, start=20)
+    t1 = sink.begin(IV)
+    write_output(sink, t1, {PART: [old]})
+    sink.pre_commit(t1)
+
+    def newer_epoch_publishes():
+        target = other.target
+        t2 = other.ref(IV, 2)
+        other.log.append(IV, 2, "open", {"pipeline": other.pipeline, "sink": other.sink, "sources": [],
+                                         "meta": {}, "reads": None})  # begin without recovering epoch 1
+        other.storage.makedirs(other.data_dir(t2))
+        write_output(other, t2, {PART: [new]})
+        other.pre_commit(t2)
+        other.commit(t2)
+        return target
+
+    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, app, t, *r: t == t1,
+                       newer_epoch_publishes)
+    assert sink.commit(t1).partitions == {PART: "superseded"}
+    assert state["fired"] and table_rows(sink) == expect(new)
+    assert sink.target.live_epoch(IV) == 2
+    refresh(sink)
+    assert t1.name not in sink.storage.list_names(sink.table)
+
+
+def test_a_reader_overlapping_a_commit_sees_one_snapshot(table_url, monkeypatch):
+    """Readers (delta-rs, and DuckDB / Polars over its dataset) inside the publish - files placed, log
+    entry not written - see the old version whole; a reader pinned to the old version keeps reading it
+    after the commit; after it, the new version whole."""
+    sink = delta_sink(table_url)
+    old, new = make_rows("old", 6), make_rows("new", 4, start=40)
+    commit_version(sink, IV, {PART: [old[:3], old[3:]]})
+    pinned = sink.target.snapshot()
+    seen: list[list[tuple]] = []
+    engines = []
+    for name in ("duckdb", "polars"):
+        try:
+            engines.append(__import__(name))
+        except ImportError:
+            pass
+
+    def read_all():
+        seen.append(table_rows(sink))
+        ds = sink.target.snapshot().to_pyarrow_dataset()
+        for mod in engines:
+            if mod.__name__ == "duckdb":
+                got = mod.connect().from_arrow(ds).select("k, v, dt").fetchall()
+            else:
+                got = mod.scan_pyarrow_dataset(ds).select("k", "v", "dt").collect().rows()
+            seen.append(sorted(tuple(r) for r in got))
+
+    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda *a: True, read_all)
+    commit_version(sink, IV, {PART: [new]})
+    assert state["fired"] and seen and all(s == expect(old) for s in seen), seen
+    t = pinned.to_pyarrow_table()
+    assert sorted(zip(t.column("k").to_pylist(), t.column("v").to_pylist())) == sorted(old)
+    assert table_rows(sink) == expect(new)
+
+
+def test_schema_clash_publishes_nothing_and_new_columns_widen(tmp_path):
+    url = str(tmp_path / "warehouse" / "t")
+    sink = delta_sink(url)
+    commit_version(sink, IV, {PART: [make_rows("a", 3)]})
+
+    def stage(txn, table):
+        path = sink.storage.join(sink.data_dir(txn), PART2, "part-00000.parquet")
+        sink.storage.makedirs(os.path.dirname(path))
+        pq.write_table(table, path)
+        sink.pre_commit(txn)
+
+    bad = sink.begin(IV2)
+    stage(bad, pa.table({"k": pa.array(["x"]), "v": pa.array(["y"])}))  # k: string, the table has int64
+    with pytest.raises(TargetSchemaError, match="k: table int64, staged string"):
+        sink.commit(bad)  # refused before the decision: aborted, nothing published, the interval free
+    assert sink.status(IV2)[bad.epoch].state is State.ABORTED and delta_leftovers(sink) == []
+    assert sink.target.live_epoch(IV2) is None and sink.target.snapshot().version() == 0
+    wide = sink.begin(IV2)
+    stage(wide, pa.table({"k": pa.array([7], pa.int64()), "v": ["w"], "extra": pa.array([1.5])}))
+    sink.commit(wide)
+    t = sink.target.snapshot().to_pyarrow_table()
+    assert "extra" in t.column_names and sorted(t.column("extra").to_pylist(), key=str) == [1.5, None, None, None]
+
+
+def test_timestamps_become_delta_timestamps(tmp_path):
+    """Spark writes INT96 (read back as ns); the table stores a Delta ``timestamp``."""
+    sink = delta_sink(str(tmp_path / "warehouse" / "t"))
+    txn = sink.begin(IV)
+    path = sink.storage.join(sink.data_dir(txn), PART, "part-00000.parquet")
+    sink.storage.makedirs(os.path.dirname(path))
+    ts = pa.array([1_700_000_000_000_000_000], pa.timestamp("ns"))
+    pq.write_table(pa.table({"k": pa.array([1], pa.int64()), "at": ts}), path,
+                   use_deprecated_int96_timestamps=True)
+    sink.pre_commit(txn)
+    sink.commit(txn)
+    schema = json.loads(sink.target.snapshot().schema().to_json())
+    assert {f["name"]: f["type"] for f in schema["fields"]}["at"] == "timestamp"
+    assert sink.target.snapshot().to_pyarrow_table().column("at")[0].value == 1_700_000_000_000_000
+
+
+def test_table_format_is_checked_and_bound(tmp_path):
+    url = str(tmp_path / "warehouse" / "t")
+    with pytest.raises(ConfigError, match="delta"):
+        open_sink(url, table_format="iceberg")
+    commit_version(delta_sink(url), IV, {PART: [make_rows("a", 1)]})
+    with pytest.raises(OwnershipError, match="is a 'delta' table"):
+        open_sink(url).begin(IV2)
+    assert isinstance(TwoPhaseCommitSink.open(url).target, DeltaTarget)  # tools find the bound format
+
+
+def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(table_url):
+    sink = delta_sink(table_url)
+    t1 = commit_version(sink, IV, {PART: [make_rows("a", 2)]})
+    t2 = commit_version(sink, IV, {PART: [make_rows("b", 2, start=10)]})
+    zombie = sink.begin(IV2)
+    sink.abort(zombie)
+    write_output(sink, zombie, {PART2: [make_rows("z", 1)]})  # a fenced writer's late files, in the table
+    opened = sink.begin(IV2)
+    write_output(sink, opened, {PART2: [make_rows("c", 1)]})
+    assert gc(sink, min_age=3600)["versions"] == []
+    report = gc(sink, min_age=0)
+    refresh(sink)
+    names = sink.storage.list_names(sink.table)
+    assert [os.path.basename(g) for g in report["versions"]] == [t1.name]
+    assert zombie.name not in names  # aborted: gc deletes by our log, late files included
+    assert t2.name in names and sink.storage.exists(sink.data_dir(opened))
+    assert table_rows(sink) == expect(make_rows("b", 2, start=10))
+
+
+def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url):
+    from exactly_once.history import history, render
+    from exactly_once.rollback import rollback
+
+    sink = delta_sink(table_url)
+    first, second = make_rows("a", 3), make_rows("b", 2, start=10)
+    t1 = commit_version(sink, IV, {PART: [first]})
+    commit_version(sink, IV, {PART: [second]})
+    result = rollback(sink, IV, t1.epoch)
+    assert result.partitions == {PART: "published"} and result.txn.epoch == 3
+    assert table_rows(sink) == expect(first)  # the old version, live again through the protocol
+    rows = history(sink)
+    assert [(r.epoch, r.table_version, r.live) for r in rows] == [(1, 0, False), (2, 1, False), (3, 2, True)]
+    assert "e3 (table v2)" in render(sink, table_url, rows)
+    assert table_rows(sink, version=1) == expect(second)  # time travel to the version history names
+    assert delta_leftovers(sink) == []
+
+
+def test_a_checkpoint_every_n_versions(tmp_path):
+    """Tables are created with a checkpoint every 100 versions; with 10, ten publishes (the target alone,
+    one interval each) leave the checkpoint of version 9, and a reader starting from it sees every
+    interval's row once."""
+    from datetime import date, timedelta
+
+    from exactly_once.ids import TxnRef
+    from exactly_once.storage import storage_for
+    from target_helpers import stage
+
+    sink = delta_sink(str(tmp_path / "warehouse" / "default"))
+    commit_version(sink, IV, {PART: [make_rows("a", 1)]})
+    assert sink.target.snapshot().metadata().configuration["delta.checkpointInterval"] == "100"
+    storage, root = storage_for(str(tmp_path / "t"))
+    target = DeltaTarget(storage, root, pipeline="p", sink="t", checkpoint_every=10)
+    days = [(date(2026, 1, 1) + timedelta(days=i)).isoformat() for i in range(10)]
+    for i, day in enumerate(days):
+        staged = stage(tmp_path / "staging", {f"dt={day}": [[{"k": i, "v": day}]]})
+        assert target.publish(TxnRef("p", "t", Interval.daily(day), 1), staged) == {f"dt={day}": "published"}
+    checkpoints = sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet"))
+    assert checkpoints == ["00000000000000000009.checkpoint.parquet"]
+    t = target.snapshot().to_pyarrow_table()
+    assert sorted(t.column("k").to_pylist()) == list(range(10))
