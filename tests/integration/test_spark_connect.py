@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from fault_helpers import SLOW_FIRST_JOB
 from test_pv_job import JOB_PATH, ROOT, check_against_reference, make_spec, read_data, read_state
 from tools import sample_data
 from exactly_once.airflow.write import run_connect, spark_remote
@@ -197,25 +198,6 @@ def test_same_transaction_name_in_two_tables_and_a_recreated_table(spark_connect
     assert all(r[2] == [] and r[3] == "unset" for r in rows), rows
 
 
-SERVER_DIES_JOB = '''
-import os
-from exactly_once.airflow.write import load_compute
-
-pv = load_compute({job!r})
-
-
-def compute(ctx):
-    p = ctx.partitions[0]
-    first, started = ctx.args
-    if not os.path.exists(first):  # attempt 1: a long write, the server is killed under it
-        open(first, "w").close()
-        open(started, "w").close()
-        (ctx.spark.range(0, 4_000_000_000, 1, 4).selectExpr("id", "sha2(cast(id as string), 512) AS h")
-         .write.mode("overwrite").parquet(ctx.output_dir(p)))
-    return pv(ctx)
-'''
-
-
 def _write_attempt(job: str, spec_url: str, remote: str, attempt: int, args: tuple, out: str) -> None:
     """One write task attempt in its own process; its outcome (or error class) goes to ``out``."""
     try:
@@ -240,15 +222,15 @@ def test_server_killed_mid_write_is_recovered_by_the_write_retry(tmp_path, monke
     try:
         days = ["2026-01-01", "2026-01-02"]
         generated = sample_data.generate(str(tmp_path / "landing"), days, events_per_day=300)
-        job = tmp_path / "server_dies_job.py"
-        job.write_text(SERVER_DIES_JOB.format(job=str(JOB_PATH)))
+        job = tmp_path / "slow_first_job.py"
         first, started = tmp_path / "first", tmp_path / "started"
+        job.write_text(SLOW_FIRST_JOB.format(job=str(JOB_PATH), first=str(first), started=str(started)))
         files = sorted(p for p in generated["files"] if f"dt={days[0]}" in p)
         spec = dataclasses.replace(make_spec(tmp_path, days[0], files, days[0], None), begin_id="b1")
         spec_url = _spec_file(spec, tmp_path / "d1.json")
         out = tmp_path / "attempt1.json"
         child = multiprocessing.get_context("spawn").Process(
-            target=_write_attempt, args=(str(job), spec_url, server.url, 1, (str(first), str(started)), str(out)))
+            target=_write_attempt, args=(str(job), spec_url, server.url, 1, (), str(out)))
         child.start()
         temporary = os.path.join(spec.data_dir, f"dt={days[0]}", "_temporary")
         deadline = time.monotonic() + 180
@@ -258,7 +240,11 @@ def test_server_killed_mid_write_is_recovered_by_the_write_retry(tmp_path, monke
         assert child.is_alive(), f"attempt 1 ended early: {out.read_text() if out.exists() else child.exitcode}"
         os.killpg(server.pid(), signal.SIGKILL)  # the server, mid-write
         child.join(120)  # bounded by the retry budget; pyspark's own policy would wait > 10 min
-        assert not child.is_alive(), "the client kept retrying the dead server"
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+            child.join()
+        assert not alive, "the client kept retrying the dead server"
         res = json.loads(out.read_text())
         assert res["error"] == "SparkConnectLostError" and "EO_SPARK_CONNECT_RETRY_SECONDS" in res["message"], res
         assert not issubclass(SparkConnectLostError, FINAL), "Airflow must retry the write"
@@ -267,7 +253,7 @@ def test_server_killed_mid_write_is_recovered_by_the_write_retry(tmp_path, monke
         restarted = start_connect_server(tmp_path / "server", port=server.port)
         assert restarted.url == server.url
         server = restarted
-        res = run_connect(str(job), spec_url, server.url, attempt=2, args=(str(first), str(started)))
+        res = run_connect(str(job), spec_url, server.url, attempt=2)
         prev = check_against_reference(spec, res["counts"], {})
         assert not [f for f in _files(spec.staging_dir) if "_temporary" in f]  # attempt 1's partial write
 
