@@ -63,8 +63,8 @@ def demo_spark(mode: str) -> Iterator[tuple[str | None, str]]:
     """The Spark the demo's write phase uses: ``(remote URL or None, how it was chosen)``.
 
     ``mode == "submit"``: spark-submit per day. Otherwise ``EO_SPARK_REMOTE`` when set, else the
-    ``make spark-connect`` server on 127.0.0.1:15002 when it is up (left running), else a server started
-    for the demo and stopped at the end of it."""
+    ``make spark-connect`` server on 127.0.0.1:15002 (``EO_SPARK_CONNECT_PORT``) when it is up (left
+    running), else a server started for the demo and stopped at the end of it."""
     from tools import spark_connect
 
     if mode == "submit":
@@ -74,7 +74,7 @@ def demo_spark(mode: str) -> Iterator[tuple[str | None, str]]:
     if env:
         yield env, "EO_SPARK_REMOTE"
         return
-    server = spark_connect.Server()
+    server = spark_connect.Server(int(os.environ.get("EO_SPARK_CONNECT_PORT", spark_connect.PORT)))
     if spark_connect.accepts(server.port):
         yield server.url, "already running (make spark-connect), left running"
         return
