@@ -29,7 +29,7 @@ from exactly_once.airflow.write import run_connect, spark_remote
 from exactly_once.contracts import JobSpec
 from exactly_once.errors import ConfigError, ContractError
 from exactly_once.connect import (_with_session_id, connect_mode, connect_session, connect_session_id,
-                                  interrupt_writes, job_tag, stop_session)
+                                  interrupt_writes, job_tag, retry_seconds, stop_session)
 
 pytestmark = pytest.mark.spark
 
@@ -174,6 +174,15 @@ def test_remote_is_chosen_by_configuration(monkeypatch):
     with pytest.raises(ContractError, match="sc://"):
         _with_session_id("spark://h:7077", "x")
     assert job_tag("2026-01-01T00:00:00+00:00.e000001") == "eo-2026-01-01T00_00_00_00_00.e000001"
+    # the retry budget for a dead server: a positive number of seconds, default 60
+    monkeypatch.delenv("EO_SPARK_CONNECT_RETRY_SECONDS", raising=False)
+    assert retry_seconds() == 60.0
+    monkeypatch.setenv("EO_SPARK_CONNECT_RETRY_SECONDS", "7.5")
+    assert retry_seconds() == 7.5
+    for bad in ("0", "-3", "soon"):
+        monkeypatch.setenv("EO_SPARK_CONNECT_RETRY_SECONDS", bad)
+        with pytest.raises(ConfigError, match="EO_SPARK_CONNECT_RETRY_SECONDS must be a number of seconds"):
+            retry_seconds()
 
 
 def test_same_transaction_name_in_two_tables_and_a_recreated_table(spark_connect, tmp_path):
