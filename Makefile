@@ -37,7 +37,7 @@ test-fast: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: install
-	@$(BIN)/python -m tools.dev demo
+	@$(BIN)/python -m tools.dev demo $(DEMO_ARGS)
 
 # one interval of any DAG in dags/: DATE=YYYY-MM-DD (the daily interval) or START=<ISO-8601 UTC instant>
 run-interval: install
@@ -54,7 +54,8 @@ ui: install
 	@$(BIN)/python -m tools.ui --port "$(UI_PORT)"
 
 # A Spark Connect server on 127.0.0.1:15002 in the background (pid/log in .spark-connect/); idempotent.
-# EO_SPARK_REMOTE=sc://127.0.0.1:15002 then makes the write phase its client (make demo uses it when up).
+# EO_SPARK_REMOTE=sc://127.0.0.1:15002 then makes the write phase its client (make demo uses it when up,
+# else starts its own for the run and stops it at the end; `make demo DEMO_ARGS="--spark submit"`: spark-submit).
 spark-connect: install
 	@$(BIN)/python -m tools.spark_connect start
 

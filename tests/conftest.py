@@ -112,17 +112,26 @@ def spark():
 def spark_connect(tmp_path_factory):
     """ONE Spark Connect server (tools/spark_connect.py, pip's pyspark) for the whole test run, on a free
     loopback port; yields its ``sc://`` URL. Tests that are not about spark-submit itself reuse it."""
-    need(shutil.which("java") is not None, "Java is not installed")
     from tools import spark_connect as sc
 
-    server = sc.Server(free_port(), tmp_path_factory.mktemp("spark-connect"), "local[2]")
-    sc.start(server, extra_conf={"spark.driver.extraJavaOptions": f"-Xss{SMALL_STACK}",
-                                 "spark.sql.shuffle.partitions": "4"})
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    server = start_connect_server(tmp_path_factory.mktemp("spark-connect"))
     try:
         yield server.url
     finally:
         sc.stop(server)
+
+
+def start_connect_server(state_dir: Path, port: int | None = None):
+    """Start a small Spark Connect server (pid/log under ``state_dir``) on ``port`` (a free one by
+    default) and return its ``tools.spark_connect.Server``; the caller stops it."""
+    need(shutil.which("java") is not None, "Java is not installed")
+    from tools import spark_connect as sc
+
+    server = sc.Server(port or free_port(), state_dir, "local[2]")
+    sc.start(server, extra_conf={"spark.driver.extraJavaOptions": f"-Xss{SMALL_STACK}",
+                                 "spark.sql.shuffle.partitions": "4"})
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    return server
 
 
 @pytest.fixture

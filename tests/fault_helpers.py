@@ -68,6 +68,25 @@ PHASES = ("begin", "write", "pre_commit", "validate", "commit")
 # (exactly_once.airflow.operators.FINAL, repeated here so that the local runs need no Airflow import)
 FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError)
 FINAL_NAMES = {e.__name__ for e in FINAL}
+WRITE_ATTEMPTS = 4  # AbortOperator's default write_attempts
+# A Spark Connect write job whose FIRST attempt (no marker file yet) runs a long write into the partition's
+# output dir - long enough to be killed under (its client, or the server) - and whose later attempts run the
+# pv job. Format with job (the pv job's path), first (the marker) and started (created as the write starts).
+SLOW_FIRST_JOB = '''
+import os
+from exactly_once.airflow.write import load_compute
+
+pv = load_compute({job!r})
+
+
+def compute(ctx):
+    if not os.path.exists({first!r}):
+        open({first!r}, "w").close()
+        open({started!r}, "w").close()
+        (ctx.spark.range(0, 4_000_000_000, 1, 4).selectExpr("id", "sha2(cast(id as string), 512) AS h")
+         .write.mode("overwrite").parquet(ctx.output_dir(ctx.partitions[0])))
+    return pv(ctx)
+'''
 Row = tuple
 
 
@@ -156,6 +175,8 @@ class Setup:
     pipeline: str = "pv_pipeline"
     sink: str = "app_pv"
     env: dict[str, str] = field(default_factory=dict)
+    spark_remote: str | None = None  # the write task as a Spark Connect client of this server (real Spark)
+    application: str = APPLICATION   # the job the Spark Connect write runs
 
     def config(self) -> PipelineConfig:
         return PipelineConfig(pipeline=self.pipeline, sink=self.sink,
@@ -203,6 +224,11 @@ def _run_phase(setup: Setup, day: str, phase: str, xcom: dict[str, Any], **kw: A
     if phase == "begin":
         return run.begin(refresh_sources=kw.get("refresh", False), run={"run_id": f"fault__{day}"})
     if phase == "write":
+        if setup.spark_remote:  # what WriteOperator does over Spark Connect (attempt = the try number)
+            from exactly_once.airflow.write import run_connect
+
+            return run_connect(setup.application, xcom["spec"], setup.spark_remote,
+                               attempt=kw.get("attempt", 1))["counts"]
         return stage_write(xcom["spec"], setup.options())
     if phase == "pre_commit":
         return run.pre_commit(txn)
@@ -211,6 +237,10 @@ def _run_phase(setup: Setup, day: str, phase: str, xcom: dict[str, Any], **kw: A
     if phase == "commit":
         return run.commit(txn)
     if phase == "abort":
+        if setup.spark_remote:  # what AbortOperator does over Spark Connect
+            from exactly_once.airflow.write import interrupt_dead_writes
+
+            interrupt_dead_writes(run, txn, setup.spark_remote, WRITE_ATTEMPTS)
         return run.abort(txn)
     if phase == "recover":  # a third party (``eo recover``), not a task of this run
         return run.sink.recover(Interval.daily(day), **kw)
@@ -276,14 +306,21 @@ class Outcome:
         return not self.ok and self.error in FINAL_NAMES
 
 
-def in_child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], *, failpoints: str | None = None,
-             timeout: float = 180, **kw: Any) -> Outcome:
-    """Run one task in a fresh child process; ``failpoints`` becomes its ``EO_FAILPOINTS``."""
+def start_child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], *, failpoints: str | None = None,
+                **kw: Any) -> tuple[Any, str]:
+    """Start one task in a fresh child process; returns the process and the file its result goes to."""
     fd, out = tempfile.mkstemp(prefix="eo-fault-", suffix=".json")
     os.close(fd)
     os.unlink(out)
     proc = _context().Process(target=_child, args=(setup, day, phase, xcom, failpoints, kw, out))
     proc.start()
+    return proc, out
+
+
+def in_child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], *, failpoints: str | None = None,
+             timeout: float = 180, **kw: Any) -> Outcome:
+    """Run one task in a fresh child process; ``failpoints`` becomes its ``EO_FAILPOINTS``."""
+    proc, out = start_child(setup, day, phase, xcom, failpoints=failpoints, **kw)
     proc.join(timeout)
     if proc.is_alive():
         proc.kill()
@@ -326,6 +363,8 @@ class Driver:
     def task(self, day: str, phase: str, xcom: dict[str, Any], *, child: bool = False,
              failpoints: str | None = None, **kw: Any) -> Outcome:
         fn = in_child if child else in_process
+        if phase == "write" and self.setup.spark_remote:  # Airflow's try number: a session per attempt
+            kw.setdefault("attempt", 1 + sum(a.phase == "write" for a in self.attempts))
         t0 = time.perf_counter()
         out = fn(self.setup, day, phase, xcom, failpoints=failpoints, **kw)
         out.seconds = round(time.perf_counter() - t0, 3)

@@ -11,10 +11,12 @@ Each interval is one ``airflow dags test`` run (:mod:`tools.localrun`) with the 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import time
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, Iterator
 
 from exactly_once.ids import Interval, utc
 from exactly_once.settings import data_root, reports_dir
@@ -56,18 +58,33 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             print("  " + "  ".join("-" * w for w in widths))
 
 
-def demo_remote() -> str | None:
-    """The Spark Connect URL the demo uses: ``EO_SPARK_REMOTE``, else the ``make spark-connect`` server
-    when it accepts connections, else None (spark-submit)."""
-    import os
+@contextlib.contextmanager
+def demo_spark(mode: str) -> Iterator[tuple[str | None, str]]:
+    """The Spark the demo's write phase uses: ``(remote URL or None, how it was chosen)``.
 
+    ``mode == "submit"``: spark-submit per day. Otherwise ``EO_SPARK_REMOTE`` when set, else the
+    ``make spark-connect`` server on 127.0.0.1:15002 (``EO_SPARK_CONNECT_PORT``) when it is up (left
+    running), else a server started for the demo and stopped at the end of it."""
     from tools import spark_connect
 
+    if mode == "submit":
+        yield None, "spark-submit per day (local[*]), as asked (--spark submit)"
+        return
     env = os.environ.get("EO_SPARK_REMOTE", "").strip()
     if env:
-        return env
-    server = spark_connect.Server()
-    return server.url if spark_connect.accepts(server.port) else None
+        yield env, "EO_SPARK_REMOTE"
+        return
+    server = spark_connect.Server(int(os.environ.get("EO_SPARK_CONNECT_PORT", spark_connect.PORT)))
+    if spark_connect.accepts(server.port):
+        yield server.url, "already running (make spark-connect), left running"
+        return
+    t0 = time.perf_counter()
+    spark_connect.start(server)
+    try:
+        yield server.url, f"started for this demo in {time.perf_counter() - t0:.0f} s, stopped at the end"
+    finally:
+        spark_connect.stop(server)
+        print(f"  Spark Connect server {server.url} stopped")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -83,18 +100,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{sum(info['duplicates'].values())} duplicates and {sum(info['malformed'].values())} malformed lines")
     print("  each day = one Airflow DAG run (airflow dags test): begin -> spark write -> pre_commit -> "
           "validate -> commit, abort as teardown")
-    remote = demo_remote()
-    print(f"  Spark: {'Spark Connect server ' + remote if remote else 'spark-submit per day (local[*])'}"
-          + ("" if remote else "  (start a shared server with `make spark-connect` for faster days)"))
     failed = 0
-    for i, day in enumerate(days, 1):
-        print(f"  [{i}/{len(days)}] {day} ... ", end="", flush=True)
-        res = run_interval("pv_pipeline", day, extra_env={"EO_SPARK_REMOTE": remote} if remote else None)
-        print(f"{'ok' if res.ok else 'FAILED'} ({res.seconds:.1f} s, {'Spark Connect' if remote else 'spark-submit'})")
-        if not res.ok:
-            failed += 1
-            print(f"      reason: {failure_reason(res.log_path)}\n      full log: {res.log_path}")
-            break
+    with demo_spark(args.spark) as (remote, how):
+        print(f"  Spark: {'Spark Connect server ' + redact(remote) if remote else 'spark-submit'} ({how})")
+        for i, day in enumerate(days, 1):
+            print(f"  [{i}/{len(days)}] {day} ... ", end="", flush=True)
+            res = run_interval("pv_pipeline", day, extra_env={"EO_SPARK_REMOTE": remote} if remote else None)
+            print(f"{'ok' if res.ok else 'FAILED'} in {res.seconds:.1f} s "
+                  f"({'Spark Connect ' + redact(remote) if remote else 'spark-submit'})")
+            if not res.ok:
+                failed += 1
+                print(f"      reason: {failure_reason(res.log_path)}\n      full log: {res.log_path}")
+                break
     print("\nSummary (from the transaction log):")
     print_table(summary_rows(days))
     print(f"\n  output table : {root}/warehouse/app_pv/dt=YYYY-MM-DD/ (Parquet: app_id, pv, uv, cumulative_pv)")
@@ -158,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="run the page-view demo end to end")
     d.add_argument("--days", type=int, default=DEMO_DAYS)
     d.add_argument("--start", default=DEMO_START)
+    d.add_argument("--spark", choices=("connect", "submit"), default="connect",
+                   help="connect (default): a Spark Connect server (EO_SPARK_REMOTE, the running `make "
+                        "spark-connect` one, or one started for the demo); submit: spark-submit per day")
     d.set_defaults(fn=cmd_demo)
     r = sub.add_parser("run-interval", help="one DAG run for one interval of the DAG's schedule")
     r.add_argument("--dag", required=True)

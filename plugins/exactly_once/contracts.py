@@ -117,6 +117,7 @@ class JobSpec:
     prev_state: str | None = None
     stateful: bool = False
     spark_remote: str | None = None
+    begin_id: str | None = None    # unique per begin (uuid4 hex): tells a re-created table's txns apart
     version: int = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -131,6 +132,13 @@ class JobSpec:
     @property
     def interval(self) -> Interval:
         return Interval(self.interval_start, self.interval_end)
+
+    @property
+    def session_scope(self) -> str:
+        """What identifies this transaction attempt on a shared Spark Connect server: the staging dir
+        (table location and transaction name) and the begin's unique id (a re-created table reuses both
+        location and transaction names)."""
+        return f"{self.staging_dir}#{self.begin_id or ''}"
 
     def source(self, name: str | None = None) -> SourceInputs:
         """The source called ``name`` (the only one when ``name`` is None)."""
@@ -149,7 +157,7 @@ class JobSpec:
                 "interval_start": self.interval_start, "interval_end": self.interval_end,
                 "partitions": list(self.partitions), "sources": [s.to_dict() for s in self.sources],
                 "staging_dir": self.staging_dir, "data_dir": self.data_dir, "prev_state": self.prev_state,
-                "stateful": self.stateful, "spark_remote": self.spark_remote}
+                "stateful": self.stateful, "spark_remote": self.spark_remote, "begin_id": self.begin_id}
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True).encode()
@@ -168,7 +176,7 @@ class JobSpec:
         return cls(d["pipeline"], d["sink"], d["txn"], d["interval_start"], d["interval_end"],
                    tuple(d["partitions"]), tuple(SourceInputs.from_dict(s) for s in d["sources"]),
                    d["staging_dir"], d["data_dir"], d.get("prev_state"), bool(d.get("stateful")),
-                   d.get("spark_remote"))
+                   d.get("spark_remote"), d.get("begin_id"))
 
     @classmethod
     def from_json(cls, data: bytes | str) -> "JobSpec":

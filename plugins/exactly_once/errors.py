@@ -60,6 +60,12 @@ class TargetUnavailableError(ExactlyOnceError):
     flight rolled back (or, if the break hit the commit itself, the target's marker tells); publishing
     again is safe and finishes exactly once."""
 
+class SparkConnectLostError(ExactlyOnceError):
+    """The Spark Connect server the write ran on died or restarted mid-write and did not answer again
+    within ``EO_SPARK_CONNECT_RETRY_SECONDS``. Retryable: the next attempt interrupts what is left of
+    this one's queries and writes the staging dir again."""
+
+
 class LayoutError(ConfigError):
     """A layout declaration (partitions, sources, schedule) cannot work; refused before any write."""
 

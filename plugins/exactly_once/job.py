@@ -24,17 +24,11 @@ under the transaction's staging dir; ``s3://`` becomes ``s3a://`` and glob chara
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import json
 import logging
 import os
-import re
-import socket
 import sys
-import time
-import uuid
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .contracts import COUNTS, QUARANTINE, STATE, Counts, FrozenInput, JobSpec, SourceInputs
 from .errors import ContractError, StorageError
@@ -193,132 +187,12 @@ def spark_session(spec: JobSpec, app_name: str) -> Any:
     from pyspark.sql import SparkSession
 
     if spec.spark_remote:
-        return connect_session(spec.spark_remote, spec.txn)
+        from .connect import connect_session
+
+        return connect_session(spec.spark_remote, spec.txn, 1, scope=spec.session_scope)
     spark = SparkSession.builder.appName(f"{app_name} {spec.txn}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
-
-
-# ---------------------------------------------------------------------- Spark Connect
-_CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
-_SESSION_NS = uuid.UUID("6f1c2d0e-5b8a-4e7f-9a43-2c1d0b9e8f71")
-
-
-def job_tag(txn: str) -> str:
-    """The Spark Connect operation tag of every query a write of transaction ``txn`` runs."""
-    return "eo-" + re.sub(r"[^A-Za-z0-9_.=-]", "_", txn)
-
-
-def connect_session_id(txn: str, attempt: int) -> str:
-    """The Spark Connect session id of attempt ``attempt`` of the write of ``txn`` (deterministic, so
-    that a later attempt or the abort can reach - and interrupt - a dead client's session)."""
-    return str(uuid.uuid5(_SESSION_NS, f"{txn}/{attempt}"))
-
-
-def _with_session_id(remote: str, session_id: str) -> str:
-    if not remote.startswith("sc://"):
-        raise ContractError(f"a Spark Connect URL starts with sc://, not {remote.split('://')[0]}://")
-    base, _, params = remote.partition("/;")
-    kept = [p for p in params.split(";") if p and not p.startswith("session_id=")]
-    return base.rstrip("/") + "/;" + ";".join([*kept, f"session_id={session_id}"])
-
-
-@contextlib.contextmanager
-def connect_mode() -> Iterator[None]:
-    """Scope pyspark's process-wide Spark Connect switch (``SPARK_CONNECT_MODE_ENABLED``, set by
-    ``builder.remote()``) to a block: left set, every later classic session of the process - and every
-    ``spark-submit`` it starts, which inherits the environment - fails with CONNECT_URL_NOT_SET."""
-    before = os.environ.get(_CONNECT_MODE)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(_CONNECT_MODE, None)
-        else:
-            os.environ[_CONNECT_MODE] = before
-
-
-def connect_session(remote: str, txn: str, attempt: int = 1) -> Any:
-    """A NEW Spark Connect session on ``remote`` for one write attempt, every query tagged with
-    :func:`job_tag` (stop it when done: that releases the session and everything it cached)."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.remote(_with_session_id(remote, connect_session_id(txn, attempt))).create()
-    spark.addTag(job_tag(txn))
-    return spark
-
-
-def stop_session(spark: Any) -> None:
-    """Stop a Spark Connect session and collect it now: a session left to the cyclic garbage collector
-    (``spark.catalog`` makes a cycle) is closed by ``__del__`` at an arbitrary point - inside pyspark's
-    release thread pool's ``submit`` it deadlocks the client (pyspark 4.1)."""
-    try:
-        spark.stop()
-    finally:
-        vars(spark).pop("catalog", None)  # the cycle: the cached Catalog refers back to the session
-        gc.collect()
-
-
-def interrupt_writes(remote: str, txn: str, attempts: Sequence[int]) -> list[str]:
-    """Interrupt, on ``remote``, every query of the given write attempts of ``txn`` still running
-    (a client killed mid-write leaves its query running on the server), and release their sessions.
-    Returns the interrupted operation ids; a session already closed has nothing left to interrupt."""
-    with connect_mode():
-        return _interrupt_writes(remote, txn, attempts)
-
-
-def _interrupt_writes(remote: str, txn: str, attempts: Sequence[int]) -> list[str]:
-    from pyspark.sql import SparkSession
-
-    interrupted: list[str] = []
-    if not _accepts(remote):
-        log.warning("Spark Connect server %s is not reachable: no query of %s can still run there",
-                    remote.split("/;")[0], txn)
-        return interrupted
-    for attempt in attempts:
-        url = _with_session_id(remote, connect_session_id(txn, attempt))
-        try:
-            spark = SparkSession.builder.remote(url).create()
-        except Exception as exc:  # noqa: BLE001 - a closed session: nothing of it can still run
-            log.debug("session of %s attempt %s: %s", txn, attempt, exc)
-            continue
-        try:
-            interrupted += _interrupt_until_gone(spark, job_tag(txn))
-        except Exception as exc:  # noqa: BLE001
-            if "SESSION_CLOSED" not in str(exc):
-                raise
-        finally:
-            try:
-                stop_session(spark)
-            except Exception:  # noqa: BLE001 - closed already
-                pass
-    if interrupted:
-        log.warning("interrupted %d Spark Connect operation(s) of %s left by dead write attempts",
-                    len(interrupted), txn)
-    return interrupted
-
-
-def _interrupt_until_gone(spark: Any, tag: str, timeout: float = 120.0) -> list[str]:
-    """Interrupt the session's operations tagged ``tag`` until none is left (an interrupted operation
-    stays listed until its job has stopped), so that no file appears after this returns."""
-    ops = list(spark.interruptTag(tag))
-    seen, deadline = list(ops), time.monotonic() + timeout
-    while ops:
-        if time.monotonic() > deadline:
-            raise StorageError(f"Spark Connect operations {ops} tagged {tag} did not stop within {timeout:.0f} s")
-        time.sleep(0.2)
-        ops = list(spark.interruptTag(tag))
-    return seen
-
-
-def _accepts(remote: str, timeout: float = 2.0) -> bool:
-    hostport = remote[len("sc://"):].split("/")[0]
-    host, _, port = hostport.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port or 15002)), timeout=timeout):
-            return True
-    except (OSError, ValueError):
-        return False
 
 
 def execute(compute: Callable[[JobContext], Counts], spark: Any, spec: JobSpec, args: Sequence[str] = (),

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import time
+import uuid
 from typing import Any, Mapping
 
 from .config import PipelineConfig
@@ -78,7 +79,7 @@ class IntervalRun:
                           for s in self._sources()),
             staging_dir=self.storage.url(staging), data_dir=self.storage.url(self.sink.data_dir(txn)),
             prev_state=self.storage.url(self.storage.join(self.sink.checkpoint_dir(prev), STATE)) if prev else None,
-            stateful=self.config.stateful)
+            stateful=self.config.stateful, begin_id=uuid.uuid4().hex)
         spec_path = self.storage.join(staging, SPEC)
         self.storage.write_atomic(spec_path, spec.to_json())
         log.info("begin %s: %d input files (%s), partitions %s, previous checkpoint %s", txn.name, len(flat),
@@ -195,6 +196,10 @@ class IntervalRun:
                                         f"interval {self.interval}")
         return txn
 
+    def job_spec(self, txn: TxnRef) -> JobSpec:
+        """The job spec ``begin`` wrote for ``txn`` (StorageError-like errors when it is gone)."""
+        return JobSpec.from_json(self.storage.read_bytes(self.storage.join(self.sink.staging_dir(txn), SPEC)))
+
     def counts(self, txn: TxnRef) -> dict[str, Any]:
         """The counts the write job recorded (written last, so their presence means the job finished);
         from the log once pre-committed. Refuses another interval's, pipeline's or an unknown transaction."""
@@ -253,7 +258,7 @@ class IntervalRun:
             raise self._not_run(txn, "it is not pre-committed (no manifest in the log)", "pre_commit")
         from .quality import validate_staged  # GX is heavy: imported only by the validate task
 
-        spec = JobSpec.from_json(self.storage.read_bytes(self.storage.join(self.sink.staging_dir(txn), SPEC)))
+        spec = self.job_spec(txn)
         outcome = validate_staged(
             suite_path=self.config.suite, table=self.config.sink, staging_dir=spec.staging_dir,
             partitions=list(spec.partitions), counts=self.counts(txn), prev_state_dir=spec.prev_state,

@@ -170,8 +170,10 @@ def test_failing_gate_with_abort_crashing_midway_then_clean_rerun(data_root, mon
     assert_published_notes_and_events(data_root, [(DAYS[0], 3)])
 
 
+@pytest.mark.spark_submit
 def test_airflow_retries_recover_within_one_run(data_root, monkeypatch):
-    """error:once at mid-publish; the commit task's Airflow retry finishes the same publish."""
+    """error:once at mid-publish; the commit task's Airflow retry finishes the same publish. The write
+    task uses spark-submit here (the other e2e runs use the shared Spark Connect server)."""
     generate(str(data_root / "landing"), DAYS[:1], events_per_day=300)
     monkeypatch.setenv("EO_RETRIES", "2")
     monkeypatch.setenv("EO_FAILPOINTS", "commit.mid_publish=error:once")

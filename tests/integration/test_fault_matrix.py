@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +41,12 @@ import pytest
 import reference_pv as ref
 from conftest import make_bucket
 from exactly_once.maintenance import gc
-from fault_helpers import (PHASES, Driver, Outcome, Setup, epoch_problems, footprint, leftovers, log_problems,
-                           published_records, rows_checksum, sink_of, visible_rows, warm_children)
+from fault_helpers import (APPLICATION, PHASES, SLOW_FIRST_JOB, Driver, Outcome, Setup, epoch_problems, footprint,
+                           leftovers, log_problems, published_records, rows_checksum, sink_of, start_child,
+                           visible_rows, warm_children)
 
+from exactly_once.connect import interrupt_writes
+from exactly_once.contracts import JobSpec
 from exactly_once.failpoints import CRASH_EXIT_CODE, NAMES
 from exactly_once.ids import Interval
 from tools.sample_data import generate
@@ -303,9 +308,79 @@ def assert_output(setup: Setup, expected: dict[str, list]) -> None:
 # ------------------------------------------------------------------------------------------ the matrix
 @pytest.mark.parametrize("kind,fp,action", matrix())
 def test_fault_then_airflow_retry_ends_like_a_clean_run(kind, world, fp, action):
+    fault_then_retry(world, fp, action)
+
+
+# the Spark Connect path: the write task is a Spark Connect client of the shared server (the real pv job)
+CONNECT_CELLS = [("write.partial", "crash"), ("write.partial", "error"), ("commit.mid_publish", "crash")]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind,fp,action", [pytest.param("local", fp, a, id=f"connect-{fp}-{a}")
+                                            for fp, a in CONNECT_CELLS])
+def test_fault_over_spark_connect_then_airflow_retry_ends_like_a_clean_run(kind, world, fp, action,
+                                                                             spark_connect):
+    fault_then_retry(world, fp, action, spark_remote=spark_connect)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", [LOCAL])
+@pytest.mark.parametrize("then", ["retry", "teardown"])
+def test_client_killed_mid_write_over_spark_connect(kind, world, then, spark_connect, tmp_path):
+    """The write task's process (a Spark Connect client) is killed with SIGKILL while its query writes
+    into the staging dir; that query keeps running on the server. ``retry``: the write's retry interrupts
+    it by tag before it writes again, and the run commits exactly the clean output. ``teardown``: the
+    write fails for good and the teardown interrupts it before deleting the staging dir - nothing
+    appears there afterwards, gc finds nothing, and a later run commits the clean output."""
+    FIGURES["scenarios"] += 1
+    first, started = tmp_path / "first", tmp_path / "started"
+    job = tmp_path / "slow_first_job.py"
+    job.write_text(SLOW_FIRST_JOB.format(job=APPLICATION, first=str(first), started=str(started)))
+    setup = world.fresh(spark_remote=spark_connect, application=str(job))
+    drv = Driver(setup)
+    began = count(drv.task(D2, "begin", {}, child=True))
+    xcom = {"txn": began.result["txn"], "spec": began.result["spec"]}
+    spec = JobSpec.from_json(Path(xcom["spec"]).read_bytes())
+    proc, _ = start_child(setup, D2, "write", xcom, attempt=1)
+    temporary = Path(spec.data_dir) / PART2 / "_temporary"
+    deadline = time.monotonic() + 180
+    while not (started.exists() and temporary.is_dir()) and proc.is_alive():
+        assert time.monotonic() < deadline, "the write never started"
+        time.sleep(0.2)
+    assert proc.is_alive(), f"the write ended early (exit {proc.exitcode})"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    FIGURES["kills"] += 1
+    sink = sink_of(setup)
+    if then == "retry":
+        for phase in PHASES[1:]:
+            out = count(drv.task(D2, phase, xcom, child=True, **({"attempt": 2} if phase == "write" else {})))
+            assert out.ok, out
+        assert count(drv.task(D2, "abort", xcom, child=True)).ok
+        assert_output(setup, world.expected)
+        assert {e: st.state for e, st in sink.status(IV2).items()} == {1: State.COMMITTED}
+        assert_idle_and_consistent(setup, committed_epochs=1)
+        return
+    td = count(drv.task(D2, "abort", xcom, child=True))
+    assert td.ok and td.result == "ABORTED", td
+    staging = Path(spec.staging_dir)
+    assert not staging.exists(), sorted(map(str, staging.rglob("*")))
+    # the interrupted query is over: a second interrupt finds nothing, and nothing appeared late
+    assert interrupt_writes(spark_connect, spec.txn, [1], scope=spec.session_scope) == []
+    assert not staging.exists(), sorted(map(str, staging.rglob("*")))
+    assert gc(sink, min_age=0)["staging"] == []
+    assert visible_rows(setup) == {D1: world.expected[D1]}
+    assert_idle_and_consistent(setup, committed_epochs=0)
+    Driver(setup.replace(application=APPLICATION)).clean_run(D2, child=True)
+    assert_output(setup, world.expected)
+    assert_idle_and_consistent(setup, committed_epochs=1)
+
+
+def fault_then_retry(world: World, fp: str, action: str, **setup_kw: Any) -> None:
+    """One cell of the matrix: the fault, Airflow's retries, then the checks of the module docstring."""
     FIGURES["scenarios"] += 1
     gate_fails = fp == "abort.mid"  # abort is reached through a failing quality gate
-    setup = world.fresh(max_malformed_ratio=0.0 if gate_fails else 0.05)
+    setup = world.fresh(max_malformed_ratio=0.0 if gate_fails else 0.05, **setup_kw)
     at_fault: dict[str, Any] = {}
 
     def snapshot(phase: str) -> None:

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -16,17 +17,19 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from fault_helpers import SLOW_FIRST_JOB
 from test_pv_job import JOB_PATH, ROOT, check_against_reference, make_spec, read_data, read_state
 from tools import sample_data
 from exactly_once.airflow.write import run_connect, spark_remote
 from exactly_once.contracts import JobSpec
 from exactly_once.errors import ConfigError, ContractError
-from exactly_once.job import (_with_session_id, connect_mode, connect_session, connect_session_id, interrupt_writes,
-                              job_tag, stop_session)
+from exactly_once.connect import (_with_session_id, connect_mode, connect_session, connect_session_id,
+                                  interrupt_writes, job_tag, retry_seconds, stop_session)
 
 pytestmark = pytest.mark.spark
 
@@ -136,13 +139,13 @@ def test_killed_client_query_is_interrupted_by_tag_before_abort(spark_connect, t
     os.kill(child.pid, signal.SIGKILL)
     child.join()
     # the server-side query outlives its client: it is still listed under the transaction's tag
-    interrupted = interrupt_writes(spark_connect, spec.txn, [1])
+    interrupted = interrupt_writes(spark_connect, spec.txn, [1], scope=spec.session_scope)
     assert interrupted, "the killed client's query was no longer running: the test proves nothing"
-    assert interrupt_writes(spark_connect, spec.txn, [1]) == []
+    assert interrupt_writes(spark_connect, spec.txn, [1], scope=spec.session_scope) == []
     shutil.rmtree(spec.staging_dir)  # what abort does next
     # a new attempt's session still works and the dead query left nothing behind
     with connect_mode():
-        check = connect_session(spark_connect, spec.txn, 2)
+        check = connect_session(spark_connect, spec.txn, 2, scope=spec.session_scope)
         try:
             assert check.range(2).count() == 2
         finally:
@@ -171,3 +174,104 @@ def test_remote_is_chosen_by_configuration(monkeypatch):
     with pytest.raises(ContractError, match="sc://"):
         _with_session_id("spark://h:7077", "x")
     assert job_tag("2026-01-01T00:00:00+00:00.e000001") == "eo-2026-01-01T00_00_00_00_00.e000001"
+    # the retry budget for a dead server: a positive number of seconds, default 60
+    monkeypatch.delenv("EO_SPARK_CONNECT_RETRY_SECONDS", raising=False)
+    assert retry_seconds() == 60.0
+    monkeypatch.setenv("EO_SPARK_CONNECT_RETRY_SECONDS", "7.5")
+    assert retry_seconds() == 7.5
+    for bad in ("0", "-3", "soon"):
+        monkeypatch.setenv("EO_SPARK_CONNECT_RETRY_SECONDS", bad)
+        with pytest.raises(ConfigError, match="EO_SPARK_CONNECT_RETRY_SECONDS must be a number of seconds"):
+            retry_seconds()
+
+
+def test_same_transaction_name_in_two_tables_and_a_recreated_table(spark_connect, tmp_path):
+    """Session ids are scoped by the transaction attempt (staging dir - table location - and begin id):
+    a second table, or the same table deleted and re-created, whose transaction has the same name must
+    not reach the first one's (closed) sessions - that failed every write with SESSION_CLOSED."""
+    job = tmp_path / "probe_job.py"
+    job.write_text(PROBE_JOB)
+    seen = tmp_path / "seen.txt"
+    txn = "2026-01-01.e000001"
+    for n, table in enumerate(("a", "b", "a")):
+        if n == 2:
+            shutil.rmtree(tmp_path / "a")  # the table is deleted and its backfill runs again
+        spec = dataclasses.replace(make_spec(tmp_path / table, txn, [], "2026-01-01", None),
+                                   begin_id=uuid.uuid4().hex)  # what begin writes
+        url = _spec_file(spec, tmp_path / f"{table}{n}.json")
+        for attempt in (1, 2):  # a write and its retry
+            out = run_connect(str(job), url, spark_connect, attempt=attempt, args=(str(seen),))
+            assert out["txn"] == txn
+    rows = [eval(line) for line in seen.read_text().splitlines()]  # noqa: S307 - our own repr()
+    assert len(rows) == 6 and len({r[1] for r in rows}) == 6, rows
+    assert all(r[2] == [] and r[3] == "unset" for r in rows), rows
+
+
+def _write_attempt(job: str, spec_url: str, remote: str, attempt: int, args: tuple, out: str) -> None:
+    """One write task attempt in its own process; its outcome (or error class) goes to ``out``."""
+    try:
+        res = {"ok": True, "result": run_connect(job, spec_url, remote, attempt=attempt, args=args)}
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        res = {"ok": False, "error": type(exc).__name__, "message": str(exc)}
+    Path(out).write_text(json.dumps(res))
+
+
+def test_server_killed_mid_write_is_recovered_by_the_write_retry(tmp_path, monkeypatch):
+    """A DEDICATED server (not the shared one) is killed with SIGKILL while attempt 1 writes: the client
+    gives up after EO_SPARK_CONNECT_RETRY_SECONDS with the retryable SparkConnectLostError (pyspark
+    alone retries a dead server for over 10 minutes), the server is restarted on the same port, the
+    retry writes exactly the reference output with nothing of attempt 1 left, and the backfill goes on."""
+    from conftest import start_connect_server
+    from exactly_once.airflow.operators import FINAL
+    from exactly_once.errors import SparkConnectLostError
+    from tools import spark_connect as sc
+
+    monkeypatch.setenv("EO_SPARK_CONNECT_RETRY_SECONDS", "5")
+    server = start_connect_server(tmp_path / "server")
+    try:
+        days = ["2026-01-01", "2026-01-02"]
+        generated = sample_data.generate(str(tmp_path / "landing"), days, events_per_day=300)
+        job = tmp_path / "slow_first_job.py"
+        first, started = tmp_path / "first", tmp_path / "started"
+        job.write_text(SLOW_FIRST_JOB.format(job=str(JOB_PATH), first=str(first), started=str(started)))
+        files = sorted(p for p in generated["files"] if f"dt={days[0]}" in p)
+        spec = dataclasses.replace(make_spec(tmp_path, days[0], files, days[0], None), begin_id="b1")
+        spec_url = _spec_file(spec, tmp_path / "d1.json")
+        out = tmp_path / "attempt1.json"
+        child = multiprocessing.get_context("spawn").Process(
+            target=_write_attempt, args=(str(job), spec_url, server.url, 1, (), str(out)))
+        child.start()
+        temporary = os.path.join(spec.data_dir, f"dt={days[0]}", "_temporary")
+        deadline = time.monotonic() + 180
+        while not (started.exists() and os.path.isdir(temporary)) and child.is_alive():
+            assert time.monotonic() < deadline, "the write never started"
+            time.sleep(0.2)
+        assert child.is_alive(), f"attempt 1 ended early: {out.read_text() if out.exists() else child.exitcode}"
+        os.killpg(server.pid(), signal.SIGKILL)  # the server, mid-write
+        child.join(120)  # bounded by the retry budget; pyspark's own policy would wait > 10 min
+        alive = child.is_alive()
+        if alive:
+            child.kill()
+            child.join()
+        assert not alive, "the client kept retrying the dead server"
+        res = json.loads(out.read_text())
+        assert res["error"] == "SparkConnectLostError" and "EO_SPARK_CONNECT_RETRY_SECONDS" in res["message"], res
+        assert not issubclass(SparkConnectLostError, FINAL), "Airflow must retry the write"
+        assert os.path.isdir(temporary), "attempt 1 left no partial write: the test proves nothing"
+
+        restarted = start_connect_server(tmp_path / "server", port=server.port)
+        assert restarted.url == server.url
+        server = restarted
+        res = run_connect(str(job), spec_url, server.url, attempt=2)
+        prev = check_against_reference(spec, res["counts"], {})
+        assert not [f for f in _files(spec.staging_dir) if "_temporary" in f]  # attempt 1's partial write
+
+        # the backfill goes on: day 2 on the restarted server reads day 1's state
+        files = sorted(p for p in generated["files"] if f"dt={days[1]}" in p)
+        spec2 = dataclasses.replace(make_spec(tmp_path, days[1], files, days[1],
+                                              os.path.join(spec.staging_dir, "_state")), begin_id="b2")
+        res2 = run_connect(str(JOB_PATH), _spec_file(spec2, tmp_path / "d2.json"), server.url)
+        check_against_reference(spec2, res2["counts"], prev)
+    finally:
+        sc.stop(server)
+    assert not sc.accepts(server.port)

@@ -221,7 +221,7 @@ class AbortOperator(PhaseOperator):
         began = self.began(context)
         announce_finished(self, context, run.finish_publishes())
         if began:
-            self.interrupt_writes(TxnRef.from_dict(began["txn"]).name)
+            self.interrupt_writes(run, TxnRef.from_dict(began["txn"]))
         if not began:
             done = run.abort_unhanded(context["ti"].run_id)
             return done or "nothing to abort"
@@ -235,15 +235,14 @@ class AbortOperator(PhaseOperator):
         return state
 
 
-    def interrupt_writes(self, txn: str) -> None:
+    def interrupt_writes(self, run: IntervalRun, txn: TxnRef) -> None:
         """Over Spark Connect, a write client killed mid-write leaves its query running on the server:
         interrupt every write attempt's queries of ``txn`` before the staging dir is deleted."""
-        from ..job import interrupt_writes  # noqa: PLC0415 - pyspark only when Spark Connect is used
-        from .write import spark_remote  # noqa: PLC0415
+        from .write import interrupt_dead_writes, spark_remote  # noqa: PLC0415 - pyspark only if used
 
         remote = spark_remote(self.spark_conn_id)
         if remote is not None:
-            interrupt_writes(remote, txn, range(1, max(self.write_attempts, 1) + 1))
+            interrupt_dead_writes(run, txn, remote, max(self.write_attempts, 1))
 
 
 PHASE_OPERATORS: Sequence[type[PhaseOperator]] = (BeginOperator, PreCommitOperator, ValidateOperator,

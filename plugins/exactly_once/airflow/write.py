@@ -6,8 +6,10 @@ At run time it picks the path, with no DAG change:
 * ``EO_SPARK_REMOTE=sc://host:port`` in the task's environment, or a Spark connection of type
   ``spark_connect`` (or whose host is an ``sc://`` URL): the job module (``application``) is imported
   in the task process and its ``compute(ctx)`` runs as a Spark Connect client of that server, in a new
-  session per attempt (id derived from the transaction and the try number), every query tagged with the
-  transaction (:func:`exactly_once.job.job_tag`), the session stopped at the end. Before it starts, the
+  session per attempt (id derived from the transaction attempt's staging dir and begin id and the try
+  number), every query tagged with the transaction (:func:`exactly_once.connect.job_tag`), the session
+  stopped at the end. A server that dies mid-write fails the attempt with the retryable
+  ``SparkConnectLostError`` after ``EO_SPARK_CONNECT_RETRY_SECONDS``. Before it starts, the
   queries of earlier attempts of the same transaction still running on the server (a client killed
   mid-write) are interrupted, so nothing but this attempt writes into the staging dir;
 * otherwise ``spark-submit`` as before (``local[*]`` or a cluster master).
@@ -25,7 +27,9 @@ from typing import Any, Callable
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ..contracts import JobSpec
-from ..errors import ConfigError
+from ..errors import ConfigError, ExactlyOnceError
+from ..ids import TxnRef
+from ..pipeline import IntervalRun
 from ..storage import redact, storage_for
 
 log = logging.getLogger(__name__)
@@ -84,21 +88,35 @@ def run_connect(application: str, spec_url: str, remote: str, *, attempt: int = 
                 args: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the job ``application`` for the spec at ``spec_url`` as a Spark Connect client of ``remote``:
     interrupt earlier attempts' queries, then one new tagged session, stopped at the end."""
-    from ..job import connect_mode, connect_session, execute, interrupt_writes, stop_session
+    from ..connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
+    from ..job import execute
 
     store, key = storage_for(spec_url)
     spec = JobSpec.from_json(store.read_bytes(key))
     compute = load_compute(application)
-    interrupt_writes(remote, spec.txn, range(1, attempt))
+    interrupt_writes(remote, spec.txn, range(1, attempt), scope=spec.session_scope)
     t0 = time.perf_counter()
-    with connect_mode():
-        spark = connect_session(remote, spec.txn, attempt)
+    with connect_mode(), lost_as_error(remote):
+        spark = connect_session(remote, spec.txn, attempt, scope=spec.session_scope)
         try:
             counts = execute(compute, spark, spec, args)
         finally:
             stop_session(spark)
     log.info("wrote %s over Spark Connect %s in %.1f s", spec.txn, redact(remote), time.perf_counter() - t0)
     return {"txn": spec.txn, "counts": counts.to_dict(), "spark": "connect"}
+
+
+def interrupt_dead_writes(run: IntervalRun, txn: TxnRef, remote: str, attempts: int) -> list[str]:
+    """The abort's side of :func:`run_connect`: interrupt write attempts 1..``attempts`` of ``txn`` still
+    running on ``remote``. No spec means begin never handed the transaction on: no write ran."""
+    from ..connect import interrupt_writes
+
+    try:
+        spec = run.job_spec(txn)
+    except (ExactlyOnceError, OSError) as exc:
+        log.info("no job spec for %s (%s): no write attempt to interrupt", txn.name, exc)
+        return []
+    return interrupt_writes(remote, txn.name, range(1, attempts + 1), scope=spec.session_scope)
 
 
 class WriteOperator(SparkSubmitOperator):
