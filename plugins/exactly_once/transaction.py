@@ -30,13 +30,12 @@ list. Garbage collection lives in :mod:`exactly_once.maintenance`.
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from . import liveness, ordering
 from . import manifest as manifests
-from . import ordering
 from .errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError,
                      StorageError, TransactionAbortedError, TransactionStateError)
 from .failpoints import failpoint
@@ -276,9 +275,9 @@ class TwoPhaseCommitSink:
         publish did not finish is published; the newest epoch, if PRE_COMMITTED (and validated when
         required), is committed without recomputing; older PRE_COMMITTED epochs and failed validations
         are aborted; OPEN epochs are aborted only with ``abort_open`` (``begin`` does that - it is about
-        to fence them) or when older than ``stale_after`` seconds. Before aborting anything it checks the
-        target: a version that is live is never aborted. ABORTED leftovers are cleaned up. One broken
-        interval never stops the others: over all intervals, a failure is reported as ``FAILED ...``.
+        to fence them) or when stale (no heartbeat nor record for ``stale_after`` s of the storage clock:
+        :func:`~exactly_once.liveness.is_stale`). A live version is never aborted. ABORTED leftovers are
+        cleaned up. One broken interval never stops the others: a failure is reported as ``FAILED ...``.
         """
         actions: list[str] = []
         for iv in [interval] if interval else self.log.intervals():
@@ -298,7 +297,7 @@ class TwoPhaseCommitSink:
 
     def _recover_one(self, txn: TxnRef, st: EpochStatus, newest: int, abort_open: bool,
                      stale_after: float | None) -> str | None:
-        takeover = abort_open or (stale_after is not None and time.time() - st.started_at > stale_after)
+        takeover = lambda: abort_open or liveness.is_stale(self, txn, st, stale_after)  # noqa: E731
         state = st.state
         if state is State.COMMITTED:
             if st.published:
@@ -309,12 +308,12 @@ class TwoPhaseCommitSink:
             verdict = (st.validation or {}).get("passed")
             if self._is_live(st) or (txn.epoch == newest and self._validation_ok(st)):
                 return "recovered and committed" if self._commit_recovered(txn, st) else "aborted (fenced)"
-            if txn.epoch != newest or verdict is False or takeover:
+            if txn.epoch != newest or verdict is False or takeover():
                 self.abort(txn, reason="recovery: pre-committed but superseded or not validated")
                 return "aborted (pre-committed but superseded or not validated)"
             return None  # validation may still be running in a live attempt
         if state is State.OPEN:
-            if takeover:
+            if takeover():
                 self.abort(txn, reason="recovery: open attempt taken over")
                 return "aborted (open, older attempt)"
             return None
