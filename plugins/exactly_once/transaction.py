@@ -432,7 +432,7 @@ class TwoPhaseCommitSink:
         successors, then decide COMMITTED (unless someone decided first). Returns the decision."""
         manifest = st.manifest
         assert manifest is not None
-        problem = self._seal_and_verify(txn, manifest)
+        problem = manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest)
         if problem:
             return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
                                 f"{problem} (a second writer?)")
@@ -444,14 +444,6 @@ class TwoPhaseCommitSink:
                                     f"input state changed: it read {st.reads.name}, but {newer} replaced it")
         stale += ordering.fence_successors(self, txn)
         return self._decide(txn, State.COMMITTED, stale=stale)
-
-    def _seal_and_verify(self, txn: TxnRef, manifest: Manifest) -> str | None:
-        """Move the staged data out of the writer's reach (where storage can rename) and compare it
-        with the manifest; the first difference found, or None."""
-        data, sealed = self.data_dir(txn), self.sealed_dir(txn)
-        if sealed != data and self.storage.exists(data) and not self.storage.exists(sealed):
-            self.storage.rename(data, sealed)  # type: ignore[attr-defined]
-        return manifests.difference(self.storage, sealed, manifest)
 
     def _validation_ok(self, st: EpochStatus) -> bool:
         passed = (st.validation or {}).get("passed")
