@@ -76,6 +76,8 @@ def is_stale(sink: "TwoPhaseCommitSink", txn: "TxnRef", st: EpochStatus, stale_a
     Never for ``stale_after=None``, never for a decided one; no storage access unless it is unfinished."""
     if stale_after is None or st.state not in (State.OPEN, State.PRE_COMMITTED):
         return False
+    if stale_after <= 0:  # "take over whatever is unfinished now" (eo recover --stale-after 0)
+        return True
     alive = last_alive(sink, txn, st)  # read before "now": a beat in between only makes it fresher
     if alive is None:  # its records vanished under us: nothing to judge by, leave it alone
         return False
