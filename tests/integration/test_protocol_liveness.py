@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from contextlib import contextmanager
 
@@ -192,27 +193,54 @@ def test_gc_beside_a_live_heartbeat_leaves_it_alone(table_url, monkeypatch):
     assert leftovers(sink) == []
 
 
-def test_the_heartbeat_thread_beats_until_stopped(tmp_path):
-    """The write task's heartbeat (``write_heartbeat`` from its ``--spec`` argument) writes the object the
-    takeover rule reads, again and again while the job runs, and never after it ended."""
-    sink = open_sink(str(tmp_path / "warehouse" / "t"))
-    txn = sink.begin(IV)
+def _spec_of(sink, txn) -> str:
+    """Write ``txn``'s job spec the way begin does; returns its path (the write task's ``--spec``)."""
     spec = JobSpec(pipeline=sink.pipeline, sink=sink.sink, txn=txn.name, interval_start=IV.start.isoformat(),
                    interval_end=IV.end.isoformat(), partitions=(PART,), sources=(),
                    staging_dir=sink.storage.url(sink.staging_dir(txn)),
                    data_dir=sink.storage.url(sink.data_dir(txn)))
-    spec_path = sink.storage.join(sink.staging_dir(txn), "_spec.json")
-    sink.storage.write_atomic(spec_path, spec.to_json())
+    path = sink.storage.join(sink.staging_dir(txn), "_spec.json")
+    sink.storage.write_atomic(path, spec.to_json())
+    return path
+
+
+def test_the_heartbeat_thread_beats_until_stopped(tmp_path, monkeypatch):
+    """The write task's heartbeat (``write_heartbeat`` from its ``--spec`` argument) writes the object the
+    takeover rule reads, again and again while the job runs, and never after it ended."""
+    sink = open_sink(str(tmp_path / "warehouse" / "t"))
+    txn = sink.begin(IV)
+    spec_path = _spec_of(sink, txn)
     path = liveness.heartbeat_path(sink.storage, sink.staging_dir(txn))
-    monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setenv("EO_HEARTBEAT_SECONDS", "0.01")
-    try:
-        with liveness.write_heartbeat(["--spec", spec_path, "--x"]) as beat:
-            assert beat.beats >= 1 and os.path.exists(path)
-            while beat.beats < 3:  # the thread's own beats
-                time.sleep(0.01)
-        assert not beat._thread.is_alive()  # stopped with the job: no beat after it
-    finally:
-        monkeypatch.undo()
+    with liveness.write_heartbeat(["--spec", spec_path, "--x"]) as beat:
+        assert beat.beats >= 1 and os.path.exists(path)
+        while beat.beats < 3:  # the thread's own beats
+            time.sleep(0.01)
+    assert not beat._thread.is_alive()  # stopped with the job: no beat after it
     with liveness.write_heartbeat(["--no-spec"]) as nothing:
         assert nothing is None
+
+
+def test_the_write_operator_beats_while_its_job_runs(tmp_path, monkeypatch):
+    """``WriteOperator.execute`` keeps the heartbeat fresh around the job (spark-submit or Spark Connect:
+    the job itself is replaced here by a function that watches the heartbeat) and stops it after."""
+    from exactly_once.airflow.write import WriteOperator
+
+    sink = open_sink(str(tmp_path / "warehouse" / "t"))
+    txn = sink.begin(IV)
+    path = liveness.heartbeat_path(sink.storage, sink.staging_dir(txn))
+    monkeypatch.setenv("EO_HEARTBEAT_SECONDS", "0.01")
+    monkeypatch.delenv("EO_STORAGE_CONN_ID", raising=False)
+
+    def job(self, args, context):
+        beats = [sink.storage.read_json(path)["beat"]]
+        while beats[-1] < beats[0] + 2:  # the heartbeat moves while the job runs
+            beats.append(sink.storage.read_json(path)["beat"])
+        return beats[-1]
+
+    monkeypatch.setattr(WriteOperator, "_run", job)
+    op = WriteOperator(task_id="write", application=str(tmp_path / "job.py"),
+                       application_args=["--spec", _spec_of(sink, txn)])
+    last = op.execute({})
+    assert sink.storage.read_json(path)["beat"] >= last >= 3
+    assert not [t for t in threading.enumerate() if t.name.startswith("eo-heartbeat")]  # stopped after the job
