@@ -7,7 +7,8 @@ Invariants after every step:
 * a transaction's state only moves forward, and a decided outcome never changes;
 * every partition shows nothing or exactly the rows one pre-committed transaction wrote (plain pyarrow
   reader and exact reader agree locally), that transaction is COMMITTED, and no newer committed one has
-  been published; once every decided commit finished publishing, it is the newest committed one.
+  been published; once every decided commit finished publishing, it is the newest committed one;
+* (at every gc) no file a slow reader resolved less than ``min_age`` ago (the machine's clock) is gone.
 After a final settle (teardown of every attempt + recovery) nothing is staged, everything committed is
 published, and the live files are byte-identical to their manifests.
 """
