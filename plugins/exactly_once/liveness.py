@@ -27,7 +27,7 @@ from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Sequence
 
 from . import settings
-from .errors import ContractError, ExactlyOnceError
+from .errors import ContractError, ExactlyOnceError, StorageError
 from .storage import Storage, redact, storage_for, to_json
 from .txlog import EpochStatus, State, owner
 
@@ -54,8 +54,13 @@ def heartbeat_path(storage: Storage, staging_dir: str) -> str:
 def storage_now(storage: Storage, home: str) -> float:
     """The storage's clock: the timestamp the storage gives a probe object written now."""
     probe = storage.join(home, HEARTBEATS, CLOCK)
-    storage.write_atomic(probe, b"")
-    return storage.modified_at(probe)
+    for _ in range(3):
+        try:
+            storage.write_atomic(probe, b"")
+            return storage.modified_at(probe)
+        except FileNotFoundError:  # gc removed our temp file (it looked like a dead beat's): again
+            continue
+    raise StorageError(f"could not write the storage clock's probe {probe}")
 
 
 def last_alive(sink: "TwoPhaseCommitSink", txn: "TxnRef", st: EpochStatus) -> float | None:

@@ -96,13 +96,18 @@ def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
 
 
 def _collect_heartbeats(sink: TwoPhaseCommitSink) -> list[str]:
-    """Delete the heartbeats of finished (or unknown) transactions; an unfinished one keeps its own."""
+    """Delete the heartbeats of finished (or unknown) transactions and the temp files of beats whose
+    process died mid-write (a live beat that loses its temp file just logs it and beats again); an
+    unfinished transaction keeps its heartbeat."""
     storage, removed = sink.storage, []
     root = storage.join(sink.home, liveness.HEARTBEATS)
     for name in storage.list_names(root):
         parsed = parse_txn_name(name)
         if parsed is None:
-            continue  # the storage clock's probe
+            if name.startswith(".tmp-"):
+                storage.remove_tree(storage.join(root, name))
+                removed.append(name)
+            continue  # else the storage clock's probe
         st = sink.status(Interval.from_token(parsed[0])).get(parsed[1])
         if st is None or st.state is State.ABORTED or (st.state is State.COMMITTED and st.published):
             storage.remove_tree(storage.join(root, name))

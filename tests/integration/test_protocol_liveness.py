@@ -163,9 +163,12 @@ def test_a_dead_writer_is_taken_over_after_stale_after(table_url, skew):
     assert dry_run(sink) == [f"e1: would abort it (open, no sign of life for longer than the stale limit)"]
     assert sink.recover(IV, stale_after=STALE) == [f"{txn.name}: aborted (open, older attempt)"]
     assert sink.status(IV)[1].state is State.ABORTED
+    beats = sink.storage.join(sink.home, liveness.HEARTBEATS)
+    if is_local(sink):  # killed between a beat's temp file and its rename (it may really have been)
+        open(os.path.join(beats, ".tmp-" + "d" * 32), "wb").close()
+    assert txn.name in gc(sink, min_age=0, stale_after=STALE)["heartbeats"]
+    assert sink.storage.list_names(beats) == [liveness.CLOCK]
     assert leftovers(sink) == []
-    assert gc(sink, min_age=0, stale_after=STALE)["heartbeats"] == [txn.name]
-    assert sink.storage.list_names(sink.storage.join(sink.home, liveness.HEARTBEATS)) == [liveness.CLOCK]
     new = commit_version(sink, IV, {PART: [make_rows("after", 4)]})  # the interval goes on
     assert_exact_version(sink, PART, make_rows("after", 4), new)
 
