@@ -96,7 +96,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     from .maintenance import gc
 
     for sink in _sinks(args):
-        report = gc(sink, min_age=args.min_age)
+        report = gc(sink, min_age=args.min_age, stale_after=args.stale_after)
         for k, v in report.items():
             print(f"{sink.sink} {k}: {len(v)}" + ("".join(f"\n  {x}" for x in v) if args.verbose else ""))
     return 0
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--sink", help="with --dag: only this sink")
         s.add_argument("--conn-id", default=settings.storage_conn_id(),
                        help="Airflow connection with the S3 credentials (default EO_STORAGE_CONN_ID)")
-        s.add_argument("--stale-after", type=float, default=6 * 3600, help="seconds before an open txn is stale")
+        s.add_argument("--stale-after", type=float, default=6 * 3600,
+                       help="seconds without a heartbeat (storage clock) before an unfinished txn is taken over")
         s.add_argument("--min-age", type=float, default=3600, help="gc: keep superseded versions this long")
         s.add_argument("-v", "--verbose", action="store_true")
         s.set_defaults(fn=fn)

@@ -12,10 +12,10 @@ page, the per-run report, ``eo history`` and the run notes all show the same fac
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from . import liveness
 from .errors import ConfigError
 from .ids import Interval
 from .storage import redact
@@ -166,21 +166,21 @@ def _fenced_by(st: EpochStatus, newer: EpochStatus, ended: float | None) -> bool
 
 def recover_plan(statuses: Mapping[int, EpochStatus], *, require_validation: bool,
                  is_live: Callable[[EpochStatus], bool], has_leftovers: Callable[[EpochStatus], bool],
-                 stale_after: float | None = RECOVER_STALE_AFTER, now: float | None = None) -> list[str]:
+                 is_stale: Callable[[EpochStatus], bool] = lambda st: False) -> list[str]:
     """What ``recover(interval, stale_after=...)`` would do to these epochs, one line per action.
 
     The same decisions as :meth:`TwoPhaseCommitSink.recover` (without ``abort_open``): a decided
     commit whose publish did not finish is rolled forward; the newest pre-committed epoch (validated
     when required, never after a failing verdict) or any live one is committed; older pre-committed
-    epochs and failed verdicts are aborted; open epochs are aborted only once older than
-    ``stale_after``; aborted epochs with files left are cleaned up. Pure: the callables answer the only
-    storage questions (is this version live? are files left?).
+    epochs and failed verdicts are aborted; open epochs are aborted only once stale; aborted epochs with
+    files left are cleaned up. Pure: the callables answer the only storage questions (is this version
+    live? are files left? is this attempt stale - :func:`exactly_once.liveness.is_stale`, the rule
+    ``recover`` itself applies).
     """
-    now = time.time() if now is None else now
     newest = max(statuses, default=0)
     plan = []
     for epoch, st in statuses.items():
-        action = _recover_action(st, newest, require_validation, is_live, has_leftovers, stale_after, now)
+        action = _recover_action(st, newest, require_validation, is_live, has_leftovers, is_stale)
         if action:
             plan.append(f"e{epoch}: {action}")
     return plan
@@ -188,8 +188,7 @@ def recover_plan(statuses: Mapping[int, EpochStatus], *, require_validation: boo
 
 def _recover_action(st: EpochStatus, newest: int, require_validation: bool,
                     is_live: Callable[[EpochStatus], bool], has_leftovers: Callable[[EpochStatus], bool],
-                    stale_after: float | None, now: float) -> str | None:
-    takeover = stale_after is not None and now - st.started_at > stale_after
+                    is_stale: Callable[[EpochStatus], bool]) -> str | None:
     if st.state is State.COMMITTED:
         return None if st.published else "would finish the publish (roll forward, no recompute)"
     if st.state is State.PRE_COMMITTED:
@@ -197,11 +196,11 @@ def _recover_action(st: EpochStatus, newest: int, require_validation: bool,
         verdict_ok = passed is not False and (not require_validation or passed is True)
         if is_live(st) or (st.epoch == newest and verdict_ok):
             return "would commit it (pre-committed" + (", validated)" if passed else ")")
-        if st.epoch != newest or passed is False or takeover:
+        if st.epoch != newest or passed is False or is_stale(st):
             return "would abort it (pre-committed but superseded or not validated)"
         return None
     if st.state is State.OPEN:
-        return "would abort it (open longer than the stale limit)" if takeover else None
+        return "would abort it (open, no sign of life for longer than the stale limit)" if is_stale(st) else None
     return "would delete its leftover files" if has_leftovers(st) else None
 
 
@@ -216,7 +215,8 @@ def interval_view(sink: TwoPhaseCommitSink, interval: Interval, *, with_recover:
         plan = tuple(recover_plan(statuses, require_validation=sink.require_validation,
                                   is_live=lambda st: _is_live(sink, interval, st),
                                   has_leftovers=lambda st: _has_leftovers(sink, interval, st),
-                                  stale_after=stale_after))
+                                  is_stale=lambda st: liveness.is_stale(sink, sink.ref(interval, st.epoch),
+                                                                        st, stale_after)))
     return IntervalView(interval=interval, epochs=epochs, live=live, recover=plan)
 
 

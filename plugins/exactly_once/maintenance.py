@@ -1,9 +1,11 @@
 """Garbage collection: delete only what the transaction log says is finished (DESIGN §4 "Garbage").
 
 ``gc`` never touches a transaction that could still commit: it first runs ``recover`` (which finishes
-decided commits and aborts attempts older than ``stale_after``), then removes
+decided commits and aborts attempts with no sign of life for ``stale_after`` seconds on the storage's
+clock - :func:`exactly_once.liveness.is_stale`: a write whose heartbeat is fresh is left alone), then removes
 
-* staging dirs of ABORTED or COMMITTED-and-published transactions (and orphans with no log record);
+* staging dirs of ABORTED or COMMITTED-and-published transactions (and orphans with no log record),
+  and their heartbeats;
 * checkpoints that are not their interval's current committed version;
 * superseded versions (their data in the target) - only once a *newer* version of the interval has
   been published for ``min_age`` seconds, so a reader that resolved the old version just before the
@@ -21,6 +23,7 @@ import logging
 import time
 from typing import Callable
 
+from . import liveness
 from .errors import ExactlyOnceError
 from .ids import Interval, parse_txn_name
 from .transaction import TwoPhaseCommitSink
@@ -71,7 +74,8 @@ def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
        stale_after: float = 6 * 3600.0) -> dict[str, list[str]]:
     """Collect garbage of one sink; returns what was removed, by kind (and ``failed`` intervals)."""
     report: dict[str, list[str]] = {"recovered": sink.recover(stale_after=stale_after), "staging": [],
-                                    "checkpoints": [], "versions": [], "log_records": [], "failed": []}
+                                    "checkpoints": [], "versions": [], "log_records": [], "heartbeats": [],
+                                    "failed": []}
     storage, now = sink.storage, time.time()
     for iv in sink.log.intervals():
         try:
@@ -86,8 +90,29 @@ def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
             path = storage.join(staging_root, name)
             storage.remove_tree(path)
             report["staging"].append(path)
+    report["heartbeats"] = _collect_heartbeats(sink)
     report["versions"] = sink.target.sweep(garbage_judge(sink, min_age, now))
     return report
+
+
+def _collect_heartbeats(sink: TwoPhaseCommitSink) -> list[str]:
+    """Delete the heartbeats of finished (or unknown) transactions and the temp files of beats whose
+    process died mid-write (a live beat that loses its temp file just logs it and beats again); an
+    unfinished transaction keeps its heartbeat."""
+    storage, removed = sink.storage, []
+    root = storage.join(sink.home, liveness.HEARTBEATS)
+    for name in storage.list_names(root):
+        parsed = parse_txn_name(name)
+        if parsed is None:
+            if name.startswith(".tmp-"):
+                storage.remove_tree(storage.join(root, name))
+                removed.append(name)
+            continue  # else the storage clock's probe
+        st = sink.status(Interval.from_token(parsed[0])).get(parsed[1])
+        if st is None or st.state is State.ABORTED or (st.state is State.COMMITTED and st.published):
+            storage.remove_tree(storage.join(root, name))
+            removed.append(name)
+    return removed
 
 
 def _collect_interval(sink: TwoPhaseCommitSink, iv: Interval, min_age: float, now: float,

@@ -146,3 +146,23 @@ def difference(storage: Storage, root: str, manifest: Manifest) -> str | None:
             if size != f.size:
                 return f"{part}/{f.name} is {'missing' if size is None else f'{size} bytes, not {f.size}'}"
     return None
+
+
+def seal(storage: Storage, data: str, sealed: str, manifest: Manifest) -> str | None:
+    """Move the staged output from the writer's path ``data`` to ``sealed`` (where storage can rename;
+    the same path on S3) and compare it with ``manifest``: the first difference, or None.
+
+    Another finisher of the same transaction may overtake: it sealed first (then this one checks what
+    it sealed), or it already decided and published or deleted the files (then they are reported
+    missing, and the caller's exclusive decision returns what that process decided) - never a
+    FileNotFoundError out of the middle of a commit."""
+    if sealed != data and storage.exists(data) and not storage.exists(sealed):
+        try:
+            storage.rename(data, sealed)  # type: ignore[attr-defined]
+        except OSError:
+            if storage.exists(data) and not storage.exists(sealed):
+                raise  # nobody else moved it: a real failure
+    try:
+        return difference(storage, sealed, manifest)
+    except FileNotFoundError as exc:  # removed while listed: only a decided publish or abort does that
+        return f"{exc.filename} vanished while it was checked"

@@ -42,3 +42,9 @@ def predecessor_wait() -> tuple[float, float]:
     0 fails at once)."""
     return (float(os.environ.get("EO_PREDECESSOR_POKE_SECONDS") or 30),
             float(os.environ.get("EO_PREDECESSOR_TIMEOUT_SECONDS") or 6 * 3600))
+
+
+def heartbeat_seconds() -> float:
+    """``EO_HEARTBEAT_SECONDS`` (default 30): how often the write task touches its transaction's
+    heartbeat. Keep ``stale_after`` (``eo recover``/``gc``) many times larger."""
+    return float(os.environ.get("EO_HEARTBEAT_SECONDS") or 30)

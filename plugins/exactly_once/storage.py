@@ -105,6 +105,10 @@ class Storage(ABC):
     def file_meta(self, path: str) -> dict[str, Any]:
         """``{"size": int, "mtime": float | None, "etag": str | None}`` of a file."""
 
+    @abstractmethod
+    def modified_at(self, path: str) -> float:
+        """When ``path`` was last written, by the STORAGE's clock (local mtime, S3 ``LastModified``),
+        never the caller's; fresh, not cached. FileNotFoundError if it does not exist."""
 
     def url(self, path: str) -> str:
         """A URL for ``path`` that Spark and people understand (never with credentials)."""
@@ -234,6 +238,9 @@ class LocalStorage(Storage):
     def file_meta(self, path: str) -> dict[str, Any]:
         st = os.stat(path)
         return {"size": st.st_size, "mtime": st.st_mtime, "etag": None}
+
+    def modified_at(self, path: str) -> float:
+        return os.stat(path, follow_symlinks=False).st_mtime
 
 
 

@@ -141,5 +141,9 @@ class S3Storage(Storage):
         info = self.fs.info(path)
         return {"size": int(info["size"]), "mtime": None, "etag": str(info.get("ETag", "")).strip('"')}
 
+    def modified_at(self, path: str) -> float:
+        self.fs.invalidate_cache(path)
+        return float(self.fs.info(path)["LastModified"].timestamp())  # the server's clock, 1 s resolution
+
     def url(self, path: str) -> str:
         return f"s3://{path}"

@@ -30,13 +30,12 @@ list. Garbage collection lives in :mod:`exactly_once.maintenance`.
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
+from . import liveness, ordering
 from . import manifest as manifests
-from . import ordering
 from .errors import (ABORT_CAUSES, ConfigError, ExactlyOnceError, FencedError, InputChangedError,
                      StorageError, TargetSchemaError, TransactionAbortedError, TransactionStateError)
 from .failpoints import failpoint
@@ -277,9 +276,9 @@ class TwoPhaseCommitSink:
         publish did not finish is published; the newest epoch, if PRE_COMMITTED (and validated when
         required), is committed without recomputing; older PRE_COMMITTED epochs and failed validations
         are aborted; OPEN epochs are aborted only with ``abort_open`` (``begin`` does that - it is about
-        to fence them) or when older than ``stale_after`` seconds. Before aborting anything it checks the
-        target: a version that is live is never aborted. ABORTED leftovers are cleaned up. One broken
-        interval never stops the others: over all intervals, a failure is reported as ``FAILED ...``.
+        to fence them) or when stale (no heartbeat nor record for ``stale_after`` s of the storage clock:
+        :func:`~exactly_once.liveness.is_stale`). A live version is never aborted. ABORTED leftovers are
+        cleaned up. One broken interval never stops the others: a failure is reported as ``FAILED ...``.
         """
         actions: list[str] = []
         for iv in [interval] if interval else self.log.intervals():
@@ -299,7 +298,7 @@ class TwoPhaseCommitSink:
 
     def _recover_one(self, txn: TxnRef, st: EpochStatus, newest: int, abort_open: bool,
                      stale_after: float | None) -> str | None:
-        takeover = abort_open or (stale_after is not None and time.time() - st.started_at > stale_after)
+        takeover = lambda: abort_open or liveness.is_stale(self, txn, st, stale_after)  # noqa: E731
         state = st.state
         if state is State.COMMITTED:
             if st.published:
@@ -310,12 +309,12 @@ class TwoPhaseCommitSink:
             verdict = (st.validation or {}).get("passed")
             if self._is_live(st) or (txn.epoch == newest and self._validation_ok(st)):
                 return "recovered and committed" if self._commit_recovered(txn, st) else "aborted (fenced)"
-            if txn.epoch != newest or verdict is False or takeover:
+            if txn.epoch != newest or verdict is False or takeover():
                 self.abort(txn, reason="recovery: pre-committed but superseded or not validated")
                 return "aborted (pre-committed but superseded or not validated)"
             return None  # validation may still be running in a live attempt
         if state is State.OPEN:
-            if takeover:
+            if takeover():
                 self.abort(txn, reason="recovery: open attempt taken over")
                 return "aborted (open, older attempt)"
             return None
@@ -433,7 +432,7 @@ class TwoPhaseCommitSink:
         successors, then decide COMMITTED (unless someone decided first). Returns the decision."""
         manifest = st.manifest
         assert manifest is not None
-        problem = self._seal_and_verify(txn, manifest)
+        problem = manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest)
         if problem:
             return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
                                 f"{problem} (a second writer?)")
@@ -449,14 +448,6 @@ class TwoPhaseCommitSink:
                                     f"input state changed: it read {st.reads.name}, but {newer} replaced it")
         stale += ordering.fence_successors(self, txn)
         return self._decide(txn, State.COMMITTED, stale=stale)
-
-    def _seal_and_verify(self, txn: TxnRef, manifest: Manifest) -> str | None:
-        """Move the staged data out of the writer's reach (where storage can rename) and compare it
-        with the manifest; the first difference found, or None."""
-        data, sealed = self.data_dir(txn), self.sealed_dir(txn)
-        if sealed != data and self.storage.exists(data) and not self.storage.exists(sealed):
-            self.storage.rename(data, sealed)  # type: ignore[attr-defined]
-        return manifests.difference(self.storage, sealed, manifest)
 
     def _validation_ok(self, st: EpochStatus) -> bool:
         passed = (st.validation or {}).get("passed")

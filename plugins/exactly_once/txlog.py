@@ -118,6 +118,10 @@ class TxLog:
         assert kind in KINDS, kind
         return self.storage.join(self.root, interval.token, f"e{epoch:06d}.{kind}.json")
 
+    def record_path(self, interval: Interval, epoch: int, kind: str) -> str:
+        """Where record ``kind`` of ``epoch`` lives (it may not exist)."""
+        return self._path(interval, epoch, kind)
+
     def append(self, interval: Interval, epoch: int, kind: str, payload: dict[str, Any]) -> bool:
         """Create record ``kind`` of ``epoch``; False if it already existed (someone else wrote it)."""
         body = {"epoch": epoch, "interval": interval.token, "kind": kind, "owner": owner(), **payload}

@@ -1,18 +1,20 @@
 """The world the protocol state machine models (intervals, partitions, failpoints, attempts) and its
-race rules: readers overlapping a commit, stalled publishers, gc racing a commit and reprocessing while
-a dependent runs. ``ProtocolMachine`` in test_protocol_stateful.py mixes them in."""
+race rules: readers overlapping a commit, stalled publishers, gc racing a commit, reprocessing while
+a dependent runs, and time passing on the machine's own clock (gc's grace for slow readers).
+``ProtocolMachine`` in test_protocol_stateful.py mixes them in."""
 from __future__ import annotations
 
 import fcntl
 import itertools
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, multiple, rule
 
-from exactly_once import FencedError, InputChangedError, Interval, State, TxnRef
+from exactly_once import FencedError, InputChangedError, Interval, State, TxnRef, maintenance, txlog
 from exactly_once.targets.delta import DeltaTarget
 from protocol_helpers import exact_reader_rows, is_delta, is_local, open_sink, write_output
 
@@ -50,6 +52,27 @@ RECOVER_FP = [OK, OK, "commit.mid_publish", "commit.after_publish", "abort.mid"]
 FORWARD = {State.OPEN: {State.OPEN, State.PRE_COMMITTED, State.ABORTED, State.COMMITTED},
            State.PRE_COMMITTED: {State.PRE_COMMITTED, State.COMMITTED, State.ABORTED},
            State.COMMITTED: {State.COMMITTED}, State.ABORTED: {State.ABORTED}}
+
+
+class MachineClock:
+    """The machine's clock, put in place of ``time`` where the log stamps its records (``txlog``) and
+    where gc reads the time (``maintenance``); liveness is judged on the storage's clock, not this."""
+
+    MODULES = (txlog, maintenance)
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+    def install(self) -> None:
+        for module in self.MODULES:
+            module.time = self  # type: ignore[attr-defined]
+
+    def uninstall(self) -> None:
+        for module in self.MODULES:
+            module.time = time  # type: ignore[attr-defined]
 
 
 @dataclass(eq=False)
@@ -227,6 +250,11 @@ class RaceRules:
             return
         self.attempt_to_commit(predecessor(iv), sizes)
         self.commit(dependent, fp)
+
+    @rule(seconds=st.sampled_from([1800, 3600]))
+    def time_passes(self, seconds):
+        """The machine's clock - the one the log stamps records with and gc judges ages by - moves on."""
+        self.clock.now += seconds
 
     def _run_whole(self, sink, iv, sizes) -> Attempt:
         """begin + write + pre_commit + commit of a new attempt on ``sink`` (another process's view)."""

@@ -83,6 +83,39 @@ def test_two_finishers_meet_in_the_version_dir(tmp_path, monkeypatch):
     assert_clean(sink, PART, rows, txn)
 
 
+@pytest.mark.parametrize("decided", ["commit", "abort"])
+@pytest.mark.parametrize("point", ["seal_rename", "seal_check"])
+def test_a_finisher_overtaken_while_sealing_returns_the_decision(tmp_path, monkeypatch, point, decided):
+    """Local: A is about to seal the staged output (rename ``data/`` -> ``sealed/``) or is checking the
+    sealed files against the manifest when B - another finisher of the same transaction - decides
+    (commits and publishes, or aborts) and the sealed dir is gone. A must return B's decision (the
+    commit, as ``already``; or the abort, as a protocol error), never FileNotFoundError (it made CI flaky)."""
+    sink = open_sink(str(tmp_path / "table"))
+    rows = make_rows("new", 6)
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: split(rows, 2)})
+    sink.pre_commit(txn)
+    other = open_sink(str(tmp_path / "table"))
+    b = (lambda: other.commit(txn)) if decided == "commit" else (lambda: other.abort(txn))
+    data, sealed = sink.data_dir(txn), sink.sealed_dir(txn)
+    if point == "seal_rename":
+        fired = interleave(monkeypatch, os, "rename", lambda src, *a: src == data, b)
+    else:  # A sealed, lists sealed/ and stats a file that B's publish or abort has just removed
+        fired = interleave(monkeypatch, os, "stat", lambda path, *a: str(path).startswith(sealed + "/"), b)
+    if decided == "commit":
+        result = sink.commit(txn)
+        assert set(result.partitions.values()) == {"already"}
+        monkeypatch.undo()
+        assert_clean(sink, PART, rows, txn)
+    else:
+        with pytest.raises((TransactionAbortedError, FencedError)):
+            sink.commit(txn)
+        monkeypatch.undo()
+        assert sink.status(IV)[txn.epoch].state is State.ABORTED
+        assert leftovers(sink) == [] and sink.live_version(PART) is None
+    assert fired["fired"]
+
+
 # --------------------------------------------------------- an abort lands while A seals its output
 def test_pre_commit_racing_an_abort_of_the_same_txn(table_url, monkeypatch, request):
     """While A lists and checksums its staged files, a newer attempt begins and aborts A (deleting its

@@ -5,8 +5,8 @@ breaks. The test fails if the machine does not find the bug within its budget, s
 gone blind to a race shows up here. The steps each mutant took are printed and reported in
 docs/RELIABILITY.md.
 
-Case 3 (the gc grace starting at the wrong time) needs a clock the machine does not drive; its
-deterministic regression test is in test_protocol_races.py.
+Case 3 (the gc grace starting at the wrong time) is driven by the machine's own clock (``time_passes``:
+the log's timestamps and gc's "now") and its slow readers (``slow_reader_resolves``).
 """
 from __future__ import annotations
 
@@ -33,6 +33,12 @@ def _sweep_anything(sink, min_age, now):
     return lambda version: True
 
 
+def _grace_from_own_publish(statuses, epoch):
+    """Case 3 (gc grace starting at the wrong time): a version's grace counts from its own publish, not
+    from when a newer version replaced it."""
+    return statuses[epoch].published_at
+
+
 def _same_names(version, name):
     """Case 4 (plain readers see a mix): every version uses the writer's own file names."""
     return name
@@ -55,6 +61,7 @@ def _partitions_from_manifest_only(self):
 MUTANTS = {
     "1 stalled older publisher": [(files_target, "partition_lock", _no_lock)],
     "2 gc sweep racing a commit": [(maintenance, "garbage_judge", _sweep_anything)],
+    "3 gc grace starts at publish": [(maintenance, "retired_at", _grace_from_own_publish)],
     "4 plain reader sees a mix": [(files_target, "published_name", _same_names)],
     "5 dependent commits on replaced state": [(ordering, "newer_than", lambda sink, reads: None),
                                               (ordering, "fence_successors", lambda sink, txn: [])],

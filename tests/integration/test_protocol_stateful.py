@@ -7,7 +7,8 @@ Invariants after every step:
 * a transaction's state only moves forward, and a decided outcome never changes;
 * every partition shows nothing or exactly the rows one pre-committed transaction wrote (plain pyarrow
   reader and exact reader agree locally), that transaction is COMMITTED, and no newer committed one has
-  been published; once every decided commit finished publishing, it is the newest committed one.
+  been published; once every decided commit finished publishing, it is the newest committed one;
+* (at every gc) no file a slow reader resolved less than ``min_age`` ago (the machine's clock) is gone.
 After a final settle (teardown of every attempt + recovery) nothing is staged, everything committed is
 published, and the live files are byte-identical to their manifests.
 """
@@ -28,8 +29,9 @@ from exactly_once import (FailpointError, FencedError, InputChangedError, Interv
 from exactly_once.maintenance import gc
 from protocol_helpers import (assert_exact_version, exact_reader_rows, failpoints, is_delta, is_local, leftovers,
                               log_problems, open_sink, plain_reader_rows, refresh, write_output)
-from protocol_machine_model import (ABORT_FP, BEGIN_FP, COMMIT_FP, FORWARD, INTERVALS, OK, PRE_COMMIT_FP,
-                                    RECOVER_FP, Attempt, RaceRules, partitions_of, predecessor, produced)
+from protocol_machine_model import (ABORT_FP, ALL_PARTITIONS, BEGIN_FP, COMMIT_FP, FORWARD, INTERVALS, OK,
+                                    PRE_COMMIT_FP, RECOVER_FP, Attempt, MachineClock, RaceRules, partitions_of,
+                                    predecessor, produced)
 
 
 class ProtocolMachine(RaceRules, RuleBasedStateMachine):
@@ -49,6 +51,9 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
         self.seen: dict[tuple[str, int], State] = {}
         self.handles: list[Attempt] = []
         self.dirty: set[Interval] = set(INTERVALS)  # intervals whose state a step may have changed
+        self.held: dict[tuple[str, tuple[str, ...]], float] = {}  # slow readers: files -> last resolved at
+        self.clock = MachineClock()
+        self.clock.install()
 
     # ------------------------------------------------------------------------------------ helpers
     def _state(self, txn: TxnRef) -> tuple[State | None, int]:
@@ -204,7 +209,7 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
         except FailpointError:
             pass
 
-    @rule(min_age=st.sampled_from([0, 3600]))
+    @rule(min_age=st.sampled_from([0, 1800, 3600]))
     def collect_garbage(self, min_age):
         """gc beside everything else: it may delete only what the log says is finished."""
         type(self).steps += 1
@@ -212,6 +217,20 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
         report = gc(self.sink, min_age=min_age)
         type(self).fired[f"gc(min_age={min_age})"] += 1
         assert report["failed"] == [] and not any(a.startswith("FAILED") for a in report["recovered"])
+        refresh(self.sink)
+        for (part, files), at in self.held.items():  # replaced at or after ``at``: within the grace
+            if self.clock.now - at < min_age:
+                gone = [f for f in files if not self.sink.storage.exists(f)]
+                assert not gone, f"{part}: gc(min_age={min_age}) deleted {gone}, which a reader resolved " \
+                                 f"{self.clock.now - at:.0f} s ago (the grace is {min_age} s)"
+                if list(files) != self._resolved(part):
+                    type(self).fired["gc kept a replaced version for a slow reader"] += 1
+        self.held = {k: at for k, at in self.held.items() if self.clock.now - at < min_age}
+
+    def _resolved(self, part: str) -> list[str]:
+        """The files a reader resolving ``part`` now gets (locally: through the link)."""
+        files = self.sink.live_files(part)
+        return [os.path.realpath(f) for f in files] if is_local(self.sink) else files
 
     # --------------------------------------------------------------------------------- invariants
     @invariant()
@@ -225,6 +244,10 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
             self._readers_see_one_complete_version(iv, statuses, plain)
             self._no_commit_on_replaced_state(iv, statuses)
         self.dirty.clear()
+        for part in ALL_PARTITIONS:  # slow readers resolve the live files now and read them later
+            files = tuple(self._resolved(part))
+            if files:
+                self.held[(part, files)] = self.clock.now
 
     def _no_commit_on_replaced_state(self, iv, statuses) -> None:
         """A committed stateful epoch whose predecessor version was replaced by a newer committed one
@@ -269,6 +292,7 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
         try:
             self.settle()
         finally:
+            self.clock.uninstall()
             if is_local(self.sink):
                 shutil.rmtree(os.path.dirname(self.sink.table), ignore_errors=True)
 
@@ -295,7 +319,7 @@ class ProtocolMachine(RaceRules, RuleBasedStateMachine):
 
 
 RACES = ("gc(min_age=0)", "reader overlapped a switch", "stalled publisher overtaken",
-         "dependent refused: input changed", "gc raced a commit")
+         "dependent refused: input changed", "gc raced a commit", "gc kept a replaced version for a slow reader")
 
 
 def run_machine(new_url, max_examples: int, steps: int, table_format: str = "files") -> int:

@@ -13,6 +13,9 @@ At run time it picks the path, with no DAG change:
   queries of earlier attempts of the same transaction still running on the server (a client killed
   mid-write) are interrupted, so nothing but this attempt writes into the staging dir;
 * otherwise ``spark-submit`` as before (``local[*]`` or a cluster master).
+
+Either way the task keeps its transaction's heartbeat fresh while the job runs
+(:mod:`exactly_once.liveness`): ``recover``/``gc`` never take over a write that is still alive.
 """
 from __future__ import annotations
 
@@ -26,11 +29,14 @@ from typing import Any, Callable
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from .. import settings
 from ..contracts import JobSpec
 from ..errors import ConfigError, ExactlyOnceError
 from ..ids import TxnRef
+from ..liveness import write_heartbeat
 from ..pipeline import IntervalRun
 from ..storage import redact, storage_for
+from .connections import storage_options
 
 log = logging.getLogger(__name__)
 REMOTE_ENV = "EO_SPARK_REMOTE"
@@ -123,10 +129,14 @@ class WriteOperator(SparkSubmitOperator):
     """The group's write task: spark-submit, or a Spark Connect client (module docstring)."""
 
     def execute(self, context: Any) -> Any:
+        args = list(self.application_args or [])
+        with write_heartbeat(args, storage_options(settings.storage_conn_id())):  # the job is alive
+            return self._run(args, context)
+
+    def _run(self, args: list[str], context: Any) -> Any:
         remote = spark_remote(self._conn_id)
         if remote is None:
             return super().execute(context)
-        args = list(self.application_args or [])
         if len(args) < 2 or args[0] != "--spec":
             raise ConfigError(f"the write task's arguments must start with --spec <url>, got {args[:1]}")
         return run_connect(self.application, args[1], remote, attempt=int(context["ti"].try_number or 1),
