@@ -118,6 +118,7 @@ class JobSpec:
     stateful: bool = False
     spark_remote: str | None = None
     begin_id: str | None = None    # unique per begin (uuid4 hex): tells a re-created table's txns apart
+    heartbeat: str | None = None   # the object the write task keeps fresh while it runs (liveness)
     version: int = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -157,7 +158,8 @@ class JobSpec:
                 "interval_start": self.interval_start, "interval_end": self.interval_end,
                 "partitions": list(self.partitions), "sources": [s.to_dict() for s in self.sources],
                 "staging_dir": self.staging_dir, "data_dir": self.data_dir, "prev_state": self.prev_state,
-                "stateful": self.stateful, "spark_remote": self.spark_remote, "begin_id": self.begin_id}
+                "stateful": self.stateful, "spark_remote": self.spark_remote, "begin_id": self.begin_id,
+                "heartbeat": self.heartbeat}
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True).encode()
@@ -176,7 +178,7 @@ class JobSpec:
         return cls(d["pipeline"], d["sink"], d["txn"], d["interval_start"], d["interval_end"],
                    tuple(d["partitions"]), tuple(SourceInputs.from_dict(s) for s in d["sources"]),
                    d["staging_dir"], d["data_dir"], d.get("prev_state"), bool(d.get("stateful")),
-                   d.get("spark_remote"), d.get("begin_id"))
+                   d.get("spark_remote"), d.get("begin_id"), d.get("heartbeat"))
 
     @classmethod
     def from_json(cls, data: bytes | str) -> "JobSpec":

@@ -51,6 +51,12 @@ def heartbeat_path(storage: Storage, staging_dir: str) -> str:
     return storage.join(home, HEARTBEATS, name)
 
 
+def txn_heartbeat(sink: "TwoPhaseCommitSink", txn: "TxnRef") -> str:
+    """The heartbeat object of ``txn``: ``<home>/_heartbeats/<txn>``, wherever its target stages it (a
+    Delta table stages inside the table, the files targets under ``<home>/_staging/``)."""
+    return sink.storage.join(sink.home, HEARTBEATS, txn.name)
+
+
 def storage_now(storage: Storage, home: str) -> float:
     """The storage's clock: the timestamp the storage gives a probe object written now."""
     probe = storage.join(home, HEARTBEATS, CLOCK)
@@ -65,7 +71,7 @@ def storage_now(storage: Storage, home: str) -> float:
 
 def last_alive(sink: "TwoPhaseCommitSink", txn: "TxnRef", st: EpochStatus) -> float | None:
     """The newest storage timestamp of ``txn``'s heartbeat and its own log records; None if none exists."""
-    paths = [heartbeat_path(sink.storage, sink.staging_dir(txn))]
+    paths = [txn_heartbeat(sink, txn)]
     paths += [sink.log.record_path(txn.interval, txn.epoch, k) for k in LIFE_RECORDS if k in st.records]
     stamps = []
     for path in paths:
@@ -131,7 +137,7 @@ class Heartbeat:
 
 def heartbeat(sink: "TwoPhaseCommitSink", txn: "TxnRef", every: float | None = None) -> Heartbeat:
     """``with heartbeat(sink, txn): write ...`` - keep ``txn`` alive while a writer works on it."""
-    return Heartbeat(sink.storage, heartbeat_path(sink.storage, sink.staging_dir(txn)), every)
+    return Heartbeat(sink.storage, txn_heartbeat(sink, txn), every)
 
 
 def write_heartbeat(args: Sequence[str], storage_options: dict[str, Any] | None = None) -> ContextManager[Any]:
@@ -150,8 +156,11 @@ def _spec_heartbeat(spec_url: str, storage_options: dict[str, Any]) -> Iterator[
     try:
         store, key = storage_for(spec_url, **dict(storage_options))
         spec = JobSpec.from_json(store.read_bytes(key))
-        storage, staging = storage_for(spec.staging_dir, **dict(storage_options))
-        path = heartbeat_path(storage, staging)
+        if spec.heartbeat:
+            storage, path = storage_for(spec.heartbeat, **dict(storage_options))
+        else:  # a spec written before the heartbeat field: the files targets' staging shape
+            storage, staging = storage_for(spec.staging_dir, **dict(storage_options))
+            path = heartbeat_path(storage, staging)
     except (OSError, ValueError, ExactlyOnceError) as exc:  # the job itself will say what is wrong
         log.warning("no heartbeat for the write task (job spec %s unreadable: %s)", redact(spec_url), exc)
         yield None

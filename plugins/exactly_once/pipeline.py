@@ -16,6 +16,7 @@ import time
 import uuid
 from typing import Any, Mapping
 
+from . import liveness
 from .config import PipelineConfig
 from .contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
 from .errors import (CommitWithoutWriteError, ConfigError, InputsShrankError, NoInputError, OrderingError,
@@ -79,7 +80,8 @@ class IntervalRun:
                           for s in self._sources()),
             staging_dir=self.storage.url(staging), data_dir=self.storage.url(self.sink.data_dir(txn)),
             prev_state=self.storage.url(self.storage.join(self.sink.checkpoint_dir(prev), STATE)) if prev else None,
-            stateful=self.config.stateful, begin_id=uuid.uuid4().hex)
+            stateful=self.config.stateful, begin_id=uuid.uuid4().hex,
+            heartbeat=self.storage.url(liveness.txn_heartbeat(self.sink, txn)))
         spec_path = self.storage.join(staging, SPEC)
         self.storage.write_atomic(spec_path, spec.to_json())
         log.info("begin %s: %d input files (%s), partitions %s, previous checkpoint %s", txn.name, len(flat),

@@ -49,7 +49,7 @@ def writer_clock(monkeypatch, skew: float):
 
 def life_paths(sink, txn):
     """Everything that shows ``txn`` alive: its heartbeat and its own log records."""
-    paths = [liveness.heartbeat_path(sink.storage, sink.staging_dir(txn))]
+    paths = [liveness.txn_heartbeat(sink, txn)]
     return paths + [sink.log.record_path(txn.interval, txn.epoch, k) for k in liveness.LIFE_RECORDS]
 
 
@@ -188,7 +188,7 @@ def test_gc_beside_a_live_heartbeat_leaves_it_alone(table_url, monkeypatch):
         report = gc(open_sink(table_url), min_age=0, stale_after=STALE)
         assert report["recovered"] == [] and report["heartbeats"] == [] and report["staging"] == []
         still_open(sink, txn)
-        assert sink.storage.exists(liveness.heartbeat_path(sink.storage, sink.staging_dir(txn)))
+        assert sink.storage.exists(liveness.txn_heartbeat(sink, txn))
     sink.pre_commit(txn)
     sink.commit(txn)
     assert gc(sink, min_age=0, stale_after=STALE)["heartbeats"] == [txn.name]
@@ -201,7 +201,8 @@ def _spec_of(sink, txn) -> str:
     spec = JobSpec(pipeline=sink.pipeline, sink=sink.sink, txn=txn.name, interval_start=IV.start.isoformat(),
                    interval_end=IV.end.isoformat(), partitions=(PART,), sources=(),
                    staging_dir=sink.storage.url(sink.staging_dir(txn)),
-                   data_dir=sink.storage.url(sink.data_dir(txn)))
+                   data_dir=sink.storage.url(sink.data_dir(txn)),
+                   heartbeat=sink.storage.url(liveness.txn_heartbeat(sink, txn)))
     path = sink.storage.join(sink.staging_dir(txn), "_spec.json")
     sink.storage.write_atomic(path, spec.to_json())
     return path
@@ -213,7 +214,7 @@ def test_the_heartbeat_thread_beats_until_stopped(tmp_path, monkeypatch):
     sink = open_sink(str(tmp_path / "warehouse" / "t"))
     txn = sink.begin(IV)
     spec_path = _spec_of(sink, txn)
-    path = liveness.heartbeat_path(sink.storage, sink.staging_dir(txn))
+    path = liveness.txn_heartbeat(sink, txn)
     monkeypatch.setenv("EO_HEARTBEAT_SECONDS", "0.01")
     with liveness.write_heartbeat(["--spec", spec_path, "--x"]) as beat:
         assert beat.beats >= 1 and os.path.exists(path)
@@ -231,7 +232,7 @@ def test_the_write_operator_beats_while_its_job_runs(tmp_path, monkeypatch):
 
     sink = open_sink(str(tmp_path / "warehouse" / "t"))
     txn = sink.begin(IV)
-    path = liveness.heartbeat_path(sink.storage, sink.staging_dir(txn))
+    path = liveness.txn_heartbeat(sink, txn)
     monkeypatch.setenv("EO_HEARTBEAT_SECONDS", "0.01")
     monkeypatch.delenv("EO_STORAGE_CONN_ID", raising=False)
 
@@ -247,3 +248,26 @@ def test_the_write_operator_beats_while_its_job_runs(tmp_path, monkeypatch):
     last = op.execute({})
     assert sink.storage.read_json(path)["beat"] >= last >= 3
     assert not [t for t in threading.enumerate() if t.name.startswith("eo-heartbeat")]  # stopped after the job
+
+
+def test_a_delta_tables_writer_beats_and_is_judged_like_any_other(tmp_path, monkeypatch):
+    """A Delta table stages inside the table (``<table>/<txn>``), not under ``<home>/_staging``: the
+    heartbeat still lives at ``<home>/_heartbeats/<txn>`` (named by the job spec), the write task beats
+    it, and recover leaves a fresh attempt alone while it takes over a stale one."""
+    sink = open_sink(str(tmp_path / "warehouse" / "t"), table_format="delta")
+    txn = sink.begin(IV)
+    assert not sink.staging_dir(txn).startswith(sink.storage.join(sink.home, "_staging"))
+    spec_path = _spec_of(sink, txn)
+    path = liveness.txn_heartbeat(sink, txn)
+    monkeypatch.setenv("EO_HEARTBEAT_SECONDS", "3600")
+    with liveness.write_heartbeat(["--spec", spec_path]) as beat:
+        assert beat is not None and os.path.exists(path)
+        let_storage_time_pass(sink, txn, STALE)
+        beat.beat()
+        assert open_sink(str(tmp_path / "warehouse" / "t")).recover(IV, stale_after=STALE) == []
+    refresh(sink)
+    assert sink.status(IV)[txn.epoch].state is State.OPEN
+    let_storage_time_pass(sink, txn, STALE)
+    assert open_sink(str(tmp_path / "warehouse" / "t")).recover(IV, stale_after=STALE) != []
+    refresh(sink)
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED
