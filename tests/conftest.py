@@ -145,3 +145,20 @@ def data_root(tmp_path, monkeypatch):
     monkeypatch.setenv("EO_FAILPOINTS_STATE", str(tmp_path / "failpoints"))
     monkeypatch.delenv("EO_FAILPOINTS", raising=False)
     return Path(root)
+
+
+@pytest.fixture(autouse=True)
+def e2e_spark(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """The e2e DAG runs (tests/e2e/) send their write phase to the ONE shared Spark Connect server
+    (``spark_connect``) through ``EO_SPARK_REMOTE``, so a DAG run pays no JVM start. A test marked
+    ``spark_submit`` keeps spark-submit (one e2e run does, so that path stays tested through Airflow).
+    It lives here, not in tests/e2e/conftest.py: a second module named ``conftest`` would shadow this
+    one for the tests that import helpers from it."""
+    if "e2e" not in Path(str(request.node.path)).parts:
+        return None
+    if request.node.get_closest_marker("spark_submit"):
+        monkeypatch.delenv("EO_SPARK_REMOTE", raising=False)
+        return None
+    remote = request.getfixturevalue("spark_connect")
+    monkeypatch.setenv("EO_SPARK_REMOTE", remote)
+    return remote
