@@ -99,12 +99,12 @@ def cmd_history(args: argparse.Namespace) -> int:
         sink = open_table(args.table_url, storage_options=_storage_options())
         rows = history(sink)
     except (ExactlyOnceError, OSError) as exc:
-        print(f"eo history: {exc}", file=sys.stderr)
+        sys.stderr.write(f"eo history: {exc}\n")  # the command's own error line, not a log record
         return 2
     if args.json:
-        print("\n".join(json.dumps(asdict(r), sort_keys=True) for r in rows))
+        sys.stdout.write("".join(json.dumps(asdict(r), sort_keys=True) + "\n" for r in rows))
     else:
-        print(render(sink, args.table_url, rows))
+        sys.stdout.write(render(sink, args.table_url, rows) + "\n")
     return 0
 
 

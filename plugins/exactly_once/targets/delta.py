@@ -79,7 +79,7 @@ class DeltaTarget(PublishTarget):
         self.uri = scheme + table
 
     # ------------------------------------------------------------------ reading the table
-    def app_id(self, interval: Interval) -> str:
+    def txn_app_id(self, interval: Interval) -> str:
         return f"exactly-once/{self.pipeline}/{self.sink}/{interval.token}"
 
     def snapshot(self, version: int | None = None) -> Any:
@@ -99,7 +99,7 @@ class DeltaTarget(PublishTarget):
 
     def live_epoch(self, interval: Interval) -> int | None:
         dt = self.snapshot()
-        return dt.transaction_version(self.app_id(interval)) if dt is not None else None
+        return dt.transaction_version(self.txn_app_id(interval)) if dt is not None else None
 
     def live_version(self, partition: str) -> str | None:
         versions = {a["path"].split("/", 1)[0] for a in self.live_actions(self.snapshot())
@@ -136,7 +136,7 @@ class DeltaTarget(PublishTarget):
 
     # ------------------------------------------------------------------ publishing
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
-        app = self.app_id(txn.interval)
+        app = self.txn_app_id(txn.interval)
         dt = self.snapshot()
         done = self._settled(dt, app, txn)
         if done:
@@ -198,7 +198,7 @@ class DeltaTarget(PublishTarget):
         """Before the decision: the staged columns must fit the table's (new columns are fine: they
         widen it at publish). TargetSchemaError otherwise."""
         dt = self.snapshot()
-        if dt is not None and self._settled(dt, self.app_id(txn.interval), txn) is None:
+        if dt is not None and self._settled(dt, self.txn_app_id(txn.interval), txn) is None:
             self.clashes(pa.schema(dt.schema().to_arrow()), self.staged_schema(txn, staged), txn)
 
     def staged_schema(self, txn: TxnRef, staged: StagedVersion, base: str | None = None) -> pa.Schema | None:
