@@ -1,85 +1,42 @@
-"""Section ``backfill``: a K-interval backfill of ``pv_pipeline`` vs the naive DAG under the real scheduler.
+"""Section ``backfill``: backfills of ``pv_pipeline`` and of a naive one-task DAG under the real scheduler,
+the write phase over Spark Connect and over spark-submit.
 
-One :class:`tools.deployment.Deployment` - a fresh PostgreSQL metadata DB, api-server, scheduler
-(LocalExecutor, workers forked from the preloaded forkserver, as docker-compose.yaml ships it) and
-dag-processor - whose DAGs folder holds ``dags/pv_pipeline.py`` and ``bench/dags/naive_pv.py``. Each DAG
-backfills the same K+1 days of landing data with ``airflow backfill create --max-active-runs 1`` (a
-stateful pipeline runs in order): first ours, then the naive one. The first interval of each backfill is
-the warm-up (forkserver start, first parse in a worker, page cache) and is not timed.
+Two modes, each one :class:`tools.deployment.Deployment` (a fresh PostgreSQL metadata DB, api-server,
+scheduler - LocalExecutor, workers forked from the preloaded forkserver, as docker-compose.yaml ships it -
+and dag-processor) over the SAME landing data (generated once, ``events`` per day):
 
-Everything is read from Airflow's own metadata: an interval costs the time from the end of the previous
-run to the end of its own (so the backfill's hand-off between runs is included), a run's "between
-tasks" time is its wall time minus the durations of its tasks (the scheduler's hand-off from one task to
-the next). Afterwards the published ``app_pv`` table must equal the naive outputs row for row.
+* ``connect``: a Spark Connect server (:mod:`tools.spark_connect`, ``local[*]``) started by this section;
+  ``EO_SPARK_REMOTE`` makes ``pv_pipeline``'s write phase its client (no DAG change), and the naive DAG is
+  ``bench/dags/naive_pv_connect.py`` (the provider's ``PySparkOperator`` on a ``spark_connect`` connection);
+* ``submit``: ``pv_pipeline`` with spark-submit, and ``bench/dags/naive_pv.py`` (one SparkSubmitOperator).
+
+In each mode both DAGs backfill the first N+1 days with ``airflow backfill create --max-active-runs 1`` (a
+stateful pipeline runs in order): first ours, then the naive one. The first interval of each backfill is the
+warm-up (forkserver start, first parse in a worker, the server's first query, page cache) and is not timed.
+Timings come from Airflow's metadata DB (:mod:`bench.backfill_metrics`); afterwards each mode's published
+``app_pv`` table must equal its naive DAG's outputs row for row.
 """
 from __future__ import annotations
 
+import json
 import shutil
-import statistics
 import time
+from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, loadavg, say, stats
+from bench.backfill_metrics import outputs_equal, spark_app_starts, timings, where_time_goes
+from bench.common import ROOT, loadavg, say
 
-from tools.deployment import FINAL, Deployment, postgres_problem
+from tools import spark_connect
+from tools.deployment import FINAL, Deployment, free_port, postgres_problem
 from tools.sample_data import generate
 
-OURS, NAIVE = "pv_pipeline", "naive_pv"
-
-
-def _timings(deploy: Deployment, dag_id: str) -> dict[str, Any]:
-    """Per-interval, per-run and per-task times of the DAG's backfill (warm-up run excluded)."""
-    runs = deploy.db.query(
-        "select run_id, start_date, end_date from dag_run where dag_id = %s and run_type = 'backfill' "
-        "order by data_interval_start", (dag_id,))
-    tis = deploy.db.query(
-        "select run_id, task_id, queued_dttm, start_date, end_date from task_instance where dag_id = %s "
-        "and state = 'success'", (dag_id,))
-    timed = runs[1:]
-    per_interval = [(end - prev_end).total_seconds() for (_, _, prev_end), (_, _, end) in zip(runs, timed)]
-    by_task: dict[str, dict[str, list[float]]] = {}
-    between = []
-    for run_id, start, end in timed:
-        mine = [t for t in tis if t[0] == run_id]
-        for _, task, queued, t_start, t_end in mine:
-            d = by_task.setdefault(task, {"duration": [], "queued": []})
-            d["duration"].append((t_end - t_start).total_seconds())
-            d["queued"].append((t_start - queued).total_seconds() if queued else 0.0)
-        between.append((end - start).total_seconds() - sum((e - s).total_seconds() for *_, s, e in mine))
-    return {
-        "intervals": len(timed), "total_seconds": round((timed[-1][2] - runs[0][2]).total_seconds(), 2),
-        "per_interval": stats(per_interval), "run_seconds": stats([(e - s).total_seconds() for _, s, e in timed]),
-        "between_tasks": stats(between),
-        "tasks": {t: {k: round(statistics.median(v), 3) for k, v in d.items()} for t, d in sorted(by_task.items())},
-    }
-
-
-def _jvm_starts(home: Path, dag_id: str) -> list[int]:
-    """SparkContext starts per run, from the task logs (spark-submit logs ``Running Spark version``)."""
-    counts = {}
-    for log in sorted((home / "logs" / f"dag_id={dag_id}").glob("run_id=*/task_id=*/attempt=*.log")):
-        run = log.parts[-3]
-        counts[run] = counts.get(run, 0) + log.read_text(errors="replace").count("Running Spark version")
-    return [counts[r] for r in sorted(counts)]
-
-
-def _outputs_equal(data: Path, days: list[str]) -> tuple[bool, int]:
-    """The published table (a plain reader's view) == the naive DAG's outputs, row for row, every day."""
-    import pyarrow.dataset as ds
-
-    cols = ["app_id", "pv", "uv", "cumulative_pv"]
-    ours = ds.dataset(str(data / "warehouse" / "app_pv"), format="parquet", partitioning="hive").to_table()
-    by_day: dict[str, set[tuple]] = {}
-    for r in ours.to_pylist():
-        by_day.setdefault(str(r["dt"]), set()).add(tuple(r[c] for c in cols))
-    equal, rows = set(by_day) == set(days), 0
-    for day in days:
-        naive = ds.dataset(str(data / "naive" / "app_pv" / day / "data" / f"dt={day}"), format="parquet")
-        theirs = {tuple(r[c] for c in cols) for r in naive.to_table(columns=cols).to_pylist()}
-        equal, rows = equal and theirs == by_day.get(day), rows + len(theirs)
-    return equal, rows
+OURS = "pv_pipeline"
+NAIVE = {"connect": "naive_pv_connect", "submit": "naive_pv"}
+MODES = ("connect", "submit")
+YEAR = 365
 
 
 def _backfill(deploy: Deployment, dag_id: str, days: list[str], timeout: float) -> None:
@@ -90,7 +47,7 @@ def _backfill(deploy: Deployment, dag_id: str, days: list[str], timeout: float) 
         done = sum(s in FINAL for s in runs.values())
         if done != seen:
             seen = done
-            say(f"  {dag_id}: {done}/{len(days)} intervals done")
+            say(f"  {dag_id}: {done}/{len(days)} intervals done (load {loadavg()})")
         if len(runs) == len(days) and done == len(days):
             break
         if time.time() > end:
@@ -101,39 +58,92 @@ def _backfill(deploy: Deployment, dag_id: str, days: list[str], timeout: float) 
         raise RuntimeError(f"{dag_id} runs failed for {failed}; task logs under {deploy.run_dir}/airflow-home/logs")
 
 
-def backfill_compare(work: Path, intervals: int, events: int, timeout_per_interval: float = 300) -> dict[str, Any]:
-    """Backfill ``intervals`` (+1 warm-up) days with each DAG under the scheduler; see the module docstring."""
-    if problem := postgres_problem():
-        raise SystemExit(f"the backfill section needs PostgreSQL: {problem}")
-    run_dir = work / "backfill"
+def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_interval: float) -> dict[str, Any]:
+    """Backfill ``days`` (the first one is the warm-up) with ours and the naive DAG of ``mode``."""
+    run_dir = work / f"backfill-{mode}"
     shutil.rmtree(run_dir, ignore_errors=True)
     dags = run_dir / "dags"
     dags.mkdir(parents=True)
     (dags / "pv_pipeline.py").symlink_to(ROOT / "dags" / "pv_pipeline.py")
-    (dags / "naive_pv.py").symlink_to(ROOT / "bench" / "dags" / "naive_pv.py")
-    # the last day is yesterday: unpausing a catchup=False DAG then schedules nothing the backfill lacks
-    today = datetime.now(timezone.utc).date()
-    days = [(today - timedelta(days=intervals + 1 - i)).isoformat() for i in range(intervals + 1)]
-    say(f"backfill: generating {len(days)} days x {events:,} events")
-    generate(str(run_dir / "data" / "landing"), days, events_per_day=events, apps=50, users=max(300, events // 10))
+    naive = NAIVE[mode]
+    (dags / f"{naive}.py").symlink_to(ROOT / "bench" / "dags" / f"{naive}.py")
+    (run_dir / "data").mkdir()
+    (run_dir / "data" / "landing").symlink_to(landing)  # the same landing files in every mode
     settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags), "EO_PV_START": days[0], "EO_RETRIES": "0"}
-    res: dict[str, Any] = {"events_per_interval": events, "intervals": intervals, "warmup": 1,
-                           "days": [days[0], days[-1]], "loadavg": [loadavg()]}
-    with Deployment(run_dir, purpose="bench", settings=settings, log=say) as deploy:
+    res: dict[str, Any] = {"intervals": len(days) - 1, "days": [days[0], days[-1]], "loadavg": [loadavg()]}
+    with ExitStack() as stack:
+        if mode == "connect":
+            server = spark_connect.Server(free_port(), run_dir / "spark-connect")
+            t0 = time.perf_counter()
+            url = spark_connect.start(server)
+            stack.callback(spark_connect.stop, server)
+            res["server"] = {"url": url, "master": server.master, "start_seconds": round(time.perf_counter() - t0, 1)}
+            settings["EO_SPARK_REMOTE"] = url
+            settings["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
+                {"conn_type": "spark_connect", "host": "127.0.0.1", "port": server.port})
+        deploy = stack.enter_context(Deployment(run_dir, purpose="bench", settings=settings, log=say))
         res["deployment"] = {"id": deploy.id, "metadata_db": deploy.db.name}
-        deploy.start([OURS, NAIVE])
-        for dag_id in (OURS, NAIVE):
-            say(f"backfill: {dag_id}, {len(days)} intervals (the first one is the warm-up)")
+        deploy.start([OURS, naive])
+        for dag_id in (OURS, naive):
+            say(f"backfill ({mode}): {dag_id}, {len(days)} intervals (the first one is the warm-up)")
             t0 = time.perf_counter()
             _backfill(deploy, dag_id, days, timeout_per_interval * len(days))
-            res[dag_id] = {**_timings(deploy, dag_id), "wall_seconds_with_warmup": round(time.perf_counter() - t0, 1),
-                           "jvm_starts_per_run": _jvm_starts(run_dir / "airflow-home", dag_id)}
+            r = timings(deploy, dag_id)
+            res[dag_id] = {**r, "wall_seconds_with_warmup": round(time.perf_counter() - t0, 1),
+                           "spark_app_starts_per_run": spark_app_starts(run_dir / "airflow-home", dag_id),
+                           "where_time_goes": where_time_goes(r)}
             res["loadavg"].append(loadavg())
-    o, n = res[OURS], res[NAIVE]
+    o, n = res[OURS], res[naive]
+    res["naive_dag"] = naive
     res["ratio"] = round(o["total_seconds"] / n["total_seconds"], 3)
     res["ratio_of_medians"] = round(o["per_interval"]["median"] / n["per_interval"]["median"], 3)
-    res["overhead_per_interval"] = round((o["total_seconds"] - n["total_seconds"]) / intervals, 2)
-    res["outputs_equal"], res["rows_compared"] = _outputs_equal(run_dir / "data", days)
-    say(f"  backfill of {intervals}: ours {o['total_seconds']:.0f}s vs naive {n['total_seconds']:.0f}s "
-        f"({res['ratio']}x), outputs equal: {res['outputs_equal']}")
+    res["overhead_per_interval"] = round((o["total_seconds"] - n["total_seconds"]) / res["intervals"], 2)
+    res["outputs_equal"], res["rows_compared"] = outputs_equal(run_dir / "data", days)
+    say(f"  backfill ({mode}) of {res['intervals']}: ours {o['total_seconds']:.0f}s vs naive "
+        f"{n['total_seconds']:.0f}s ({res['ratio']}x), outputs equal: {res['outputs_equal']}")
+    return res
+
+
+def _goals(modes: dict[str, Any]) -> dict[str, Any]:
+    """Issue 16's goals, from the measured medians (the 365-interval figure is an estimate unless run)."""
+    out: dict[str, Any] = {}
+    if "connect" in modes:
+        c = modes["connect"][OURS]
+        out["ours_connect_per_interval_median"] = c["per_interval"]["median"]
+        out["ours_connect_year_estimate_minutes"] = round(c["total_seconds"] / c["intervals"] * YEAR / 60, 1)
+    if "submit" in modes:
+        s = modes["submit"]
+        out["naive_submit_per_interval_median"] = s[NAIVE["submit"]]["per_interval"]["median"]
+        out["ours_submit_year_estimate_minutes"] = round(
+            s[OURS]["total_seconds"] / s[OURS]["intervals"] * YEAR / 60, 1)
+    if {"connect", "submit"} <= set(modes):
+        out["speedup_vs_naive_submit"] = round(
+            out["naive_submit_per_interval_median"] / out["ours_connect_per_interval_median"], 2)
+        out["speedup_vs_ours_submit"] = round(
+            modes["submit"][OURS]["per_interval"]["median"] / out["ours_connect_per_interval_median"], 2)
+    return out
+
+
+def backfill_compare(work: Path, intervals: dict[str, int], events: int,
+                     timeout_per_interval: float = 300) -> dict[str, Any]:
+    """Backfill ``intervals[mode]`` (+1 warm-up) days per mode and DAG; see the module docstring."""
+    if problem := postgres_problem():
+        raise SystemExit(f"the backfill section needs PostgreSQL: {problem}")
+    if bad := set(intervals) - set(MODES):
+        raise SystemExit(f"unknown backfill mode(s) {sorted(bad)}; choose from {MODES}")
+    # the last day is yesterday: unpausing a catchup=False DAG then schedules nothing the backfill lacks
+    n = max(intervals.values()) + 1
+    today = datetime.now(timezone.utc).date()
+    days = [(today - timedelta(days=n - i)).isoformat() for i in range(n)]
+    landing = work / "backfill-landing"
+    shutil.rmtree(landing, ignore_errors=True)
+    say(f"backfill: generating {n} days x {events:,} events")
+    generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
+    res: dict[str, Any] = {"events_per_interval": events, "warmup": 1, "modes": {}}
+    for mode in MODES:
+        if mode in intervals:
+            res["modes"][mode] = _mode(work, mode, landing, days[:intervals[mode] + 1], timeout_per_interval)
+    res["goals"] = _goals(res["modes"])
+    res["outputs_equal"] = all(m["outputs_equal"] for m in res["modes"].values())
+    say(f"  backfill goals: {res['goals']}")
     return res

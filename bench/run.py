@@ -51,7 +51,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, help="warm-up runs per variant (default 1)")
     p.add_argument("--intervals", type=int, help="Airflow intervals per DAG for the median (default 3)")
     p.add_argument("--airflow-warmup", type=int, default=1, help="untimed Airflow intervals per DAG first (0 or 1)")
-    p.add_argument("--backfill", type=int, help="intervals of the scheduler backfill (default 30; quick 3)")
+    p.add_argument("--backfill", type=int,
+                   help="intervals of the scheduler backfill over Spark Connect (default 100; quick 3)")
+    p.add_argument("--backfill-submit", type=int,
+                   help="intervals of the scheduler backfill over spark-submit (default 30; quick 3)")
+    p.add_argument("--backfill-modes", default="connect,submit", help="backfill modes: connect, submit")
     p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
     p.add_argument("--db-sizes", help="rows for the dbload section (default 100000,1000000)")
@@ -74,7 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.reps = a.reps if a.reps is not None else 3
     a.warmup = a.warmup if a.warmup is not None else 1
     a.intervals = a.intervals if a.intervals is not None else 3
-    a.backfill = a.backfill if a.backfill is not None else (3 if q else 30)
+    a.backfill = a.backfill if a.backfill is not None else (3 if q else 100)
+    a.backfill_submit = a.backfill_submit if a.backfill_submit is not None else (3 if q else 30)
     a.events = a.events or 20_000
     a.validate_events = a.validate_events or (100_000 if q else 500_000)
     a.db_sizes = _ints(a.db_sizes) if a.db_sizes else ([100_000] if q else [100_000, 1_000_000])
@@ -142,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             elif section == "backfill":
                 from bench.backfill import backfill_compare
 
-                res = backfill_compare(work, a.backfill, a.events)
+                n = {"connect": a.backfill, "submit": a.backfill_submit}
+                res = backfill_compare(work, {m.strip(): n[m.strip()] for m in a.backfill_modes.split(",")},
+                                       a.events)
             else:
                 from bench.airflow_cmp import airflow_compare
 

@@ -60,9 +60,14 @@ class Server:
         try:
             pid = int(self.pid_file.read_text().strip())
             os.kill(pid, 0)
-            return pid
         except (OSError, ValueError):
             return None
+        try:  # started by this process (``start``): reap it once it has exited, or it stays a zombie
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return None
+        except ChildProcessError:  # not our child (``make spark-connect`` started it)
+            pass
+        return pid
 
 
 def accepts(port: int, host: str = HOST, timeout: float = 0.5) -> bool:

@@ -2,8 +2,9 @@
 
 Checks that every measured section lands in the results JSON with positive numbers, that the two-phase
 output equals the plain write (row count and a checksum over the sorted rows), that recovery committed
-without recomputing, that the scheduler backfill of both DAGs publishes the same rows, and that the naive
-baseline DAG parses. No timing thresholds: timings on a shared machine are not test material.
+without recomputing, that the scheduler backfills (over Spark Connect and spark-submit) publish the same
+rows as the naive DAGs, and that the naive baseline DAGs parse. No timing thresholds: timings on a shared
+machine are not test material.
 """
 from __future__ import annotations
 
@@ -88,39 +89,53 @@ def test_bench_sections_on_tiny_sizes(tmp_path):
 @pytest.mark.airflow
 @pytest.mark.timeout(1200)
 def test_backfill_section_under_the_scheduler(tmp_path):
+    """Both modes, one timed interval each (+ the warm-up): Spark Connect (a server the section starts,
+    ours as its client and the naive PySparkOperator DAG) and spark-submit (ours and the naive
+    SparkSubmitOperator DAG), outputs equal row for row in each mode, nothing left running."""
     problem = postgres_problem()
     need(problem is None, problem or "")
-    res = _bench(tmp_path, "--only", "backfill", "--backfill", "2", "--events", "300", timeout=1100)
+    res = _bench(tmp_path, "--only", "backfill", "--backfill", "1", "--backfill-submit", "1", "--events", "300",
+                 timeout=1100)
     sec = res["sections"]["backfill"]
-    assert sec["outputs_equal"] and sec["rows_compared"] > 0  # 3 days, both DAGs, row for row
-    for dag, tasks in (("pv_pipeline", {"begin", "write", "pre_commit", "validate", "commit", "abort"}),
-                       ("naive_pv", {"write"})):
-        r = sec[dag]
-        assert r["intervals"] == 2 and r["per_interval"]["n"] == 2, r
-        assert {t.split(".")[-1] for t in r["tasks"]} == tasks, r["tasks"]
-        assert r["jvm_starts_per_run"] == [1, 1, 1], r  # one Spark application per interval, warm-up included
-        assert r["total_seconds"] > 0 and r["between_tasks"]["n"] == 2
-    assert sec["ratio"] > 0 and sec["ratio_of_medians"] > 0
-    # the run's Airflow metadata DB is dropped, and no process of the deployment outlives the section
+    assert set(sec["modes"]) == {"connect", "submit"} and sec["outputs_equal"]
+    ours = {"begin", "write", "pre_commit", "validate", "commit", "abort"}
+    for mode, naive, apps in (("connect", "naive_pv_connect", 0), ("submit", "naive_pv", 1)):
+        m = sec["modes"][mode]
+        assert m["outputs_equal"] and m["rows_compared"] > 0, mode  # 2 days, both DAGs, row for row
+        for dag, tasks in (("pv_pipeline", ours), (naive, {"write"})):
+            r = m[dag]
+            assert r["intervals"] == 1 and r["per_interval"]["n"] == 1, r
+            assert {t.split(".")[-1] for t in r["tasks"]} == tasks, r["tasks"]
+            # spark-submit: one Spark application per interval; a Spark Connect client starts none
+            assert r["spark_app_starts_per_run"] == [apps, apps], (mode, dag, r)
+            assert r["total_seconds"] > 0 and r["between_tasks"]["n"] == 1
+            assert set(r["where_time_goes"]) >= {"task write", "hand-offs between tasks"}
+        assert m["ratio"] > 0 and m["ratio_of_medians"] > 0
+    assert sec["goals"]["speedup_vs_naive_submit"] > 0 and sec["goals"]["ours_connect_year_estimate_minutes"] > 0
+    # the runs' Airflow metadata DBs are dropped; no process of a deployment, no Connect server outlives it
     import psycopg2
 
-    from tools.deployment import PG, marked_pids
+    from tools.deployment import PG, marked_pids, port_open
 
-    with psycopg2.connect(dbname="postgres", connect_timeout=3, **PG) as conn, conn.cursor() as cur:
-        cur.execute("select 1 from pg_database where datname = %s", (sec["deployment"]["metadata_db"],))
-        assert cur.fetchall() == []
-    assert marked_pids(f"EO_DEPLOYMENT_ID={sec['deployment']['id']}".encode()) == set()
+    for m in sec["modes"].values():
+        with psycopg2.connect(dbname="postgres", connect_timeout=3, **PG) as conn, conn.cursor() as cur:
+            cur.execute("select 1 from pg_database where datname = %s", (m["deployment"]["metadata_db"],))
+            assert cur.fetchall() == []
+        assert marked_pids(f"EO_DEPLOYMENT_ID={m['deployment']['id']}".encode()) == set()
+    assert not port_open(int(sec["modes"]["connect"]["server"]["url"].rsplit(":", 1)[1]))
 
 
-def test_naive_baseline_dag_parses(tmp_path):
+def test_naive_baseline_dags_parse(tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 
-    (tmp_path / "naive_pv.py").symlink_to(ROOT / "bench" / "dags" / "naive_pv.py")
+    for name in ("naive_pv", "naive_pv_connect"):
+        (tmp_path / f"{name}.py").symlink_to(ROOT / "bench" / "dags" / f"{name}.py")
     bag = DagBag(dag_folder=str(tmp_path))
     assert bag.import_errors == {}
-    dag = bag.dags["naive_pv"]
-    assert [t.task_id for t in dag.tasks] == ["write"]
-    assert type(dag.tasks[0]).__name__ == "SparkSubmitOperator"
+    for dag_id, operator in (("naive_pv", "SparkSubmitOperator"), ("naive_pv_connect", "PySparkOperator")):
+        dag = bag.dags[dag_id]
+        assert [t.task_id for t in dag.tasks] == ["write"]
+        assert type(dag.tasks[0]).__name__ == operator
 
 
 def test_dbload_section_on_tiny_sizes(tmp_path):

@@ -1,0 +1,84 @@
+"""What the ``backfill`` section reads back after a backfill: timings from Airflow's metadata DB, Spark
+application starts from the task logs, and the row-for-row comparison of the published table with the
+naive DAG's outputs. Everything here only reads; :mod:`bench.backfill` runs the backfills.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.common import stats
+
+from tools.deployment import Deployment
+
+
+def timings(deploy: Deployment, dag_id: str) -> dict[str, Any]:
+    """Per-interval, per-run and per-task times of the DAG's backfill (the first, warm-up run excluded).
+
+    An interval costs the time from the end of the previous run to the end of its own (the backfill's
+    hand-off between runs included: ``between_runs``); a run's ``between_tasks`` is its wall time minus
+    the durations of its tasks (the scheduler's hand-offs from one task to the next, queueing included).
+    """
+    runs = deploy.db.query(
+        "select run_id, start_date, end_date from dag_run where dag_id = %s and run_type = 'backfill' "
+        "order by data_interval_start", (dag_id,))
+    tis = deploy.db.query(
+        "select run_id, task_id, queued_dttm, start_date, end_date from task_instance where dag_id = %s "
+        "and state = 'success'", (dag_id,))
+    timed = runs[1:]
+    per_interval = [(end - prev_end).total_seconds() for (_, _, prev_end), (_, _, end) in zip(runs, timed)]
+    gaps = [(start - prev_end).total_seconds() for (_, _, prev_end), (_, start, _) in zip(runs, timed)]
+    by_task: dict[str, dict[str, list[float]]] = {}
+    between, tasks_sum = [], []
+    for run_id, start, end in timed:
+        mine = [t for t in tis if t[0] == run_id]
+        for _, task, queued, t_start, t_end in mine:
+            d = by_task.setdefault(task, {"duration": [], "queued": []})
+            d["duration"].append((t_end - t_start).total_seconds())
+            d["queued"].append((t_start - queued).total_seconds() if queued else 0.0)
+        running = sum((e - s).total_seconds() for *_, s, e in mine)
+        tasks_sum.append(running)
+        between.append((end - start).total_seconds() - running)
+    return {
+        "intervals": len(timed), "total_seconds": round((timed[-1][2] - runs[0][2]).total_seconds(), 2),
+        "per_interval": stats(per_interval), "run_seconds": stats([(e - s).total_seconds() for _, s, e in timed]),
+        "tasks_running": stats(tasks_sum), "between_tasks": stats(between), "between_runs": stats(gaps),
+        "tasks": {t: {k: round(statistics.median(v), 3) for k, v in d.items()} for t, d in sorted(by_task.items())},
+    }
+
+
+def spark_app_starts(home: Path, dag_id: str) -> list[int]:
+    """Spark applications started per run, from the task logs (spark-submit logs ``Running Spark version``;
+    a Spark Connect client starts none)."""
+    counts: dict[str, int] = {}
+    for log in sorted((home / "logs" / f"dag_id={dag_id}").glob("run_id=*/task_id=*/attempt=*.log")):
+        run = log.parts[-3]
+        counts[run] = counts.get(run, 0) + log.read_text(errors="replace").count("Running Spark version")
+    return [counts[r] for r in sorted(counts)]
+
+
+def outputs_equal(data: Path, days: list[str]) -> tuple[bool, int]:
+    """The published table (a plain reader's view) == the naive DAG's outputs, row for row, every day."""
+    import pyarrow.dataset as ds
+
+    cols = ["app_id", "pv", "uv", "cumulative_pv"]
+    ours = ds.dataset(str(data / "warehouse" / "app_pv"), format="parquet", partitioning="hive").to_table()
+    by_day: dict[str, set[tuple]] = {}
+    for r in ours.to_pylist():
+        by_day.setdefault(str(r["dt"]), set()).add(tuple(r[c] for c in cols))
+    equal, rows = set(by_day) == set(days), 0
+    for day in days:
+        naive = ds.dataset(str(data / "naive" / "app_pv" / day / "data" / f"dt={day}"), format="parquet")
+        theirs = {tuple(r[c] for c in cols) for r in naive.to_table(columns=cols).to_pylist()}
+        equal, rows = equal and theirs == by_day.get(day), rows + len(theirs)
+    return equal, rows
+
+
+def where_time_goes(r: dict[str, Any]) -> dict[str, float]:
+    """One interval of a DAG split by medians: each task's running time, the hand-offs between its tasks
+    (queueing + scheduling) and between runs. Medians do not add up exactly to the interval's median."""
+    out = {f"task {t.split('.')[-1]}": v["duration"] for t, v in r["tasks"].items()}
+    out["hand-offs between tasks"] = r["between_tasks"]["median"]
+    out["hand-off between runs"] = r["between_runs"]["median"]
+    return {k: round(v, 2) for k, v in out.items()}
