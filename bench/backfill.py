@@ -11,8 +11,9 @@ and dag-processor) over the SAME landing data (generated once, ``events`` per da
 * ``submit``: ``pv_pipeline`` with spark-submit, and ``bench/dags/naive_pv.py`` (one SparkSubmitOperator).
 
 In each mode both DAGs backfill the first N+1 days with ``airflow backfill create --max-active-runs 1`` (a
-stateful pipeline runs in order): first ours, then the naive one. The first interval of each backfill is the
-warm-up (forkserver start, first parse in a worker, the server's first query, page cache) and is not timed.
+stateful pipeline runs in order): first ours, then the naive one (or the other way round). The first
+interval of each backfill is the warm-up (forkserver start, first parse in a worker, the server's first
+query, page cache) and is not timed.
 Timings come from Airflow's metadata DB (:mod:`bench.backfill_metrics`); afterwards each mode's published
 ``app_pv`` table must equal its naive DAG's outputs row for row.
 """
@@ -58,7 +59,8 @@ def _backfill(deploy: Deployment, dag_id: str, days: list[str], timeout: float) 
         raise RuntimeError(f"{dag_id} runs failed for {failed}; task logs under {deploy.run_dir}/airflow-home/logs")
 
 
-def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_interval: float) -> dict[str, Any]:
+def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_interval: float,
+          naive_first: bool) -> dict[str, Any]:
     """Backfill ``days`` (the first one is the warm-up) with ours and the naive DAG of ``mode``."""
     run_dir = work / f"backfill-{mode}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -84,7 +86,8 @@ def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_int
         deploy = stack.enter_context(Deployment(run_dir, purpose="bench", settings=settings, log=say))
         res["deployment"] = {"id": deploy.id, "metadata_db": deploy.db.name}
         deploy.start([OURS, naive])
-        for dag_id in (OURS, naive):
+        res["order"] = [naive, OURS] if naive_first else [OURS, naive]
+        for dag_id in res["order"]:
             say(f"backfill ({mode}): {dag_id}, {len(days)} intervals (the first one is the warm-up)")
             t0 = time.perf_counter()
             _backfill(deploy, dag_id, days, timeout_per_interval * len(days))
@@ -124,9 +127,10 @@ def _goals(modes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def backfill_compare(work: Path, intervals: dict[str, int], events: int,
-                     timeout_per_interval: float = 300) -> dict[str, Any]:
-    """Backfill ``intervals[mode]`` (+1 warm-up) days per mode and DAG; see the module docstring."""
+def backfill_compare(work: Path, intervals: dict[str, int], events: int, timeout_per_interval: float = 300,
+                     naive_first: bool = False) -> dict[str, Any]:
+    """Backfill ``intervals[mode]`` (+1 warm-up) days per mode and DAG (ours first, or the naive DAG first
+    with ``naive_first``); see the module docstring."""
     if problem := postgres_problem():
         raise SystemExit(f"the backfill section needs PostgreSQL: {problem}")
     if bad := set(intervals) - set(MODES):
@@ -142,7 +146,8 @@ def backfill_compare(work: Path, intervals: dict[str, int], events: int,
     res: dict[str, Any] = {"events_per_interval": events, "warmup": 1, "modes": {}}
     for mode in MODES:
         if mode in intervals:
-            res["modes"][mode] = _mode(work, mode, landing, days[:intervals[mode] + 1], timeout_per_interval)
+            res["modes"][mode] = _mode(work, mode, landing, days[:intervals[mode] + 1], timeout_per_interval,
+                                      naive_first)
     res["goals"] = _goals(res["modes"])
     res["outputs_equal"] = all(m["outputs_equal"] for m in res["modes"].values())
     say(f"  backfill goals: {res['goals']}")

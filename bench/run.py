@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-submit", type=int,
                    help="intervals of the scheduler backfill over spark-submit (default 30; quick 3)")
     p.add_argument("--backfill-modes", default="connect,submit", help="backfill modes: connect, submit")
+    p.add_argument("--backfill-naive-first", action="store_true", help="backfill the naive DAG before ours")
     p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
     p.add_argument("--db-sizes", help="rows for the dbload section (default 100000,1000000)")
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 n = {"connect": a.backfill, "submit": a.backfill_submit}
                 res = backfill_compare(work, {m.strip(): n[m.strip()] for m in a.backfill_modes.split(",")},
-                                       a.events)
+                                       a.events, naive_first=a.backfill_naive_first)
             else:
                 from bench.airflow_cmp import airflow_compare
 
