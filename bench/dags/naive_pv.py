@@ -4,29 +4,21 @@ configuration as ``pv_pipeline``'s write task; no begin/pre_commit/validate/comm
 Loaded only by ``python -m bench`` (which points a temporary DAGs folder at this file)."""
 from __future__ import annotations
 
-import os
-from datetime import date, datetime, timezone
+import sys
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from exactly_once.airflow.taskgroup import spark_env
 from exactly_once.settings import data_root
 
 ROOT = Path(__file__).resolve().parents[2]
-START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # daily.py (not linked into the DAGs folder)
+from daily import daily_dag  # noqa: E402
+
 DATA = data_root()
 
-with DAG(
-    dag_id="naive_pv",
-    description="pv counts without exactly-once (benchmark baseline)",
-    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-    start_date=datetime(START.year, START.month, START.day, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    tags=["bench"],
-):
+with daily_dag("naive_pv", "pv counts without exactly-once (benchmark baseline)"):
     SparkSubmitOperator(
         task_id="write", application=str(ROOT / "bench" / "naive_job.py"), conn_id="spark_default",
         name="naive_pv", env_vars=spark_env(),

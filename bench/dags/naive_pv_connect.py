@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_pyspark import PySparkOperator
-from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from exactly_once.settings import data_root
 
 ROOT = Path(__file__).resolve().parents[2]
-START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # daily.py (not linked into the DAGs folder)
+from daily import daily_dag  # noqa: E402
+
 DATA = data_root()
 
 
@@ -37,15 +38,7 @@ def naive_pv(day: str, landing: str, target: str, spark: Any = None) -> dict[str
     return {"day": day, "rows": sum(pv_counts.run(spark, spec).rows_written.values())}
 
 
-with DAG(
-    dag_id="naive_pv_connect",
-    description="pv counts without exactly-once, over Spark Connect (benchmark baseline)",
-    schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-    start_date=datetime(START.year, START.month, START.day, tzinfo=timezone.utc),
-    catchup=False,
-    max_active_runs=1,
-    tags=["bench"],
-):
+with daily_dag("naive_pv_connect", "pv counts without exactly-once, over Spark Connect (benchmark baseline)"):
     PySparkOperator(
         task_id="write", python_callable=naive_pv, conn_id="spark_connect_default",
         op_kwargs={"day": "{{ data_interval_start | ds }}", "landing": f"{DATA}/landing/app_logs",
