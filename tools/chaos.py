@@ -12,6 +12,17 @@ the seed, the kills, the task retries (``try_number`` in the metadata DB), run s
 violations and the wall time. ``race_day`` also starts a second attempt of that interval (``airflow dags
 test``, own SQLite home, same data root) while the scheduler's write task of that day runs: exactly one of
 the two may publish.
+
+``spark="connect"`` runs the write phase as a client of one Spark Connect server that the run starts
+(``EO_SPARK_REMOTE``), as a backfill would in production. ``infra=True`` lets the killer also take down
+the infrastructure, the way a crashed machine or OOM killer would, then bring it back as a supervisor
+(systemd, compose ``restart: always``) would: ``scheduler`` kills the scheduler *and every process it
+started* (its LocalExecutor workers and their tasks die with its container) and restarts it after a seeded
+pause; ``spark_connect`` kills the Spark Connect server JVM and restarts it on the same port. Airflow's own
+machinery must then finish the backfill: the restarted scheduler resets the dead scheduler's queued tasks
+(``orphaned_tasks_check_interval``) and fails the running ones whose heartbeat stopped
+(``task_instance_heartbeat_timeout``), and their retries run again; a write that lost its server fails with
+the retryable ``SparkConnectLostError`` and is retried.
 """
 from __future__ import annotations
 
@@ -28,7 +39,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from tools.deployment import FINAL, PG, Deployment, descendants, processes, send_signal
+from tools import spark_connect as sc
+from tools.deployment import FINAL, PG, Deployment, descendants, free_port, processes, send_signal
 from exactly_once.ids import Interval
 from tools.localrun import BIN, logical_date_for
 from tools.sample_data import generate
@@ -36,6 +48,10 @@ from exactly_once.transaction import TwoPhaseCommitSink
 from exactly_once.txlog import State
 
 DAG_ID, SINK = "pv_pipeline", "app_pv"
+INFRA = ("scheduler", "spark_connect")  # the kinds infra=True adds (spark_connect only with spark="connect")
+# Airflow settings that make a dead scheduler's tasks come back quickly (defaults: 30 s and 300 s)
+ORPHAN_SETTINGS = {"AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "10",
+                   "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15"}
 __all__ = ["PG", "ChaosRun", "check_table", "classify", "main"]
 Verify = Callable[[Path, list[str]], list[str]]
 
@@ -109,7 +125,11 @@ class ChaosRun:
     def __init__(self, *, days: int = 3, kills: int = 3, seed: int = 7, deadline: float = 600,
                  out: str | Path | None = None, events_per_day: int = 300, min_gap: float = 20.0,
                  retries: int = 6, race_day: int | None = None, verify: Verify | None = None,
-                 backfill_runs: int = 1, log: Callable[[str], None] | None = None):
+                 backfill_runs: int = 1, log: Callable[[str], None] | None = None, spark: str = "submit",
+                 infra: bool = False, restart_pause: tuple[float, float] = (3.0, 15.0),
+                 plan: list[str] | None = None):
+        if spark not in ("submit", "connect"):
+            raise ValueError(f"spark must be 'submit' or 'connect', not {spark!r}")
         self.kills_budget, self.seed, self.deadline = kills, seed, deadline
         self.out = Path(out) if out else Path(tempfile.mkdtemp(prefix="eo-chaos-"))
         self.events_per_day, self.min_gap, self.retries = events_per_day, min_gap, retries
@@ -120,17 +140,29 @@ class ChaosRun:
         self.days = [(today - timedelta(days=days - i)).isoformat() for i in range(days)]
         self.kills: list[dict[str, Any]] = []
         self.race: dict[str, Any] | None = None  # set when the second attempt (race_day) starts
+        self.spark, self.restart_pause = spark, restart_pause
+        self.infra = tuple(k for k in INFRA if infra and (k != "spark_connect" or spark == "connect"))
+        self.server: sc.Server | None = None
+        self.plan = list(plan or [])  # the kinds of the kills, in order (tests); else a seeded choice
+        if self.plan:
+            self.kills_budget = len(self.plan)
 
     def log(self, msg: str) -> None:
         self._log(f"[chaos {time.time() - self.t0:7.1f}s] {msg}")
 
     def run(self) -> dict[str, Any]:
         settings = {"EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2",
-                    "EO_PREDECESSOR_POKE_SECONDS": "10"}
+                    "EO_PREDECESSOR_POKE_SECONDS": "10", **ORPHAN_SETTINGS}
+        if self.spark == "connect":
+            self.server = sc.Server(free_port(), self.out / "spark-connect", "local[2]")
+            settings.update({"EO_SPARK_REMOTE": self.server.url, "EO_SPARK_CONNECT_RETRY_SECONDS": "30"})
         self.deploy = Deployment(self.out, purpose="chaos", settings=settings, log=self.log)
         error, self.runs = None, {}
         try:
             try:
+                if self.server is not None:
+                    sc.start(self.server)
+                    self.log(f"Spark Connect server {self.server.url} (pid {self.server.pid()})")
                 self._setup()
                 self._drive()
             except Exception as exc:  # noqa: BLE001 - reported; the components are stopped either way
@@ -138,6 +170,8 @@ class ChaosRun:
                 self.log(f"ERROR {error}")
             finally:
                 self.deploy.stop_components()
+                if self.server is not None:
+                    sc.stop(self.server)
             report = self._report(self.runs, error)
         finally:
             self.deploy.db.drop()
@@ -191,7 +225,8 @@ class ChaosRun:
         return {}
 
     def _kill_one(self) -> bool:
-        """``kill -9`` one task process of the scheduler's (seeded choice of kind, then of process)."""
+        """``kill -9`` one task process of the scheduler's (seeded choice of kind, then of process), or with
+        ``infra`` the scheduler or the Spark Connect server (the server only while a write runs)."""
         procs, found = processes(), {}
         for pid in descendants([self.deploy.stack.procs["scheduler"].pid], procs):
             kind = classify(procs[pid][1])
@@ -199,16 +234,64 @@ class ChaosRun:
             # only running tasks (a worker killed while its task is queued stalls it for task_queued_timeout),
             # at most twice per task of a run (its retries must not run out)
             key = (task.get("task_id"), task.get("run_id"))
-            if kind and task.get("state") == "running" and sum(
-                    (k.get("task_id"), k.get("run_id")) == key for k in self.kills) < 2:
+            if kind and task.get("state") == "running" and self._hits(key) < 2:
                 found.setdefault(kind, []).append((pid, task))
         if not found:
             return False  # nothing (eligible) running right now: try again at the next tick
-        kind = self.rng.choice(sorted(found))
+        running = self._running_tasks()
+        if all(self._hits(t) < 2 for t in running):  # an infra kill hits every running task
+            writing = any(t == f"{SINK}.write" for t, _ in running)
+            found.update({k: [] for k in self.infra if k != "spark_connect" or writing})
+        if self.plan:  # the next planned kind, once something of that kind can be killed
+            kind = self.plan[len(self.kills)]
+            if kind not in found or (kind not in INFRA and not found[kind]):
+                return False
+        else:
+            kind = self.rng.choice(sorted(found))
+        if kind in INFRA:
+            return self._kill_infra(kind, running)
         pid, task = self.rng.choice(sorted(found[kind], key=lambda c: c[0]))
         send_signal(pid, signal.SIGKILL)
         self.kills.append({"at": round(time.time() - self.t0, 1), "kind": kind, "pid": pid, **task})
         self.log(f"kill -9 {pid} ({kind}) of {task.get('task_id')} {task.get('run_id')} try {task.get('try')}")
+        return True
+
+    def _hits(self, key: tuple[Any, Any]) -> int:
+        """How often the task of a run was hit so far (directly, or running under an infra kill)."""
+        return sum((k.get("task_id"), k.get("run_id")) == key or list(key) in k.get("running", [])
+                   for k in self.kills)
+
+    def _running_tasks(self) -> list[tuple[str, str]]:
+        return [(t, r) for t, r in self.deploy.db.query(
+            "select task_id, run_id from task_instance where dag_id = %s and state = 'running'", (DAG_ID,))]
+
+    def _kill_infra(self, kind: str, running: list[tuple[str, str]]) -> bool:
+        """``kill -9`` the scheduler (with every process it started) or the Spark Connect server, wait a
+        seeded pause, and start it again as a supervisor would."""
+        pause = round(self.rng.uniform(*self.restart_pause), 1)
+        if kind == "scheduler":
+            root = self.deploy.stack.procs["scheduler"]
+            victims = [root.pid, *descendants([root.pid], processes())]
+            for pid in victims:  # the container dies: its LocalExecutor workers and their tasks with it
+                send_signal(pid, signal.SIGKILL)
+            root.wait(30)
+        else:
+            assert self.server is not None
+            victims = [p for p in [self.server.pid()] if p is not None]
+            for pid in victims:
+                send_signal(pid, signal.SIGKILL, group=True)
+            end = time.time() + 30
+            while sc.accepts(self.server.port) and time.time() < end:
+                time.sleep(0.2)
+        self.kills.append({"at": round(time.time() - self.t0, 1), "kind": kind, "pid": victims[0] if victims else None,
+                           "processes": len(victims), "running": [list(t) for t in running], "restart_after": pause})
+        self.log(f"kill -9 {kind} ({len(victims)} processes; running tasks {running}); restart in {pause} s")
+        time.sleep(pause)
+        if kind == "scheduler":
+            self.deploy.stack.start("scheduler", [str(BIN / "airflow"), "scheduler"])
+        else:
+            sc.start(self.server)  # type: ignore[arg-type]
+        self.log(f"{kind} restarted")
         return True
 
     def _maybe_start_race(self) -> None:
@@ -261,10 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline", type=float, default=1500, help="seconds for the whole run")
     p.add_argument("--min-gap", type=float, default=20.0, help="minimum seconds between two kills")
     p.add_argument("--out", help="run dir (airflow home, data, logs, report); default: a new temp dir")
+    p.add_argument("--spark", choices=("connect", "submit"), default="connect",
+                   help="write phase: a client of one Spark Connect server the run starts, or spark-submit")
+    p.add_argument("--no-infra", dest="infra", action="store_false",
+                   help="kill only task processes, never the scheduler or the Spark Connect server")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the components, drop the DB
     report = ChaosRun(days=a.days, kills=a.kills, seed=a.seed, deadline=a.deadline, out=a.out,
-                      events_per_day=a.events_per_day, min_gap=a.min_gap).run()
+                      events_per_day=a.events_per_day, min_gap=a.min_gap, spark=a.spark, infra=a.infra).run()
     print(json.dumps({k: report[k] for k in ("seed", "kills_made", "kills_by_kind", "task_retries", "violations",
                       "dag_runs_succeeded", "intervals_committed", "violation_count", "wall_seconds")}, indent=2))
     return 0 if report["violation_count"] == 0 and report["intervals_committed"] == len(report["days"]) else 1

@@ -55,6 +55,21 @@ def test_kill_9_under_the_scheduler_keeps_exactly_once(services, tmp_path):
     assert report["dag_runs_succeeded"] == 3, show(report)
 
 
+def test_spark_connect_server_and_scheduler_killed_mid_backfill_keep_exactly_once(services, tmp_path):
+    """Issue 16: the write phase runs on ONE Spark Connect server. Mid-backfill, ``kill -9`` of that server
+    while a write runs (restarted on its port, as a supervisor would), of the scheduler together with every
+    process it started (its workers and their tasks die with it; restarted), and of a task runner. Airflow's
+    own recovery (orphaned tasks reset, heartbeat timeouts, retries) must finish the backfill: every interval
+    committed exactly once, equal to the reference, nothing staged, nothing left running."""
+    report = ChaosRun(days=3, seed=7, deadline=900, min_gap=10, out=tmp_path / "run", spark="connect", infra=True,
+                      plan=["spark_connect", "scheduler", "task_runner"], verify=reference_check).run()
+    assert report["error"] is None, show(report)
+    assert report["kills_by_kind"] == {"spark_connect": 1, "scheduler": 1, "task_runner": 1}, show(report)
+    assert report["violation_count"] == 0, show(report)
+    assert report["intervals_committed"] == 3 and report["dag_runs_succeeded"] == 3, show(report)
+    assert report["task_retries"] >= 1, show(report)
+
+
 def test_parallel_backfill_of_a_stateful_pipeline_runs_in_order_without_burning_retries(services, tmp_path):
     """Issue 13 case 4: `airflow backfill create --max-active-runs 3` starts the three days' runs together;
     each stateful begin waits (reschedules) for its predecessor's commit instead of failing with
