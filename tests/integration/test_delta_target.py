@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exactly_once import Interval, State, TwoPhaseCommitSink
-from exactly_once.errors import ConfigError, OwnershipError, TargetSchemaError
+from exactly_once.errors import ConfigError, FencedError, OwnershipError, TargetSchemaError
 from exactly_once.ids import parse_txn_name
 from exactly_once.maintenance import gc
 from exactly_once.targets.delta import DeltaTarget
@@ -171,6 +171,36 @@ def test_zombie_older_epoch_never_replaces_a_newer_one(table_url, monkeypatch):
     assert sink.target.live_epoch(IV) == 2
     refresh(sink)
     assert t1.name not in sink.storage.list_names(sink.table)
+
+
+@pytest.mark.parametrize("step", ["target_check", "intent"])
+def test_abort_or_gc_racing_a_commit_publishes_nothing(table_url, monkeypatch, step):
+    """On S3 the commit does not list the sealed files (targets/delta.py): another process's abort + gc
+    that deletes them inside the commit - before the schema read, or after it just before the decision
+    (forced at that step) - wins the decision; the commit raises, the table and its rows are unchanged."""
+    sink, other = delta_sink(table_url), delta_sink(table_url)
+    kept = make_rows("kept", 2, start=70)
+    commit_version(sink, IV2, {PART2: [kept]})
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: [make_rows("a", 3), make_rows("b", 2, start=10)]})
+    sink.pre_commit(txn)
+
+    def abort_and_gc():
+        other.abort(other.ref(IV, txn.epoch))
+        gc(other, min_age=0)
+        refresh(other)
+        assert not other.storage.exists(other.storage.join(other.table, txn.name))
+
+    if step == "target_check":
+        state = interleave(monkeypatch, DeltaTarget, "check", lambda *a: True, abort_and_gc)
+    else:
+        state = interleave(monkeypatch, sink.log, "append", lambda iv, e, kind, *a: kind == "intent", abort_and_gc)
+    with pytest.raises(FencedError, match="not committed"):
+        sink.commit(txn)
+    monkeypatch.undo()
+    assert state["fired"] and sink.status(IV)[txn.epoch].state is State.ABORTED
+    assert sink.target.snapshot().version() == 0 and table_rows(sink) == expect(kept, PART2)
+    assert sink.target.live_epoch(IV) is None and delta_leftovers(sink) == []
 
 
 def test_a_reader_overlapping_a_commit_sees_one_snapshot(table_url, monkeypatch):
