@@ -32,7 +32,6 @@ entry re-reads the table and judges again, so an older epoch can never land afte
 """
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 import time
@@ -247,8 +246,9 @@ class DeltaTarget(PublishTarget):
 
         now = int(time.time() * 1000)
         keys = sorted({k for p in staged.partitions for k in partition_values(p)})
-        adds = [AddAction(posixpath.join(base, part, f.name), f.size, partition_values(part), now, True,
-                          json.dumps({"numRecords": f.rows} if f.rows is not None else {}))
+        values = {part: partition_values(part) for part in staged.partitions}  # once per partition
+        adds = [AddAction(f"{base}/{part}/{f.name}", f.size, values[part], now, True,
+                          '{"numRecords": %d}' % f.rows if f.rows is not None else "{}")
                 for part, f in staged.files()]
         props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(app, txn.epoch, now)],
                                  custom_metadata={"exactly_once.txn": txn.name})
