@@ -306,7 +306,8 @@ def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(ta
     assert table_rows(sink) == expect(make_rows("b", 2, start=10))
 
 
-def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url):
+def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url, capsys):
+    from exactly_once.cli import main
     from exactly_once.history import history, render
     from exactly_once.rollback import rollback
 
@@ -320,6 +321,12 @@ def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(tabl
     rows = history(sink)
     assert [(r.epoch, r.table_version, r.live) for r in rows] == [(1, 0, False), (2, 1, False), (3, 2, True)]
     assert "e3 (table v2)" in render(sink, table_url, rows)
+    capsys.readouterr()
+    assert main(["history", table_url]) == 0  # `eo history <url>`: each epoch with its Delta version
+    printed = capsys.readouterr().out
+    assert all(f"e{e} (table v{e - 1})" in printed for e in (1, 2, 3)), printed
+    assert main(["history", table_url, "--json"]) == 0
+    assert [json.loads(line)["table_version"] for line in capsys.readouterr().out.splitlines()] == [0, 1, 2]
     assert table_rows(sink, version=1) == expect(second)  # time travel to the version history names
     assert delta_leftovers(sink) == []
 
