@@ -41,12 +41,13 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def write_table(sec: dict[str, Any]) -> str:
-    names = ["plain", "v1", "v2", "two_phase", "two_phase_no_checksums"]
+    names = ["plain", "v1", "v2", "two_phase", "two_phase_no_checksums", "two_phase_delta"]
     label = {"plain": "plain overwrite", "v1": "committer v1", "v2": "committer v2",
-             "two_phase": "two-phase (checksums)", "two_phase_no_checksums": "two-phase (no checksums)"}
+             "two_phase": "two-phase (checksums)", "two_phase_no_checksums": "two-phase (no checksums)",
+             "two_phase_delta": "two-phase, Delta table (checksums)"}
     rows = []
     for size, r in sec["sizes"].items():
-        for n in names:
+        for n in [n for n in names if n in r["variants"]]:  # older runs have no Delta variant
             v = r["variants"][n]
             phases = ""
             if "write" in v:

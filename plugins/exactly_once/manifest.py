@@ -148,9 +148,9 @@ def difference(storage: Storage, root: str, manifest: Manifest) -> str | None:
     return None
 
 
-def seal(storage: Storage, data: str, sealed: str, manifest: Manifest) -> str | None:
+def seal(storage: Storage, data: str, sealed: str, manifest: Manifest, verify: bool = True) -> str | None:
     """Move the staged output from the writer's path ``data`` to ``sealed`` (where storage can rename;
-    the same path on S3) and compare it with ``manifest``: the first difference, or None.
+    the same path on S3) and, if ``verify``, compare it with ``manifest``: the first difference, or None.
 
     Another finisher of the same transaction may overtake: it sealed first (then this one checks what
     it sealed), or it already decided and published or deleted the files (then they are reported
@@ -162,6 +162,8 @@ def seal(storage: Storage, data: str, sealed: str, manifest: Manifest) -> str | 
         except OSError:
             if storage.exists(data) and not storage.exists(sealed):
                 raise  # nobody else moved it: a real failure
+    if not verify:
+        return None
     try:
         return difference(storage, sealed, manifest)
     except FileNotFoundError as exc:  # removed while listed: only a decided publish or abort does that

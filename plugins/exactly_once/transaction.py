@@ -429,10 +429,18 @@ class TwoPhaseCommitSink:
 
     def _decide_commit(self, txn: TxnRef, st: EpochStatus, stale: list[str]) -> State:
         """Seal and verify the staged files, announce the intent, check the predecessor and fence the
-        successors, then decide COMMITTED (unless someone decided first). Returns the decision."""
+        successors, then decide COMMITTED (unless someone decided first). Returns the decision.
+
+        The files are checked against the manifest (one listing) except for an in-place publisher
+        (Delta) on S3, where that listing is the commit's only per-file cost. Nothing is lost: staged
+        files are removed only after our log decided ABORTED (abort/recover/begin decide first; gc
+        sweeps a version only after a newer epoch published), so files gone here mean a decision that
+        ours below returns; an S3 rewrite could follow any listing; files added late are never
+        published (the commit names the manifest's). See ``targets/delta.py``."""
         manifest = st.manifest
         assert manifest is not None
-        problem = manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest)
+        verify = self.storage.can_rename or not self.target.publishes_in_place
+        problem = manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest, verify)
         if problem:
             return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
                                 f"{problem} (a second writer?)")
@@ -440,6 +448,9 @@ class TwoPhaseCommitSink:
             self.target.check(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), manifest.partitions))
         except TargetSchemaError as exc:
             return self._decide(txn, State.ABORTED, "target_refused", str(exc))
+        except FileNotFoundError as exc:  # unverified files gone: only a decided abort removes them
+            return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
+                                f"{exc.filename or exc} vanished (a concurrent abort or gc?)")
         self.log.append(txn.interval, txn.epoch, "intent", {})
         if st.reads is not None:
             newer = ordering.newer_than(self, st.reads)

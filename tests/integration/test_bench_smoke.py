@@ -65,12 +65,12 @@ def test_bench_sections_on_tiny_sizes(tmp_path):
         assert sec["section_seconds"] > 0
 
     write = sections["write"]["sizes"]["10000"]
-    assert set(write["variants"]) == {"plain", "v1", "v2", "two_phase", "two_phase_no_checksums"}
+    assert set(write["variants"]) == {"plain", "v1", "v2", "two_phase", "two_phase_no_checksums", "two_phase_delta"}
     assert all(v["ratio_to_plain"] > 0 for v in write["variants"].values())
     assert write["outputs_equal"]
     plain = _sorted_rows_digest(write["outputs"]["plain"]["path"])
     assert plain[0] == 10000
-    for variant in ("two_phase", "two_phase_no_checksums", "v1", "v2"):
+    for variant in ("two_phase", "two_phase_no_checksums", "two_phase_delta", "v1", "v2"):
         assert _sorted_rows_digest(write["outputs"][variant]["path"]) == plain, variant
         assert write["outputs"][variant]["files"] == write["outputs"]["plain"]["files"] == 4
 

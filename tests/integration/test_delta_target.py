@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from exactly_once import Interval, State, TwoPhaseCommitSink
-from exactly_once.errors import ConfigError, OwnershipError, TargetSchemaError
+from exactly_once.errors import ConfigError, FencedError, OwnershipError, TargetSchemaError
 from exactly_once.ids import parse_txn_name
 from exactly_once.maintenance import gc
 from exactly_once.targets.delta import DeltaTarget
@@ -173,38 +173,68 @@ def test_zombie_older_epoch_never_replaces_a_newer_one(table_url, monkeypatch):
     assert t1.name not in sink.storage.list_names(sink.table)
 
 
+@pytest.mark.parametrize("step", ["target_check", "intent"])
+def test_abort_or_gc_racing_a_commit_publishes_nothing(table_url, monkeypatch, step):
+    """On S3 the commit does not list the sealed files (targets/delta.py): another process's abort + gc
+    that deletes them inside the commit - before the schema read, or after it just before the decision
+    (forced at that step) - wins the decision; the commit raises, the table and its rows are unchanged."""
+    sink, other = delta_sink(table_url), delta_sink(table_url)
+    kept = make_rows("kept", 2, start=70)
+    commit_version(sink, IV2, {PART2: [kept]})
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: [make_rows("a", 3), make_rows("b", 2, start=10)]})
+    sink.pre_commit(txn)
+
+    def abort_and_gc():
+        other.abort(other.ref(IV, txn.epoch))
+        gc(other, min_age=0)
+        refresh(other)
+        assert not other.storage.exists(other.storage.join(other.table, txn.name))
+
+    if step == "target_check":
+        state = interleave(monkeypatch, DeltaTarget, "check", lambda *a: True, abort_and_gc)
+    else:
+        state = interleave(monkeypatch, sink.log, "append", lambda iv, e, kind, *a: kind == "intent", abort_and_gc)
+    with pytest.raises(FencedError, match="not committed"):
+        sink.commit(txn)
+    monkeypatch.undo()
+    assert state["fired"] and sink.status(IV)[txn.epoch].state is State.ABORTED
+    assert sink.target.snapshot().version() == 0 and table_rows(sink) == expect(kept, PART2)
+    assert sink.target.live_epoch(IV) is None and delta_leftovers(sink) == []
+
+
+def engine_reads(sink) -> dict[str, list[tuple]]:
+    """The table's newest snapshot as each reader sees it: delta-rs, pyarrow (the snapshot's dataset),
+    DuckDB and Polars over that dataset, and Polars' own Delta reader - each as sorted ``(k, v, dt)``."""
+    import duckdb
+    import polars
+
+    refresh(sink)
+    ds = sink.target.snapshot().to_pyarrow_dataset()
+    frame = polars.read_delta(sink.target.uri, storage_options=sink.target.options or None)
+    return {"deltalake": table_rows(sink),
+            "pyarrow": sorted(tuple(r.values()) for r in ds.to_table(columns=["k", "v", "dt"]).to_pylist()),
+            "duckdb": sorted(duckdb.connect().from_arrow(ds).select("k, v, dt").fetchall()),
+            "polars": sorted(polars.scan_pyarrow_dataset(ds).select("k", "v", "dt").collect().rows()),
+            "polars.read_delta": sorted(frame.select("k", "v", "dt").rows())}
+
+
 def test_a_reader_overlapping_a_commit_sees_one_snapshot(table_url, monkeypatch):
-    """Readers (delta-rs, and DuckDB / Polars over its dataset) inside the publish - files placed, log
-    entry not written - see the old version whole; a reader pinned to the old version keeps reading it
-    after the commit; after it, the new version whole."""
+    """Every reader (delta-rs, pyarrow, DuckDB, Polars) inside the publish - files placed, log entry not
+    written - sees the old version whole; a reader pinned to the old version keeps reading it after the
+    commit; after it, every reader sees the new version whole."""
     sink = delta_sink(table_url)
     old, new = make_rows("old", 6), make_rows("new", 4, start=40)
     commit_version(sink, IV, {PART: [old[:3], old[3:]]})
     pinned = sink.target.snapshot()
-    seen: list[list[tuple]] = []
-    engines = []
-    for name in ("duckdb", "polars"):
-        try:
-            engines.append(__import__(name))
-        except ImportError:
-            pass
-
-    def read_all():
-        seen.append(table_rows(sink))
-        ds = sink.target.snapshot().to_pyarrow_dataset()
-        for mod in engines:
-            if mod.__name__ == "duckdb":
-                got = mod.connect().from_arrow(ds).select("k, v, dt").fetchall()
-            else:
-                got = mod.scan_pyarrow_dataset(ds).select("k", "v", "dt").collect().rows()
-            seen.append(sorted(tuple(r) for r in got))
-
-    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda *a: True, read_all)
+    assert set(map(tuple, engine_reads(sink).values())) == {tuple(expect(old))}
+    seen: list[dict[str, list[tuple]]] = []
+    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda *a: True, lambda: seen.append(engine_reads(sink)))
     commit_version(sink, IV, {PART: [new]})
-    assert state["fired"] and seen and all(s == expect(old) for s in seen), seen
+    assert state["fired"] and len(seen) == 1 and all(v == expect(old) for v in seen[0].values()), seen
     t = pinned.to_pyarrow_table()
     assert sorted(zip(t.column("k").to_pylist(), t.column("v").to_pylist())) == sorted(old)
-    assert table_rows(sink) == expect(new)
+    assert all(v == expect(new) for v in engine_reads(sink).values())
 
 
 def test_schema_clash_publishes_nothing_and_new_columns_widen(tmp_path):
@@ -276,7 +306,8 @@ def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(ta
     assert table_rows(sink) == expect(make_rows("b", 2, start=10))
 
 
-def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url):
+def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url, capsys):
+    from exactly_once.cli import main
     from exactly_once.history import history, render
     from exactly_once.rollback import rollback
 
@@ -290,6 +321,12 @@ def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(tabl
     rows = history(sink)
     assert [(r.epoch, r.table_version, r.live) for r in rows] == [(1, 0, False), (2, 1, False), (3, 2, True)]
     assert "e3 (table v2)" in render(sink, table_url, rows)
+    capsys.readouterr()
+    assert main(["history", table_url]) == 0  # `eo history <url>`: each epoch with its Delta version
+    printed = capsys.readouterr().out
+    assert all(f"e{e} (table v{e - 1})" in printed for e in (1, 2, 3)), printed
+    assert main(["history", table_url, "--json"]) == 0
+    assert [json.loads(line)["table_version"] for line in capsys.readouterr().out.splitlines()] == [0, 1, 2]
     assert table_rows(sink, version=1) == expect(second)  # time travel to the version history names
     assert delta_leftovers(sink) == []
 
