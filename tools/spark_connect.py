@@ -59,9 +59,17 @@ class Server:
         """The recorded server pid when that process is still alive, else None."""
         try:
             pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        try:  # our own child (the test fixture's server) stays a zombie, alive to kill(0), until reaped
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return None
+        except ChildProcessError:  # not our child: `make spark-connect` started it
+            pass
+        try:
             os.kill(pid, 0)
             return pid
-        except (OSError, ValueError):
+        except OSError:
             return None
 
 
