@@ -69,24 +69,6 @@ PHASES = ("begin", "write", "pre_commit", "validate", "commit")
 FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError)
 FINAL_NAMES = {e.__name__ for e in FINAL}
 WRITE_ATTEMPTS = 4  # AbortOperator's default write_attempts
-# A Spark Connect write job whose FIRST attempt (no marker file yet) runs a long write into the partition's
-# output dir - long enough to be killed under (its client, or the server) - and whose later attempts run the
-# pv job. Format with job (the pv job's path), first (the marker) and started (created as the write starts).
-SLOW_FIRST_JOB = '''
-import os
-from exactly_once.airflow.write import load_compute
-
-pv = load_compute({job!r})
-
-
-def compute(ctx):
-    if not os.path.exists({first!r}):
-        open({first!r}, "w").close()
-        open({started!r}, "w").close()
-        (ctx.spark.range(0, 4_000_000_000, 1, 4).selectExpr("id", "sha2(cast(id as string), 512) AS h")
-         .write.mode("overwrite").parquet(ctx.output_dir(ctx.partitions[0])))
-    return pv(ctx)
-'''
 Row = tuple
 
 

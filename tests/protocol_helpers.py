@@ -51,6 +51,9 @@ from exactly_once.errors import ExactlyOnceError  # noqa: E402
 from exactly_once.ids import parse_txn_name, version_of  # noqa: E402
 from exactly_once.storage import LocalStorage, is_hidden  # noqa: E402
 
+import delta_helpers as delta  # noqa: E402
+from delta_helpers import is_delta  # noqa: E402
+
 Row = tuple[int, str]
 PIPELINE, SINK = "p", "t"
 RESULT_PREFIX = "EO-RESULT "
@@ -92,11 +95,6 @@ def open_sink(url: str, **kwargs: Any) -> TwoPhaseCommitSink:
 
 def is_local(sink: TwoPhaseCommitSink) -> bool:
     return isinstance(sink.storage, LocalStorage)
-
-
-def is_delta(sink: TwoPhaseCommitSink) -> bool:
-    """A Delta table (``table_format="delta"``): only Delta readers see exact versions; no plain reader."""
-    return sink.table_format == "delta"
 
 
 def refresh(sink: TwoPhaseCommitSink) -> None:
@@ -222,15 +220,15 @@ def assert_exact_version(sink: TwoPhaseCommitSink, partition: str, expected: Seq
         return
     if txn is None:
         return
-    if live is None and is_delta(sink) and not expected and sink.target.live_epoch(txn.interval) == txn.epoch:
+    if live is None and is_delta(sink) and delta.dropped_by(sink, txn, expected):
         return  # Delta has no empty partition: txn, the interval's live version, dropped it
     assert live == txn.name, f"{partition}: live version {live}, expected {txn.name}"
     files = manifest_of(sink, txn.interval, txn.epoch).partitions.get(partition, ())
     live_paths = sink.live_files(partition)
     assert len(live_paths) == len(files)
     for path, entry in zip(live_paths, files):
-        assert path.endswith(f"{txn.name}--{entry.name}") or (is_delta(sink) and f"/{txn.name}/" in path
-                                                               and path.endswith(f"/{entry.name}")), (path, entry)
+        assert path.endswith(f"{txn.name}--{entry.name}") or (is_delta(sink) and delta.is_version_file(
+            path, txn, entry.name)), (path, entry)
         assert sha256_of(sink, path) == entry.sha256, f"{path} differs from its manifest entry"
     assert sum(f.rows for f in files) == len(expected)
 
@@ -250,11 +248,8 @@ def leftovers(sink: TwoPhaseCommitSink) -> list[str]:
         status = sink.log.status(Interval.from_token(parsed[0]), parsed[1])
         if status.state is not State.COMMITTED:
             found.append(f"_checkpoints/{name} ({status.state.value})")
-    if is_delta(sink):  # <table>/<txn>/ of a transaction that did not commit
-        for name in st.list_names(table):
-            parsed = parse_txn_name(name)
-            if parsed and sink.log.status(Interval.from_token(parsed[0]), parsed[1]).state is not State.COMMITTED:
-                found.append(f"{name} ({sink.log.status(Interval.from_token(parsed[0]), parsed[1]).state.value})")
+    if is_delta(sink):
+        found += delta.uncommitted_version_dirs(sink)
     elif not is_local(sink):
         found += stray_data_files(sink)
     if is_local(sink):
@@ -333,10 +328,7 @@ def log_problems(sink: TwoPhaseCommitSink, interval: Interval, *, idle: bool = T
     for part, epochs in committed.items():
         live = sink.live_version(part)
         if live is None and is_delta(sink):  # Delta has no empty partition: the interval's version dropped it
-            epoch = sink.target.live_epoch(interval)
-            dropped = epoch in statuses and part not in (statuses[epoch].manifest.partitions
-                                                         if statuses[epoch].manifest else {})
-            live = sink.ref(interval, epoch).name if dropped else None  # type: ignore[arg-type]
+            live = delta.live_version_of_dropped(sink, interval, part, statuses)
         if live is None and not idle and not any(statuses[e].published for e in epochs):
             continue  # decided, not yet published, nothing older: readers still see no version
         parsed = parse_txn_name(live or "")

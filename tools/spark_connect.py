@@ -59,15 +59,18 @@ class Server:
         """The recorded server pid when that process is still alive, else None."""
         try:
             pid = int(self.pid_file.read_text().strip())
-            os.kill(pid, 0)
         except (OSError, ValueError):
             return None
-        try:  # started by this process (``start``): reap it once it has exited, or it stays a zombie
+        try:  # our own child (the test fixture's server) stays a zombie, alive to kill(0), until reaped
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return None
-        except ChildProcessError:  # not our child (``make spark-connect`` started it)
+        except ChildProcessError:  # not our child: `make spark-connect` started it
             pass
-        return pid
+        try:
+            os.kill(pid, 0)
+            return pid
+        except OSError:
+            return None
 
 
 def accepts(port: int, host: str = HOST, timeout: float = 0.5) -> bool:

@@ -22,7 +22,7 @@ import time
 import uuid
 from typing import Any, Iterator, Sequence
 
-from .errors import ConfigError, ContractError, SparkConnectLostError, StorageError
+from .errors import ConfigError, ContractError, SparkConnectLostError
 
 log = logging.getLogger(__name__)
 _CONNECT_MODE = "SPARK_CONNECT_MODE_ENABLED"
@@ -173,7 +173,8 @@ def interrupt_writes(remote: str, txn: str, attempts: Sequence[int], *, scope: s
     """Interrupt, on ``remote``, every query of the given write attempts of ``txn`` (transaction attempt
     ``scope``) still running - a client killed mid-write leaves its query running on the server - and
     release their sessions. Returns the interrupted operation ids; a closed session has nothing left to
-    interrupt, and an unreachable server runs nothing (a restarted one has forgotten the sessions)."""
+    interrupt, and an unreachable server runs nothing (a restarted one has forgotten the sessions). The
+    operations' tasks stop a moment after this returns (:func:`_interrupt_tagged`)."""
     with connect_mode():
         return _interrupt_writes(remote, txn, attempts, scope)
 
@@ -191,7 +192,7 @@ def _interrupt_writes(remote: str, txn: str, attempts: Sequence[int], scope: str
             log.debug("session of %s attempt %s: %s", txn, attempt, exc)
             continue
         try:
-            interrupted += _interrupt_until_gone(spark, job_tag(txn))
+            interrupted += _interrupt_tagged(spark, job_tag(txn))
         except Exception as exc:  # noqa: BLE001
             if "SESSION_CLOSED" not in str(exc):
                 raise
@@ -206,17 +207,17 @@ def _interrupt_writes(remote: str, txn: str, attempts: Sequence[int], scope: str
     return interrupted
 
 
-def _interrupt_until_gone(spark: Any, tag: str, timeout: float = 120.0) -> list[str]:
-    """Interrupt the session's operations tagged ``tag`` until none is left (an interrupted operation
-    stays listed until its job has stopped), so that no file appears after this returns."""
-    ops = list(spark.interruptTag(tag))
-    seen, deadline = list(ops), time.monotonic() + timeout
-    while ops:
-        if time.monotonic() > deadline:
-            raise StorageError(f"Spark Connect operations {ops} tagged {tag} did not stop within {timeout:.0f} s")
-        time.sleep(0.2)
-        ops = list(spark.interruptTag(tag))
-    return seen
+def _interrupt_tagged(spark: Any, tag: str) -> list[str]:
+    """Interrupt the session's operations tagged ``tag``; returns their ids.
+
+    The server lists an operation only in the call that interrupts it, and ends the operation at once;
+    Spark then kills its running tasks cooperatively, a moment later (each task stops at its next check
+    of the kill flag: per row for a file scan or a shuffle read, or at a thread interrupt). So a file can
+    still appear in the staging dir shortly after this returns - always under the committer's hidden
+    ``_temporary`` names, which no manifest takes in - and an aborted transaction's staging dir is deleted
+    again by ``gc`` (its recover pass). A task that never checks the flag (a bare ``spark.range`` write
+    whose interrupt Hadoop swallowed) runs on until the server restarts: docs/JOB_API.md "Spark Connect"."""
+    return list(spark.interruptTag(tag))
 
 
 def _accepts(remote: str, timeout: float = 2.0) -> bool:

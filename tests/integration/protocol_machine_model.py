@@ -16,7 +16,8 @@ from hypothesis.stateful import Bundle, multiple, rule
 
 from exactly_once import FencedError, InputChangedError, Interval, State, TxnRef, maintenance, txlog
 from exactly_once.targets.delta import DeltaTarget
-from protocol_helpers import exact_reader_rows, is_delta, is_local, open_sink, write_output
+from delta_helpers import is_delta
+from protocol_helpers import exact_reader_rows, is_local, open_sink, write_output
 
 
 def _at_switch(args) -> bool:

@@ -22,57 +22,26 @@ committed epoch). At the moment of the fault a reader sees the previous state or
 version, never a part.
 
 The interval under test is day 2 of a stateful pipeline (it reads day 1's committed checkpoint). Day 1
-is committed once per storage into a template root that every scenario copies, to keep the runtime low.
+is committed once per storage into a template root that every scenario copies, to keep the runtime low
+(tests/fault_matrix_world.py: the world, the driver, the checks). The Spark Connect cells are in
+test_fault_matrix_connect.py.
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import time
-import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import reference_pv as ref
-from conftest import make_bucket
-from exactly_once.maintenance import gc
-from fault_helpers import (APPLICATION, PHASES, SLOW_FIRST_JOB, Driver, Outcome, Setup, epoch_problems, footprint,
-                           leftovers, log_problems, published_records, rows_checksum, sink_of, start_child,
-                           visible_rows, warm_children)
+from fault_helpers import PHASES, Driver, published_records, sink_of, visible_rows
+from fault_matrix_world import (D1, D2, FULL, IV2, LOCAL, PART2, S3, S3_ERROR, assert_idle_and_consistent,  # noqa: F401
+                                assert_output, count, fault_then_retry, figures, local_world, s3_world, world)
 
-from exactly_once.connect import interrupt_writes
-from exactly_once.contracts import JobSpec
 from exactly_once.failpoints import CRASH_EXIT_CODE, NAMES
-from exactly_once.ids import Interval
-from tools.sample_data import generate
 from exactly_once.txlog import State
 
 pytestmark = pytest.mark.timeout(600)
-D1, D2 = "2026-01-01", "2026-01-02"
-IV2 = Interval.daily(D2)
-PART2 = f"dt={D2}"
-CONN_ID = "eo_fault_s3"
-FIRES_IN = {"begin.after": "begin", "write.partial": "write", "pre_commit.after": "pre_commit",
-            "validate.after": "validate", "commit.before_publish": "commit", "commit.mid_publish": "commit",
-            "commit.after_publish": "commit", "abort.mid": "validate"}  # abort.mid: the gate's in-task abort
-COUNTERS = ("scenarios", "task_attempts", "child_processes", "kills", "injected_errors", "third_party_recoveries")
-FIGURES_BY_KIND: dict[str, dict[str, int]] = {k: dict.fromkeys(COUNTERS, 0) for k in ("local", "s3")}
-FIGURES: dict[str, int] = FIGURES_BY_KIND["local"]  # the counters of the storage under test
-# The full product on S3 takes ~2x the local time on a loaded 2-core box (every task is a fresh s3fs
-# client and a dozen requests to the loopback server; validation reads through s3fs). By default S3 runs
-# every failpoint with `crash` (the real kill) and `error` only where S3's publish differs from a local
-# rename (half-copied files, the lost acknowledgement); `error` leaves the same state on storage as
-# `crash` for every failpoint (each sits between two complete storage operations), and the local column
-# runs the whole product. EO_FAULT_FULL=1 runs the full product on S3 too.
-FULL = os.environ.get("EO_FAULT_FULL") == "1"
-S3_ERROR = ("commit.mid_publish", "commit.after_publish")
-LOCAL = pytest.param("local", id="local")
-S3 = pytest.param("s3", id="s3", marks=pytest.mark.s3)
+
+
 
 
 def matrix() -> list:
@@ -83,362 +52,10 @@ def matrix() -> list:
     return out
 
 
-LATE = [{"event_id": f"late-{i}", "app_id": "app_late", "user_id": f"u{i % 3}", "event": "page_view",
-         "ts": f"{D2}T23:59:0{i}Z"} for i in range(5)]
-
-
-@dataclass
-class World:
-    """One storage: a template root with day 1 committed, and the clean run's output."""
-
-    kind: str
-    base: Path
-    setup: Setup            # of the template (day 1 committed)
-    landing: Path           # the local copy of the landing files (the reference reads these)
-    expected: dict[str, list]   # clean run: {day: sorted rows}
-    expected_late: list     # day 2 reprocessed with the late file, by the reference
-    fs: Any = None
-    bucket: str = ""
-    roots: list[str] = field(default_factory=list)
-
-    def fresh(self, template: str = "d1", **kw: Any) -> Setup:
-        """A copy of a template root (``d1``: day 1 committed; ``d2``: days 1 and 2 committed)."""
-        src = self.setup.root if template == "d1" else self.setup.root + "-d2"
-        name = f"s-{uuid.uuid4().hex[:10]}"
-        if self.kind == "local":
-            dst = str(self.base / name)
-            shutil.copytree(src, dst, symlinks=True)
-        else:
-            dst = f"s3://{self.bucket}/{name}"
-            self.fs.invalidate_cache()
-            self.fs.copy(src[len("s3://"):], dst[len("s3://"):], recursive=True)
-        return self.setup.replace(root=dst, **kw)
-
-    def add_late_file(self, setup: Setup) -> None:
-        data = "".join(json.dumps(r) + "\n" for r in LATE).encode()
-        rel = f"landing/app_logs/dt={D2}/hour=23/late-0.jsonl"
-        if self.kind == "local":
-            path = Path(setup.root) / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        else:
-            self.fs.pipe_file(f"{setup.root[len('s3://'):]}/{rel}", data)
-
-
-def _day_files(landing: Path, day: str) -> list[str]:
-    return sorted(str(p) for p in (landing / "app_logs" / f"dt={day}").rglob("*.jsonl"))
-
-
-def _as_rows(rows: list[dict]) -> list:
-    return sorted((r["app_id"], r["pv"], r["uv"], r["cumulative_pv"]) for r in rows)
-
-
-@pytest.fixture(scope="module")
-def local_world(request, tmp_path_factory):
-    yield from make_world("local", request, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def s3_world(request, tmp_path_factory):
-    yield from make_world("s3", request, tmp_path_factory)
-
-
-@pytest.fixture
-def world(request):
-    """The world of the test's storage (``kind``), built once per module."""
-    global FIGURES
-    kind = request.getfixturevalue("kind")
-    FIGURES = FIGURES_BY_KIND[kind]
-    return request.getfixturevalue(f"{kind}_world")
-
-
-def make_world(kind: str, request, tmp_path_factory):
-    warm_children()  # the forkserver imports GX & co. while this process commits day 1
-    base = tmp_path_factory.mktemp(f"fault-{kind}")
-    landing = base / "landing"
-    generate(str(landing), [D1, D2], events_per_day=120)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("EO_FAILPOINTS", raising=False)
-        mp.setenv("EO_REPORTS_DIR", str(base / "reports"))
-        env = {"EO_REPORTS_DIR": str(base / "reports")}
-        fs, bucket = None, ""
-        if kind == "local":
-            root = str(base / "tmpl")
-            shutil.copytree(landing, Path(root) / "landing")
-            setup = Setup(root=root, start=D1, reports=str(base / "reports"), env=env)
-        else:
-            import s3fs
-
-            s3 = request.getfixturevalue("s3_server")
-            bucket = make_bucket(s3)
-            conn = json.dumps({"conn_type": "aws", "login": s3["key"], "password": s3["secret"],
-                               "extra": {"endpoint_url": s3["endpoint_url"]}})
-            mp.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", conn)
-            env[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = conn
-            fs = s3fs.S3FileSystem(key=s3["key"], secret=s3["secret"], skip_instance_cache=True,
-                                   client_kwargs={"endpoint_url": s3["endpoint_url"], "region_name": "us-east-1"})
-            root = f"s3://{bucket}/tmpl"
-            for p in sorted(landing.rglob("*.jsonl")):
-                fs.pipe_file(f"{bucket}/tmpl/landing/{p.relative_to(landing).as_posix()}", p.read_bytes())
-            setup = Setup(root=root, start=D1, reports=str(base / "reports"), conn_id=CONN_ID, env=env)
-        Driver(setup).clean_run(D1)
-        w = World(kind, base, setup, landing, {}, [], fs=fs, bucket=bucket)
-        # the clean run of day 2 (on a copy): what every faulted run must end with
-        d2 = w.fresh()
-        if kind == "local":
-            shutil.move(d2.root, root + "-d2")
-        else:
-            fs.copy(d2.root[len("s3://"):], root[len("s3://"):] + "-d2", recursive=True)
-        d2 = setup.replace(root=root + "-d2")
-        Driver(d2).clean_run(D2)
-        w.expected = visible_rows(d2)
-        # ... which is also what the independent reference computes
-        state: dict[str, int] = {}
-        for day in (D1, D2):
-            rows, state, _ = ref.compute(_day_files(landing, day), state, f"dt={day}")
-            assert w.expected[day] == _as_rows(rows), f"clean run of {day} differs from the reference"
-        late = base / "late-0.jsonl"
-        late.write_text("".join(json.dumps(r) + "\n" for r in LATE))
-        _, state1, _ = ref.compute(_day_files(landing, D1), {}, f"dt={D1}")
-        rows, _, _ = ref.compute(_day_files(landing, D2) + [str(late)], state1, PART2)
-        w.expected_late = _as_rows(rows)
-        assert ("app_late", 5, 3, 5) in w.expected_late
-        yield w
-    out = os.environ.get("EO_FAULT_FIGURES")
-    if out:
-        with open(out, "a") as f:
-            f.write(json.dumps({"module": "test_fault_matrix", "storage": kind, **FIGURES_BY_KIND[kind]}) + "\n")
-
-
-# ------------------------------------------------------------------------------------------ the driver
-def count(out: Outcome) -> Outcome:
-    FIGURES["task_attempts"] += 1
-    FIGURES["child_processes"] += out.exit is not None
-    FIGURES["kills"] += out.exit == CRASH_EXIT_CODE
-    FIGURES["injected_errors"] += out.error == "FailpointError"
-    return out
-
-
-def assert_fault(out: Outcome, fp: str, action: str) -> None:
-    """The failpoint (and nothing else) ended this task attempt."""
-    if action == "crash":
-        assert out.exit == CRASH_EXIT_CODE, f"{out.phase} did not crash at {fp}: {out}"
-    else:
-        assert out.error == "FailpointError" and fp in out.message, f"{out.phase} did not fail at {fp}: {out}"
-
-
-def run_with_fault(setup: Setup, day: str, fp_spec: str, action: str, *, expect: str,
-                   refresh: bool = False, snapshot=None) -> dict[str, Any]:
-    """One DAG run of ``day`` with ``EO_FAILPOINTS=fp_spec`` armed until the fault, then Airflow's retries.
-
-    ``expect`` is the failpoint that must end one task attempt (in the task ``FIRES_IN`` says).
-    ``snapshot(phase)`` is called right after the fault, before any retry. Returns the XCom, the phase
-    that failed, and each task's final outcome.
-    """
-    drv = Driver(setup)
-    crash = action == "crash"
-    xcom: dict[str, Any] = {}
-    fired: str | None = None
-    final: dict[str, Outcome] = {}
-
-    def task(phase: str) -> Outcome:
-        armed = fired is None
-        kw = {"refresh": refresh} if phase == "begin" else {}
-        return count(drv.task(day, phase, xcom, child=crash or not armed,
-                              failpoints=fp_spec if armed else None, **kw))
-
-    for phase in PHASES:
-        out = task(phase)
-        if not out.ok and not out.final:
-            assert fired is None, f"a second failure after the fault at {fired}: {out}"
-            assert_fault(out, expect, action)
-            fired = phase
-            if snapshot is not None:
-                snapshot(phase)
-            out = task(phase)  # Airflow's retry: a fresh process, no failpoints
-        final[phase] = out
-        if phase == "begin":
-            assert out.ok, out
-            xcom = {"txn": out.result["txn"], "spec": out.result["spec"]}
-        if not out.ok:
-            assert out.final, f"{phase} failed after its retry: {out}"
-            break  # downstream tasks are upstream_failed; only the teardown runs
-    td = task("abort")
-    if not td.ok:
-        assert fired is None, f"teardown failed after the fault at {fired}: {td}"
-        assert_fault(td, expect, action)
-        fired = "abort"
-        if snapshot is not None:
-            snapshot("abort")
-        td = task("abort")  # the teardown is retried too
-    assert td.ok, td
-    final["abort"] = td
-    assert fired is not None, f"the failpoint {expect} never fired"
-    return {"xcom": xcom, "fired": fired, "final": final, "attempts": drv.attempts}
-
-
-def assert_idle_and_consistent(setup: Setup, *, committed_epochs: int) -> Any:
-    sink = sink_of(setup)
-    for day in (D1, D2):
-        iv = Interval.daily(day)
-        assert epoch_problems(sink, iv) == [], day
-        assert log_problems(sink, iv) == [], day
-    assert leftovers(sink) == []
-    assert sink.storage.list_names(sink.storage.join(sink.home, "_staging")) == []
-    committed = [e for e, st in sink.status(IV2).items() if st.state is State.COMMITTED]
-    assert len(committed) == committed_epochs
-    if committed:  # exactly one live version: the newest committed epoch, one physical copy of each
-        assert sink.live_version(PART2) == sink.ref(IV2, max(committed)).name
-        fp = footprint(sink, PART2)
-        assert len(fp) == len(committed), fp  # superseded versions stay for the grace period ...
-        gc(sink, min_age=0)  # ... and go once it is over, by the log
-        assert len(footprint(sink, PART2)) == 1 and sink.live_version(PART2) == sink.ref(IV2, max(committed)).name
-        assert leftovers(sink) == []
-    return sink
-
-
-def assert_output(setup: Setup, expected: dict[str, list]) -> None:
-    seen = visible_rows(setup)
-    assert seen.keys() == expected.keys()
-    for day, rows in expected.items():
-        assert seen[day] == rows, f"{day}: visible rows differ from the clean run"
-        assert rows_checksum(seen[day]) == rows_checksum(rows)
-
-
 # ------------------------------------------------------------------------------------------ the matrix
 @pytest.mark.parametrize("kind,fp,action", matrix())
 def test_fault_then_airflow_retry_ends_like_a_clean_run(kind, world, fp, action):
     fault_then_retry(world, fp, action)
-
-
-# the Spark Connect path: the write task is a Spark Connect client of the shared server (the real pv job)
-CONNECT_CELLS = [("write.partial", "crash"), ("write.partial", "error"), ("commit.mid_publish", "crash")]
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("kind,fp,action", [pytest.param("local", fp, a, id=f"connect-{fp}-{a}")
-                                            for fp, a in CONNECT_CELLS])
-def test_fault_over_spark_connect_then_airflow_retry_ends_like_a_clean_run(kind, world, fp, action,
-                                                                             spark_connect):
-    fault_then_retry(world, fp, action, spark_remote=spark_connect)
-
-
-@pytest.mark.spark
-@pytest.mark.skipif(os.environ.get("EO_CONNECT_KILL_TESTS") != "1",
-                    reason="passes alone (2 passed, 105 s) but failed in the full suite's order on the shared "
-                           "server (2026-11-24): run with EO_CONNECT_KILL_TESTS=1 until the cause is fixed")
-@pytest.mark.parametrize("kind", [LOCAL])
-@pytest.mark.parametrize("then", ["retry", "teardown"])
-def test_client_killed_mid_write_over_spark_connect(kind, world, then, spark_connect, tmp_path):
-    """The write task's process (a Spark Connect client) is killed with SIGKILL while its query writes
-    into the staging dir; that query keeps running on the server. ``retry``: the write's retry interrupts
-    it by tag before it writes again, and the run commits exactly the clean output. ``teardown``: the
-    write fails for good and the teardown interrupts it before deleting the staging dir - nothing
-    appears there afterwards, gc finds nothing, and a later run commits the clean output."""
-    FIGURES["scenarios"] += 1
-    first, started = tmp_path / "first", tmp_path / "started"
-    job = tmp_path / "slow_first_job.py"
-    job.write_text(SLOW_FIRST_JOB.format(job=APPLICATION, first=str(first), started=str(started)))
-    setup = world.fresh(spark_remote=spark_connect, application=str(job))
-    drv = Driver(setup)
-    began = count(drv.task(D2, "begin", {}, child=True))
-    xcom = {"txn": began.result["txn"], "spec": began.result["spec"]}
-    spec = JobSpec.from_json(Path(xcom["spec"]).read_bytes())
-    proc, _ = start_child(setup, D2, "write", xcom, attempt=1)
-    temporary = Path(spec.data_dir) / PART2 / "_temporary"
-    deadline = time.monotonic() + 180
-    while not (started.exists() and temporary.is_dir()) and proc.is_alive():
-        assert time.monotonic() < deadline, "the write never started"
-        time.sleep(0.2)
-    assert proc.is_alive(), f"the write ended early (exit {proc.exitcode})"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join()
-    FIGURES["kills"] += 1
-    sink = sink_of(setup)
-    if then == "retry":
-        for phase in PHASES[1:]:
-            out = count(drv.task(D2, phase, xcom, child=True, **({"attempt": 2} if phase == "write" else {})))
-            assert out.ok, out
-        assert count(drv.task(D2, "abort", xcom, child=True)).ok
-        assert_output(setup, world.expected)
-        assert {e: st.state for e, st in sink.status(IV2).items()} == {1: State.COMMITTED}
-        assert_idle_and_consistent(setup, committed_epochs=1)
-        return
-    td = count(drv.task(D2, "abort", xcom, child=True))
-    assert td.ok and td.result == "ABORTED", td
-    staging = Path(spec.staging_dir)
-    assert not staging.exists(), sorted(map(str, staging.rglob("*")))
-    # the interrupted query is over: a second interrupt finds nothing, and nothing appeared late
-    assert interrupt_writes(spark_connect, spec.txn, [1], scope=spec.session_scope) == []
-    assert not staging.exists(), sorted(map(str, staging.rglob("*")))
-    assert gc(sink, min_age=0)["staging"] == []
-    assert visible_rows(setup) == {D1: world.expected[D1]}
-    assert_idle_and_consistent(setup, committed_epochs=0)
-    Driver(setup.replace(application=APPLICATION)).clean_run(D2, child=True)
-    assert_output(setup, world.expected)
-    assert_idle_and_consistent(setup, committed_epochs=1)
-
-
-def fault_then_retry(world: World, fp: str, action: str, **setup_kw: Any) -> None:
-    """One cell of the matrix: the fault, Airflow's retries, then the checks of the module docstring."""
-    FIGURES["scenarios"] += 1
-    gate_fails = fp == "abort.mid"  # abort is reached through a failing quality gate
-    setup = world.fresh(max_malformed_ratio=0.0 if gate_fails else 0.05, **setup_kw)
-    at_fault: dict[str, Any] = {}
-
-    def snapshot(phase: str) -> None:
-        at_fault["phase"] = phase
-        at_fault["rows"] = visible_rows(setup)
-
-    res = run_with_fault(setup, D2, f"{fp}={action}", action, expect=fp, snapshot=snapshot)
-    assert res["fired"] == FIRES_IN[fp]
-
-    # at the fault a reader saw the previous state, or the complete new version once it was published
-    if fp == "commit.after_publish":
-        assert at_fault["rows"] == world.expected
-    else:
-        assert at_fault["rows"] == {D1: world.expected[D1]}
-
-    sink = sink_of(setup)
-    states = {e: st.state for e, st in sink.status(IV2).items()}
-    if gate_fails:
-        # the gate said no: nothing of day 2 was published, the abort that crashed was finished
-        assert res["final"]["validate"].error == "ValidationFailedError"
-        assert "commit" not in res["final"] and res["final"]["abort"].result == "ABORTED"
-        assert states == {1: State.ABORTED}
-        assert_output(setup, {D1: world.expected[D1]})
-        assert_idle_and_consistent(setup, committed_epochs=0)
-        # the operator fixes the threshold and re-runs the interval: a clean new version
-        again = setup.replace(max_malformed_ratio=0.05)
-        Driver(again).clean_run(D2, child=True)
-        assert_output(again, world.expected)
-        assert {e: st.state for e, st in sink_of(again).status(IV2).items()} == {1: State.ABORTED,
-                                                                                2: State.COMMITTED}
-        assert_idle_and_consistent(again, committed_epochs=1)
-        return
-
-    assert_output(setup, world.expected)
-    if fp == "begin.after":  # the crashed attempt is fenced and aborted by the retry's begin
-        assert states == {1: State.ABORTED, 2: State.COMMITTED}
-    else:
-        assert states == {1: State.COMMITTED}
-    assert_idle_and_consistent(setup, committed_epochs=1)
-    newest = max(states)
-    published = published_records(sink, IV2)
-    if fp == "commit.after_publish":
-        # the lost acknowledgement: the retry found the version in place and published nothing again
-        assert published == {newest: {PART2: "already"}}
-        assert res["final"]["commit"].result["partitions"] == {PART2: "already"}
-    else:
-        assert published == {newest: {PART2: "published"}}
-    name = sink.ref(IV2, newest).name
-    if world.kind == "local":
-        assert footprint(sink, PART2) == [name]
-    else:
-        assert footprint(sink, PART2) == [f"{name}--part-0.parquet"]
-    # the retry replayed the frozen inputs and day 1's checkpoint: the same counts as a clean run
-    counts = sink.status(IV2)[newest].records["pre_committed"]["counts"]
-    assert counts["rows_written"] == {f"dt={D2}": len(world.expected[D2])}
 
 
 @pytest.mark.parametrize("kind", [LOCAL] + ([S3] if FULL else []))
@@ -446,7 +63,7 @@ def test_teardown_abort_crashing_halfway_is_finished_by_its_retry(kind, world):
     """The teardown itself (not the gate's in-task abort) dies halfway: the write task fails for good
     (``write.partial=error`` on every attempt), the teardown crashes at ``abort.mid``; its retry finishes
     the abort, and a later run of the interval publishes the clean version."""
-    FIGURES["scenarios"] += 1
+    figures()["scenarios"] += 1
     setup = world.fresh()
     drv = Driver(setup)
     spec = "write.partial=error,abort.mid=crash"
@@ -488,7 +105,7 @@ def test_commit_outcome_unknown_is_resolved_by_a_third_party(kind, world, case):
     recover`` does - not a retry of the task) resolves it from the log and the target: it rolls the new
     version forward exactly when the decision was taken (or when recoverAndCommit may take it: the
     newest epoch, pre-committed and validated), aborts otherwise, and never deletes the live version."""
-    FIGURES["scenarios"] += 1
+    figures()["scenarios"] += 1
     spec, ratio, recover_kw, winner = UNKNOWN[case]
     setup = world.fresh("d2", max_malformed_ratio=ratio)
     world.add_late_file(setup)
@@ -517,14 +134,14 @@ def test_commit_outcome_unknown_is_resolved_by_a_third_party(kind, world, case):
 
     # the third party, in another process; a plain recover first
     out = count(drv.task(D2, "recover", {}, child=True))
-    FIGURES["third_party_recoveries"] += 1
+    figures()["third_party_recoveries"] += 1
     assert out.ok, out
     if recover_kw:  # not validated, no decision: a plain recover must leave it alone (validation may
         assert out.result == [], out.result  # still be running in a live attempt) ... until it is stale
         assert sink_of(setup).status(IV2)[2].state is State.PRE_COMMITTED
         assert visible_rows(setup)[D2] == world.expected[D2]
         out = count(drv.task(D2, "recover", {}, child=True, **recover_kw))
-        FIGURES["third_party_recoveries"] += 1
+        figures()["third_party_recoveries"] += 1
         assert out.ok, out
     assert out.result, "the third party did nothing"
     sink = sink_of(setup)

@@ -27,7 +27,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multip
 from exactly_once import (FailpointError, FencedError, InputChangedError, Interval, State,
                           TransactionAbortedError, TransactionStateError, TxnRef)
 from exactly_once.maintenance import gc
-from protocol_helpers import (assert_exact_version, exact_reader_rows, failpoints, is_delta, is_local, leftovers,
+from delta_helpers import is_delta
+from protocol_helpers import (assert_exact_version, exact_reader_rows, failpoints, is_local, leftovers,
                               log_problems, open_sink, plain_reader_rows, refresh, write_output)
 from protocol_machine_model import (ABORT_FP, ALL_PARTITIONS, BEGIN_FP, COMMIT_FP, FORWARD, INTERVALS, OK,
                                     PRE_COMMIT_FP, RECOVER_FP, Attempt, MachineClock, RaceRules, partitions_of,

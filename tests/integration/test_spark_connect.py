@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_helpers import SLOW_FIRST_JOB
+from connect_jobs import SLOW_FIRST_JOB
 from test_pv_job import JOB_PATH, ROOT, check_against_reference, make_spec, read_data, read_state
 from tools import sample_data
 from exactly_once.airflow.write import run_connect, spark_remote
