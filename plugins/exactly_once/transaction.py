@@ -18,14 +18,14 @@ exclusive-create record in the :mod:`transaction log <exactly_once.txlog>` befor
 * ``abort``      decide ABORTED and delete the staging dir; a no-op on a committed transaction (it
                  finishes its publish instead); idempotent; never follows symlinks.
 
-Fencing: an epoch older than the newest begun epoch of its interval is refused before it decides, and
-only one outcome record can exist per epoch, so of any number of concurrent attempts exactly one
-publishes. A stateful transaction names the predecessor version it read (``reads``); before deciding,
-every transaction writes an ``intent`` record, then checks its predecessor (a newer committed or
-committing version there aborts it: InputChangedError) and fences the successors that read an older
-version of it. Two deciders always see each other's intent, so no interval ever commits on replaced
-state. The internals (log, staging, versions) live in ``home``, outside the table directory that readers
-list. Garbage collection lives in :mod:`exactly_once.maintenance`.
+Fencing: an epoch older than the newest begun epoch of its interval is refused before it decides, and only one
+outcome record can exist per epoch, so of any number of concurrent attempts exactly one publishes. A stateful
+transaction names the predecessor version it read (``reads``); before deciding, every transaction writes an
+``intent`` record, then checks its predecessor (a newer committed or committing version there aborts it:
+InputChangedError) and fences the successors that read an older version of it. Two deciders always see each
+other's intent, so no interval ever commits on replaced state. The internals (log, staging, versions) live in
+``home``, outside the table directory that readers list. Garbage collection lives in
+:mod:`exactly_once.maintenance`.
 """
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ class TwoPhaseCommitSink:
         Idempotent: a second call returns the recorded manifest. Refused for an unknown, aborted or
         fenced transaction.
         """
-        st = self._status(txn)
+        st = self.status_of(txn)
         if st.state is State.ABORTED:
             raise TransactionAbortedError(f"{txn.name} was aborted")
         if st.manifest is not None:
@@ -177,14 +177,14 @@ class TwoPhaseCommitSink:
             manifest = manifests.build(self.storage, txn, self.staging_dir(txn), ("data",),
                                        checksums=self.checksums)
         except OSError as exc:  # FileNotFoundError & co: the staging vanished - an abort raced us?
-            if self._status(txn).state is State.ABORTED:
+            if self.status_of(txn).state is State.ABORTED:
                 raise TransactionAbortedError(f"{txn.name} was aborted while pre-committing") from exc
             raise StorageError(f"{txn.name}: staged output changed during pre_commit: {exc}") from exc
         self._claims.claim(txn, list(manifest.partitions))
         self.storage.write_atomic(self.storage.join(self.staging_dir(txn), MANIFEST), to_json(manifest.to_dict()))
         self.log.append(txn.interval, txn.epoch, "pre_committed", {"manifest": manifest.to_dict(), **(extra or {})})
         failpoint("pre_commit.after")
-        return self._status(txn).manifest or manifest
+        return self.status_of(txn).manifest or manifest
 
     def record_validation(self, txn: TxnRef, passed: bool, summary: dict[str, Any]) -> bool:
         """Record the gate's verdict on a pre-committed transaction; returns the recorded verdict.
@@ -193,7 +193,7 @@ class TwoPhaseCommitSink:
         claims the verdict of a transaction it commits unvalidated); a transaction of a sink with
         ``require_validation`` commits only after a passing verdict.
         """
-        if self._status(txn).manifest is None:
+        if self.status_of(txn).manifest is None:
             raise TransactionStateError(f"{txn.name}: validate needs pre_commit first")
         self.log.append(txn.interval, txn.epoch, "validated", {"passed": bool(passed), "summary": summary})
         recorded = bool((self.log.read(txn.interval, txn.epoch, "validated") or {}).get("passed"))
@@ -210,7 +210,7 @@ class TwoPhaseCommitSink:
         predecessor state it read was replaced. Once the outcome record says COMMITTED, every later call
         (or ``abort``/``recover``) completes the same publish and never publishes twice.
         """
-        st = self._status(txn)
+        st = self.status_of(txn)
         if st.state is State.OPEN:
             raise TransactionStateError(f"{txn.name}: commit needs pre_commit first")
         if st.state is State.ABORTED:
@@ -237,9 +237,9 @@ class TwoPhaseCommitSink:
         following symlinks (or moves it to ``_rejected/`` when ``keep``). Idempotent; safe to run
         concurrently with a zombie attempt, which will find itself fenced.
         """
-        self._status(txn)
+        self.status_of(txn)
         if self._decide(txn, State.ABORTED, "aborted", reason) is State.COMMITTED:
-            if not self._status(txn).published:
+            if not self.status_of(txn).published:
                 self._publish(txn)
             return State.COMMITTED
         self._cleanup(txn, keep=keep)
@@ -307,7 +307,7 @@ class TwoPhaseCommitSink:
             return "commit finished (rolled forward)"
         if state is State.PRE_COMMITTED:
             verdict = (st.validation or {}).get("passed")
-            if self._is_live(st) or (txn.epoch == newest and self._validation_ok(st)):
+            if self.is_live(st) or (txn.epoch == newest and self._validation_ok(st)):
                 return "recovered and committed" if self._commit_recovered(txn, st) else "aborted (fenced)"
             if txn.epoch != newest or verdict is False or takeover():
                 self.abort(txn, reason="recovery: pre-committed but superseded or not validated")
@@ -333,7 +333,7 @@ class TwoPhaseCommitSink:
             if not self._validation_ok(st):
                 self.abort(txn, reason="recovery: validation failed")
                 return False
-        decided = self._decide(txn, State.COMMITTED) if self._is_live(st) else self._decide_commit(txn, st, [])
+        decided = self._decide(txn, State.COMMITTED) if self.is_live(st) else self._decide_commit(txn, st, [])
         if decided is State.COMMITTED:
             self._publish(txn)
             return True
@@ -360,7 +360,8 @@ class TwoPhaseCommitSink:
 
     def is_live(self, st: EpochStatus) -> bool:
         """True if the version of epoch status ``st`` is what readers see now."""
-        return self._is_live(st)
+        manifest = st.manifest
+        return bool(manifest) and self.target.is_live(manifest.txn, list(manifest.partitions))
 
     def status(self, interval: Interval) -> dict[int, EpochStatus]:
         """Every epoch of ``interval`` as the log records it."""
@@ -390,9 +391,6 @@ class TwoPhaseCommitSink:
 
     def status_of(self, txn: TxnRef) -> EpochStatus:
         """``txn``'s status; TransactionStateError for another sink's or an unknown transaction."""
-        return self._status(txn)
-
-    def _status(self, txn: TxnRef) -> EpochStatus:
         if (txn.pipeline, txn.sink) != (self.pipeline, self.sink):
             raise TransactionStateError(f"{txn.name} belongs to {txn.pipeline}/{txn.sink}, not this sink")
         st = self.log.status(txn.interval, txn.epoch)
@@ -431,26 +429,22 @@ class TwoPhaseCommitSink:
         """Seal and verify the staged files, announce the intent, check the predecessor and fence the
         successors, then decide COMMITTED (unless someone decided first). Returns the decision.
 
-        The files are checked against the manifest (one listing) except for an in-place publisher
-        (Delta) on S3, where that listing is the commit's only per-file cost. Nothing is lost: staged
-        files are removed only after our log decided ABORTED (abort/recover/begin decide first; gc
-        sweeps a version only after a newer epoch published), so files gone here mean a decision that
-        ours below returns; an S3 rewrite could follow any listing; files added late are never
-        published (the commit names the manifest's). See ``targets/delta.py``."""
+        An in-place publisher (Delta) on S3 skips the listing against the manifest (its only per-file
+        cost): staged files are removed only after our log decided ABORTED, so files gone here mean a
+        decision ours returns; files added late are never published. See ``targets/delta.py``."""
         manifest = st.manifest
         assert manifest is not None
         verify = self.storage.can_rename or not self.target.publishes_in_place
-        problem = manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest, verify)
-        if problem:
-            return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
-                                f"{problem} (a second writer?)")
+        changed = "staged output changed after pre_commit: "
+        if problem := manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest, verify):
+            return self._decide(txn, State.ABORTED, "staged_changed", f"{changed}{problem} (a second writer?)")
         try:  # the target's own check of the staged version (a Delta table's schema), before deciding
             self.target.check(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), manifest.partitions))
         except TargetSchemaError as exc:
             return self._decide(txn, State.ABORTED, "target_refused", str(exc))
         except FileNotFoundError as exc:  # unverified files gone: only a decided abort removes them
-            return self._decide(txn, State.ABORTED, "staged_changed", f"staged output changed after pre_commit: "
-                                f"{exc.filename or exc} vanished (a concurrent abort or gc?)")
+            return self._decide(txn, State.ABORTED, "staged_changed",
+                                f"{changed}{exc.filename or exc} vanished (a concurrent abort or gc?)")
         self.log.append(txn.interval, txn.epoch, "intent", {})
         if st.reads is not None:
             newer = ordering.newer_than(self, st.reads)
@@ -470,10 +464,6 @@ class TwoPhaseCommitSink:
         if not self._validation_ok(st):
             verdict = "failed" if st.validation else "has not run"
             raise TransactionStateError(f"{txn.name}: commit refused, validation {verdict}")
-
-    def _is_live(self, st: EpochStatus) -> bool:
-        manifest = st.manifest
-        return bool(manifest) and self.target.is_live(manifest.txn, list(manifest.partitions))
 
     def _publish(self, txn: TxnRef) -> CommitResult:
         """Roll the decided commit of ``txn`` forward to completion. Idempotent."""
