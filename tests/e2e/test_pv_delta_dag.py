@@ -27,7 +27,7 @@ def test_one_day_published_as_a_delta_table(data_root, monkeypatch):
     sink = TwoPhaseCommitSink.open(str(data_root / "warehouse" / "app_pv"))  # finds the bound format
     assert isinstance(sink.target, DeltaTarget)
     dt = sink.target.snapshot()
-    assert dt.version() == 0 and dt.transaction_version(sink.target.txn_app_id(Interval.daily(DAY))) == 1
+    assert dt.version() == 0 and dt.transaction_version(sink.target.txn_application(Interval.daily(DAY))) == 1
     rows = dt.to_pyarrow_table().to_pylist()
     got = {(r["app_id"], r["pv"], r["uv"], r["cumulative_pv"]) for r in rows if r["dt"] == DAY}
     assert len(rows) == len(got) and got == expected_rows(data_root, [DAY])[DAY]

@@ -90,7 +90,8 @@ class DeltaTarget(PublishTarget):
         self.uri = scheme + table
 
     # ------------------------------------------------------------------ reading the table
-    def txn_app_id(self, interval: Interval) -> str:
+    def txn_application(self, interval: Interval) -> str:
+        """Delta's transaction application id (``txn.appId``) of this sink's interval; its version is the epoch."""
         return f"exactly-once/{self.pipeline}/{self.sink}/{interval.token}"
 
     def snapshot(self, version: int | None = None) -> Any:
@@ -110,7 +111,7 @@ class DeltaTarget(PublishTarget):
 
     def live_epoch(self, interval: Interval) -> int | None:
         dt = self.snapshot()
-        return dt.transaction_version(self.txn_app_id(interval)) if dt is not None else None
+        return dt.transaction_version(self.txn_application(interval)) if dt is not None else None
 
     def live_version(self, partition: str) -> str | None:
         versions = {a["path"].split("/", 1)[0] for a in self.live_actions(self.snapshot())
@@ -147,7 +148,7 @@ class DeltaTarget(PublishTarget):
 
     # ------------------------------------------------------------------ publishing
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
-        app = self.txn_app_id(txn.interval)
+        app = self.txn_application(txn.interval)
         dt = self.snapshot()
         done = self._settled(dt, app, txn)
         if done:
@@ -209,7 +210,7 @@ class DeltaTarget(PublishTarget):
         """Before the decision: the staged columns must fit the table's (new columns are fine: they
         widen it at publish). TargetSchemaError otherwise."""
         dt = self.snapshot()
-        if dt is not None and self._settled(dt, self.txn_app_id(txn.interval), txn) is None:
+        if dt is not None and self._settled(dt, self.txn_application(txn.interval), txn) is None:
             self.clashes(pa.schema(dt.schema().to_arrow()), self.staged_schema(txn, staged), txn)
 
     def staged_schema(self, txn: TxnRef, staged: StagedVersion, base: str | None = None) -> pa.Schema | None:
