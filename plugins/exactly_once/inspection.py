@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 from . import liveness
 from .errors import ConfigError
 from .ids import Interval
+from .ownership import owner_record
 from .storage import redact
 from .transaction import TwoPhaseCommitSink
 from .txlog import EpochStatus, State
@@ -251,9 +252,7 @@ def open_table(url: str, *, storage_options: dict[str, Any] | None = None) -> Tw
     if names is None:
         raise ConfigError(f"no transaction log at {redact(url)}: is this the URL of a table published by "
                           "exactly-once? (the table directory itself, e.g. <root>/warehouse/<sink>)")
-    try:  # the table format the first writer bound (a Delta table's history names its Delta versions)
-        fmt = probe.storage.read_json(probe.storage.join(probe.home, "_owner.json")).get("format", "files")
-    except FileNotFoundError:
-        fmt = "files"
+    owner = owner_record(probe.storage, probe.home)  # the format the first writer bound (Delta: its versions)
+    fmt = owner["format"] if owner else "files"
     return TwoPhaseCommitSink(probe.storage, probe.table, pipeline=names[0], sink=names[1],
                               require_validation=validated, table_format=fmt)

@@ -7,9 +7,21 @@ silently replacing each other's rows.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .errors import OwnershipError
 from .ids import TxnRef
 from .storage import Storage, to_json
+
+
+def owner_record(storage: Storage, home: str) -> dict[str, Any] | None:
+    """The table's owner record (``pipeline``, ``sink``, ``format``: ``files`` when written before formats
+    existed), or None if no writer has bound the table yet."""
+    try:
+        owner = storage.read_json(storage.join(home, "_owner.json"))
+    except FileNotFoundError:
+        return None
+    return {**owner, "format": owner.get("format", "files")}
 
 
 def bind_table(storage: Storage, home: str, table: str, pipeline: str, sink: str,

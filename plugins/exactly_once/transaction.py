@@ -41,7 +41,7 @@ from .errors import (ABORT_CAUSES, ConfigError, ExactlyOnceError, FencedError, I
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, check_name, check_partition
 from .manifest import Manifest
-from .ownership import PartitionClaims, bind_table
+from .ownership import PartitionClaims, bind_table, owner_record
 from .storage import MANIFEST, Storage, default_home, storage_for, to_json
 from .staging import retire_staging
 from .targets import target_for
@@ -346,12 +346,11 @@ class TwoPhaseCommitSink:
         """The existing table at ``url``, with the pipeline and sink names its owner record holds (for
         tools that address a table by URL: ``eo status <url>``, the UI). ConfigError if it has none."""
         storage, root = storage_for(url, **(storage_options or {}))
-        try:
-            owner = storage.read_json(storage.join(kwargs.get("home") or default_home(root), "_owner.json"))
-        except FileNotFoundError:
+        owner = owner_record(storage, kwargs.get("home") or default_home(root))
+        if owner is None:
             raise ConfigError(f"{storage.url(root)} is not an exactly-once table (no owner record in "
-                              f"{storage.url(default_home(root))}); check the URL") from None
-        kwargs.setdefault("table_format", owner.get("format", "files"))  # as bound by the first writer
+                              f"{storage.url(default_home(root))}); check the URL")
+        kwargs.setdefault("table_format", owner["format"])  # as bound by the first writer
         return cls(storage, root, pipeline=owner["pipeline"], sink=owner["sink"], **kwargs)
 
     def intervals(self) -> list[Interval]:
