@@ -75,6 +75,29 @@ def outputs_equal(data: Path, days: list[str]) -> tuple[bool, int]:
     return equal, rows
 
 
+def reference_equal(data: Path, landing: Path, days: list[str]) -> tuple[bool, int]:
+    """The published table (a plain reader's view) == the test oracle's rows, every day: the pv computation
+    in plain Python (``tests/reference_pv.py``) over the same landing files, the state carried in order."""
+    import sys
+
+    import pyarrow.dataset as ds
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from reference_pv import compute
+
+    cols = ["app_id", "pv", "uv", "cumulative_pv"]
+    ours: dict[str, set[tuple]] = {}
+    for r in ds.dataset(str(data / "warehouse" / "app_pv"), format="parquet", partitioning="hive").to_table().to_pylist():
+        ours.setdefault(str(r["dt"]), set()).add(tuple(r[c] for c in cols))
+    equal, rows, state = set(ours) == set(days), 0, {}
+    for day in days:
+        files = sorted(str(p) for p in (landing / "app_logs" / f"dt={day}").rglob("*") if p.is_file())
+        expected, state, _ = compute(files, state)
+        theirs = {tuple(r[c] for c in cols) for r in expected}
+        equal, rows = equal and theirs == ours.get(day), rows + len(theirs)
+    return equal, rows
+
+
 def where_time_goes(r: dict[str, Any]) -> dict[str, float]:
     """One interval of a DAG split by medians: each task's running time, the hand-offs between its tasks
     (queueing + scheduling) and between runs. Medians do not add up exactly to the interval's median."""

@@ -45,3 +45,33 @@ def live_version_of_dropped(sink: TwoPhaseCommitSink, interval: Interval, part: 
     manifest = statuses[epoch].manifest if epoch in statuses else None
     dropped = epoch in statuses and part not in (manifest.partitions if manifest else {})
     return sink.ref(interval, epoch).name if dropped else None  # type: ignore[arg-type]
+
+
+def table_rows_by_partition(sink: TwoPhaseCommitSink, columns: list[str], key: str) -> dict[str, list[tuple]]:
+    """``{partition value: sorted rows}`` a Delta reader (delta-rs, the table's newest snapshot) sees,
+    partitions with rows only."""
+    import pyarrow as pa
+
+    dt = sink.target.snapshot()
+    if dt is None:
+        return {}
+    table = pa.table(dt.to_pyarrow_dataset().to_table(columns=[*columns, key]))
+    out: dict[str, list[tuple]] = {}
+    for row in zip(*(table.column(c).to_pylist() for c in [key, *columns])):
+        out.setdefault(str(row[0]), []).append(tuple(row[1:]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def live_partitions(sink: TwoPhaseCommitSink) -> list[str]:
+    """The partitions (``key=value``) with live files in the newest snapshot."""
+    found = set()
+    for action in sink.target.live_actions(sink.target.snapshot()):
+        found.add("/".join(f"{k[len('partition.'):]}={v}" for k, v in action.items() if k.startswith("partition.")))
+    return sorted(found)
+
+
+def version_dirs(sink: TwoPhaseCommitSink, partition: str) -> list[str]:
+    """``<table>/<txn>/`` dirs holding files of ``partition`` (the physical copies: one per kept version)."""
+    st = sink.storage
+    return sorted(name for name in st.list_names(sink.table) if parse_txn_name(name) and any(
+        ("/" + e.rel).rsplit("/", 1)[0].endswith("/" + partition) for e in st.walk_files(st.join(sink.table, name))))

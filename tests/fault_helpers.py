@@ -42,6 +42,7 @@ for _p in (str(ROOT / "plugins"), str(HERE)):
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+import delta_helpers  # noqa: E402
 import reference_pv as ref  # noqa: E402
 from exactly_once.airflow.connections import storage_options as conn_options  # noqa: E402
 from exactly_once.config import PipelineConfig  # noqa: E402
@@ -159,6 +160,7 @@ class Setup:
     env: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None  # the write task as a Spark Connect client of this server (real Spark)
     application: str = APPLICATION   # the job the Spark Connect write runs
+    table_format: str = "files"      # "delta": the sink is a Delta table
 
     def config(self) -> PipelineConfig:
         return PipelineConfig(pipeline=self.pipeline, sink=self.sink,
@@ -166,7 +168,7 @@ class Setup:
                               application=APPLICATION, suite=self.suite, stateful=True,
                               start=date.fromisoformat(self.start),
                               max_malformed_ratio=self.max_malformed_ratio, root=self.root,
-                              reports=self.reports, storage_conn_id=self.conn_id)
+                              reports=self.reports, storage_conn_id=self.conn_id, table_format=self.table_format)
 
     def options(self) -> dict[str, Any]:
         """The storage connection's credentials, resolved as the Airflow layer does (once per task)."""
@@ -390,7 +392,8 @@ def visible_rows(setup: Setup) -> dict[str, list[Row]]:
     sink = sink_of(setup)
     st, table = sink.storage, sink.table
     exact: dict[str, list[Row]] = {}
-    for name in st.list_names(table):
+    delta = sink.table_format == "delta"  # the partitions are in the Delta log, the plain reader is delta-rs
+    for name in delta_helpers.live_partitions(sink) if delta else st.list_names(table):
         if name.startswith("dt=") and sink.live_version(name) is not None:
             rows: list[Row] = []
             for path in sink.live_files(name):
@@ -399,7 +402,10 @@ def visible_rows(setup: Setup) -> dict[str, list[Row]]:
                 assert t.column_names == COLUMNS, t.column_names
                 rows += rows_of(t)
             exact[name[3:]] = sorted(rows)
-    if isinstance(st, LocalStorage):
+    if delta:
+        seen = delta_helpers.table_rows_by_partition(sink, COLUMNS, "dt")
+        assert seen == {d: r for d, r in exact.items() if r}, f"Delta reader {seen} != exact reader {exact}"
+    elif isinstance(st, LocalStorage):
         import pyarrow.dataset as ds
 
         plain: dict[str, list[Row]] = {}
@@ -441,6 +447,8 @@ def footprint(sink: TwoPhaseCommitSink, partition: str) -> list[str]:
     the non-hidden objects in the partition prefix (a plain listing reader sees exactly these)."""
     _refresh_fs(sink.storage)
     st = sink.storage
+    if sink.table_format == "delta":
+        return delta_helpers.version_dirs(sink, partition)
     if isinstance(st, LocalStorage):
         return st.list_names(st.join(sink.home, "_versions", partition))
     return [e.rel for e in st.walk_files(st.join(sink.table, partition))

@@ -33,7 +33,8 @@ FIRES_IN = {"begin.after": "begin", "write.partial": "write", "pre_commit.after"
             "validate.after": "validate", "commit.before_publish": "commit", "commit.mid_publish": "commit",
             "commit.after_publish": "commit", "abort.mid": "validate"}  # abort.mid: the gate's in-task abort
 COUNTERS = ("scenarios", "task_attempts", "child_processes", "kills", "injected_errors", "third_party_recoveries")
-FIGURES_BY_KIND: dict[str, dict[str, int]] = {k: dict.fromkeys(COUNTERS, 0) for k in ("local", "s3")}
+KINDS = ("local", "s3", "delta-local", "delta-s3")  # storage, and the table format (a Delta table)
+FIGURES_BY_KIND: dict[str, dict[str, int]] = {k: dict.fromkeys(COUNTERS, 0) for k in KINDS}
 _UNDER_TEST = {"kind": "local"}
 # The full product on S3 takes ~2x the local time on a loaded 2-core box (every task is a fresh s3fs
 # client and a dozen requests to the loopback server; validation reads through s3fs). By default S3 runs
@@ -70,11 +71,15 @@ class World:
     bucket: str = ""
     roots: list[str] = field(default_factory=list)
 
+    @property
+    def local(self) -> bool:
+        return not self.kind.endswith("s3")
+
     def fresh(self, template: str = "d1", **kw: Any) -> Setup:
         """A copy of a template root (``d1``: day 1 committed; ``d2``: days 1 and 2 committed)."""
         src = self.setup.root if template == "d1" else self.setup.root + "-d2"
         name = f"s-{uuid.uuid4().hex[:10]}"
-        if self.kind == "local":
+        if self.local:
             dst = str(self.base / name)
             shutil.copytree(src, dst, symlinks=True)
         else:
@@ -86,7 +91,7 @@ class World:
     def add_late_file(self, setup: Setup) -> None:
         data = "".join(json.dumps(r) + "\n" for r in LATE).encode()
         rel = f"landing/app_logs/dt={D2}/hour=23/late-0.jsonl"
-        if self.kind == "local":
+        if self.local:
             path = Path(setup.root) / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
@@ -112,17 +117,28 @@ def s3_world(request, tmp_path_factory):
     yield from make_world("s3", request, tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def delta_local_world(request, tmp_path_factory):
+    yield from make_world("delta-local", request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def delta_s3_world(request, tmp_path_factory):
+    yield from make_world("delta-s3", request, tmp_path_factory)
+
+
 @pytest.fixture
 def world(request):
-    """The world of the test's storage (``kind``), built once per module."""
+    """The world of the test's storage and table format (``kind``), built once per module."""
     kind = request.getfixturevalue("kind")
     _UNDER_TEST["kind"] = kind
-    return request.getfixturevalue(f"{kind}_world")
+    return request.getfixturevalue(f"{kind.replace('-', '_')}_world")
 
 
 def make_world(kind: str, request, tmp_path_factory):
     warm_children()  # the forkserver imports GX & co. while this process commits day 1
     base = tmp_path_factory.mktemp(f"fault-{kind}")
+    table_format = "delta" if kind.startswith("delta") else "files"
     landing = base / "landing"
     generate(str(landing), [D1, D2], events_per_day=120)
     with pytest.MonkeyPatch.context() as mp:
@@ -130,10 +146,10 @@ def make_world(kind: str, request, tmp_path_factory):
         mp.setenv("EO_REPORTS_DIR", str(base / "reports"))
         env = {"EO_REPORTS_DIR": str(base / "reports")}
         fs, bucket = None, ""
-        if kind == "local":
+        if not kind.endswith("s3"):
             root = str(base / "tmpl")
             shutil.copytree(landing, Path(root) / "landing")
-            setup = Setup(root=root, start=D1, reports=str(base / "reports"), env=env)
+            setup = Setup(root=root, start=D1, reports=str(base / "reports"), env=env, table_format=table_format)
         else:
             import s3fs
 
@@ -148,12 +164,15 @@ def make_world(kind: str, request, tmp_path_factory):
             root = f"s3://{bucket}/tmpl"
             for p in sorted(landing.rglob("*.jsonl")):
                 fs.pipe_file(f"{bucket}/tmpl/landing/{p.relative_to(landing).as_posix()}", p.read_bytes())
-            setup = Setup(root=root, start=D1, reports=str(base / "reports"), conn_id=CONN_ID, env=env)
+            setup = Setup(root=root, start=D1, reports=str(base / "reports"), conn_id=CONN_ID, env=env,
+                          table_format=table_format)
         Driver(setup).clean_run(D1)
+        sink = sink_of(setup)
+        assert sink.table_format == table_format and (table_format != "delta" or sink.target.snapshot() is not None)
         w = World(kind, base, setup, landing, {}, [], fs=fs, bucket=bucket)
         # the clean run of day 2 (on a copy): what every faulted run must end with
         d2 = w.fresh()
-        if kind == "local":
+        if w.local:
             shutil.move(d2.root, root + "-d2")
         else:
             fs.copy(d2.root[len("s3://"):], root[len("s3://"):] + "-d2", recursive=True)
@@ -327,10 +346,85 @@ def fault_then_retry(world: World, fp: str, action: str, **setup_kw: Any) -> Non
     else:
         assert published == {newest: {PART2: "published"}}
     name = sink.ref(IV2, newest).name
-    if world.kind == "local":
+    if world.local or sink.table_format == "delta":  # a version dir (locally, and a Delta table's <txn>/)
         assert footprint(sink, PART2) == [name]
     else:
         assert footprint(sink, PART2) == [f"{name}--part-0.parquet"]
     # the retry replayed the frozen inputs and day 1's checkpoint: the same counts as a clean run
     counts = sink.status(IV2)[newest].records["pre_committed"]["counts"]
     assert counts["rows_written"] == {f"dt={D2}": len(world.expected[D2])}
+
+
+# ------------------------------------------------------------------------- commit outcome unknown
+UNKNOWN = {
+    # name: (failpoints, max_malformed_ratio, third-party recover kwargs, expected winner)
+    "decided-then-killed": ("commit.before_publish=crash", 0.05, {}, "new"),
+    "killed-before-deciding-validated": ("validate.after=crash", 0.05, {}, "new"),
+    "killed-before-deciding-not-validated": ("pre_commit.after=crash", 0.05, {"stale_after": 0.0}, "old"),
+    "killed-before-deciding-gate-failed": ("validate.after=crash", 0.0, {}, "old"),
+}
+
+
+def third_party_resolves(world: World, case: str) -> None:
+    """A reprocessing run of day 2 (a late file taken in) is killed right around its commit decision. The
+    run's own tasks never come back; a third party (``sink.recover()`` in another process - what ``eo
+    recover`` does - not a retry of the task) resolves it from the log and the target: it rolls the new
+    version forward exactly when the decision was taken (or when recoverAndCommit may take it: the
+    newest epoch, pre-committed and validated), aborts otherwise, and never deletes the live version."""
+    figures()["scenarios"] += 1
+    spec, ratio, recover_kw, winner = UNKNOWN[case]
+    setup = world.fresh("d2", max_malformed_ratio=ratio)
+    world.add_late_file(setup)
+    old_sink = sink_of(setup)
+    old_name = old_sink.live_version(PART2)
+    old_files = old_sink.live_files(PART2)
+    assert old_name == old_sink.ref(IV2, 1).name
+
+    drv = Driver(setup)
+    xcom: dict[str, Any] = {}
+    for phase in PHASES:
+        kw = {"refresh": True} if phase == "begin" else {}  # a reprocessing run takes the late file in
+        out = count(drv.task(D2, phase, xcom, child=True, failpoints=spec, **kw))
+        if phase == "begin":
+            xcom = {"txn": out.result["txn"], "spec": out.result["spec"]}
+        if out.exit == CRASH_EXIT_CODE:
+            break
+        assert out.ok, out
+    else:
+        pytest.fail("the committing process was not killed")
+    sink = sink_of(setup)
+    st = sink.status(IV2)[2]
+    decided = st.records.get("outcome")
+    assert (decided is not None) == (case == "decided-then-killed"), st.records.keys()
+    assert visible_rows(setup)[D2] == world.expected[D2]  # nothing of epoch 2 visible yet
+
+    # the third party, in another process; a plain recover first
+    out = count(drv.task(D2, "recover", {}, child=True))
+    figures()["third_party_recoveries"] += 1
+    assert out.ok, out
+    if recover_kw:  # not validated, no decision: a plain recover must leave it alone (validation may
+        assert out.result == [], out.result  # still be running in a live attempt) ... until it is stale
+        assert sink_of(setup).status(IV2)[2].state is State.PRE_COMMITTED
+        assert visible_rows(setup)[D2] == world.expected[D2]
+        out = count(drv.task(D2, "recover", {}, child=True, **recover_kw))
+        figures()["third_party_recoveries"] += 1
+        assert out.ok, out
+    assert out.result, "the third party did nothing"
+    sink = sink_of(setup)
+    states = {e: s.state for e, s in sink.status(IV2).items()}
+    if winner == "new":
+        assert states == {1: State.COMMITTED, 2: State.COMMITTED}
+        assert visible_rows(setup)[D2] == world.expected_late
+        assert sink.live_version(PART2) == sink.ref(IV2, 2).name
+        assert published_records(sink, IV2)[2] == {PART2: "published"}
+    else:
+        assert states == {1: State.COMMITTED, 2: State.ABORTED}
+        assert visible_rows(setup)[D2] == world.expected[D2]
+        # the live version was never deleted: same version, same files, still readable
+        assert sink.live_version(PART2) == old_name
+        assert sink.live_files(PART2) == old_files
+    # the crashed run's teardown arrives late: it changes nothing
+    td = count(drv.task(D2, "abort", xcom, child=True))
+    assert td.ok and td.result == ("COMMITTED" if winner == "new" else "ABORTED"), td
+    assert visible_rows(setup)[D1] == world.expected[D1]
+    assert_idle_and_consistent(setup, committed_epochs=2 if winner == "new" else 1)

@@ -24,16 +24,15 @@ version, never a part.
 The interval under test is day 2 of a stateful pipeline (it reads day 1's committed checkpoint). Day 1
 is committed once per storage into a template root that every scenario copies, to keep the runtime low
 (tests/fault_matrix_world.py: the world, the driver, the checks). The Spark Connect cells are in
-test_fault_matrix_connect.py.
+test_fault_matrix_connect.py, the same matrix on a Delta table in test_fault_matrix_delta.py.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from fault_helpers import PHASES, Driver, published_records, sink_of, visible_rows
-from fault_matrix_world import (D1, D2, FULL, IV2, LOCAL, PART2, S3, S3_ERROR, assert_idle_and_consistent,  # noqa: F401
+from fault_helpers import Driver, sink_of, visible_rows
+from fault_matrix_world import (D1, D2, FULL, IV2, LOCAL, S3, S3_ERROR, UNKNOWN,  # noqa: F401
+                                assert_idle_and_consistent, third_party_resolves,
                                 assert_output, count, fault_then_retry, figures, local_world, s3_world, world)
 
 from exactly_once.failpoints import CRASH_EXIT_CODE, NAMES
@@ -87,78 +86,8 @@ def test_teardown_abort_crashing_halfway_is_finished_by_its_retry(kind, world):
 
 
 # ------------------------------------------------------------------------- commit outcome unknown
-UNKNOWN = {
-    # name: (failpoints, max_malformed_ratio, third-party recover kwargs, expected winner)
-    "decided-then-killed": ("commit.before_publish=crash", 0.05, {}, "new"),
-    "killed-before-deciding-validated": ("validate.after=crash", 0.05, {}, "new"),
-    "killed-before-deciding-not-validated": ("pre_commit.after=crash", 0.05, {"stale_after": 0.0}, "old"),
-    "killed-before-deciding-gate-failed": ("validate.after=crash", 0.0, {}, "old"),
-}
-
-
 @pytest.mark.parametrize("kind,case", [pytest.param("local", c, id=f"local-{c}") for c in UNKNOWN] + [
     pytest.param("s3", c, id=f"s3-{c}", marks=pytest.mark.s3) for c in UNKNOWN
     if FULL or c in ("decided-then-killed", "killed-before-deciding-gate-failed")])
 def test_commit_outcome_unknown_is_resolved_by_a_third_party(kind, world, case):
-    """A reprocessing run of day 2 (a late file taken in) is killed right around its commit decision. The
-    run's own tasks never come back; a third party (``sink.recover()`` in another process - what ``eo
-    recover`` does - not a retry of the task) resolves it from the log and the target: it rolls the new
-    version forward exactly when the decision was taken (or when recoverAndCommit may take it: the
-    newest epoch, pre-committed and validated), aborts otherwise, and never deletes the live version."""
-    figures()["scenarios"] += 1
-    spec, ratio, recover_kw, winner = UNKNOWN[case]
-    setup = world.fresh("d2", max_malformed_ratio=ratio)
-    world.add_late_file(setup)
-    old_sink = sink_of(setup)
-    old_name = old_sink.live_version(PART2)
-    old_files = old_sink.live_files(PART2)
-    assert old_name == old_sink.ref(IV2, 1).name
-
-    drv = Driver(setup)
-    xcom: dict[str, Any] = {}
-    for phase in PHASES:
-        kw = {"refresh": True} if phase == "begin" else {}  # a reprocessing run takes the late file in
-        out = count(drv.task(D2, phase, xcom, child=True, failpoints=spec, **kw))
-        if phase == "begin":
-            xcom = {"txn": out.result["txn"], "spec": out.result["spec"]}
-        if out.exit == CRASH_EXIT_CODE:
-            break
-        assert out.ok, out
-    else:
-        pytest.fail("the committing process was not killed")
-    sink = sink_of(setup)
-    st = sink.status(IV2)[2]
-    decided = st.records.get("outcome")
-    assert (decided is not None) == (case == "decided-then-killed"), st.records.keys()
-    assert visible_rows(setup)[D2] == world.expected[D2]  # nothing of epoch 2 visible yet
-
-    # the third party, in another process; a plain recover first
-    out = count(drv.task(D2, "recover", {}, child=True))
-    figures()["third_party_recoveries"] += 1
-    assert out.ok, out
-    if recover_kw:  # not validated, no decision: a plain recover must leave it alone (validation may
-        assert out.result == [], out.result  # still be running in a live attempt) ... until it is stale
-        assert sink_of(setup).status(IV2)[2].state is State.PRE_COMMITTED
-        assert visible_rows(setup)[D2] == world.expected[D2]
-        out = count(drv.task(D2, "recover", {}, child=True, **recover_kw))
-        figures()["third_party_recoveries"] += 1
-        assert out.ok, out
-    assert out.result, "the third party did nothing"
-    sink = sink_of(setup)
-    states = {e: s.state for e, s in sink.status(IV2).items()}
-    if winner == "new":
-        assert states == {1: State.COMMITTED, 2: State.COMMITTED}
-        assert visible_rows(setup)[D2] == world.expected_late
-        assert sink.live_version(PART2) == sink.ref(IV2, 2).name
-        assert published_records(sink, IV2)[2] == {PART2: "published"}
-    else:
-        assert states == {1: State.COMMITTED, 2: State.ABORTED}
-        assert visible_rows(setup)[D2] == world.expected[D2]
-        # the live version was never deleted: same version, same files, still readable
-        assert sink.live_version(PART2) == old_name
-        assert sink.live_files(PART2) == old_files
-    # the crashed run's teardown arrives late: it changes nothing
-    td = count(drv.task(D2, "abort", xcom, child=True))
-    assert td.ok and td.result == ("COMMITTED" if winner == "new" else "ABORTED"), td
-    assert visible_rows(setup)[D1] == world.expected[D1]
-    assert_idle_and_consistent(setup, committed_epochs=2 if winner == "new" else 1)
+    third_party_resolves(world, case)

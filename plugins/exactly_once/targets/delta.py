@@ -264,9 +264,11 @@ class DeltaTarget(PublishTarget):
                                               post_commithook_properties=hooks)
                 return True
             table_schema = self.check_schema(dt, schema, txn)
+            live = self.live_actions(dt)
+            ours = self._interval_dirs({a["path"].split("/", 1)[0] for a in live}, txn.interval)
             removes = [RemoveAction(a["path"], True, now, a["size_bytes"],
                                     {k[len("partition."):]: v for k, v in a.items() if k.startswith("partition.")})
-                       for a in self.live_actions(dt) if self._of_interval(a["path"], txn.interval)]
+                       for a in live if a["path"].split("/", 1)[0] in ours]
             dt.create_write_transaction(removes + adds, "append", Schema.from_arrow(table_schema),
                                         partition_by=dt.metadata().partition_columns,
                                         commit_properties=props, post_commithook_properties=hooks)
@@ -280,9 +282,10 @@ class DeltaTarget(PublishTarget):
             raise
 
     @staticmethod
-    def _of_interval(path: str, interval: Interval) -> bool:
-        parsed = parse_txn_name(path.split("/", 1)[0])
-        return parsed is not None and parsed[0] == interval.token
+    def _interval_dirs(dirs: set[str], interval: Interval) -> set[str]:
+        """The transaction dirs among ``dirs`` that belong to ``interval`` (judged once per dir, not per file)."""
+        token = interval.token
+        return {d for d in dirs if (parsed := parse_txn_name(d)) is not None and parsed[0] == token}
 
     def check_schema(self, dt: Any, staged: pa.Schema | None, txn: TxnRef) -> pa.Schema:
         """The table's schema, widened by the staged version's new columns (a metadata commit of its
