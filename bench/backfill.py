@@ -63,8 +63,9 @@ def _backfill(deploy: Deployment, dag_id: str, days: list[str], timeout: float) 
 
 
 def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_interval: float,
-          naive_first: bool, dags: tuple[str, ...] = DAGS) -> dict[str, Any]:
-    """Backfill ``days`` (the first one is the warm-up) with ours and/or the naive DAG of ``mode``."""
+          naive_first: bool, dags: tuple[str, ...] = DAGS, idle_sleep: float | None = None) -> dict[str, Any]:
+    """Backfill ``days`` (the first one is the warm-up) with ours and/or the naive DAG of ``mode``
+    (``idle_sleep``: the scheduler's ``scheduler_idle_sleep_time``, default Airflow's 1 s)."""
     run_dir = work / f"backfill-{mode}"
     shutil.rmtree(run_dir, ignore_errors=True)
     dags = run_dir / "dags"
@@ -75,7 +76,10 @@ def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_int
     (run_dir / "data").mkdir()
     (run_dir / "data" / "landing").symlink_to(landing)  # the same landing files in every mode
     settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags), "EO_PV_START": days[0], "EO_RETRIES": "0"}
-    res: dict[str, Any] = {"intervals": len(days) - 1, "days": [days[0], days[-1]], "loadavg": [loadavg()]}
+    if idle_sleep is not None:
+        settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
+    res: dict[str, Any] = {"intervals": len(days) - 1, "days": [days[0], days[-1]], "loadavg": [loadavg()],
+                           "scheduler_idle_sleep_time": idle_sleep if idle_sleep is not None else 1.0}
     with ExitStack() as stack:
         if mode == "connect":
             server = spark_connect.Server(free_port(), run_dir / "spark-connect")
@@ -141,9 +145,11 @@ def _goals(modes: dict[str, Any]) -> dict[str, Any]:
 
 
 def backfill_compare(work: Path, intervals: dict[str, int], events: int, timeout_per_interval: float = 300,
-                     naive_first: bool = False, dags: tuple[str, ...] = DAGS) -> dict[str, Any]:
+                     naive_first: bool = False, dags: tuple[str, ...] = DAGS,
+                     idle_sleep: float | None = None) -> dict[str, Any]:
     """Backfill ``intervals[mode]`` (+1 warm-up) days per mode and DAG (ours first, or the naive DAG first
-    with ``naive_first``; ``dags`` picks ``ours`` and/or ``naive``); see the module docstring."""
+    with ``naive_first``; ``dags`` picks ``ours`` and/or ``naive``; ``idle_sleep`` sets the scheduler's
+    ``scheduler_idle_sleep_time``); see the module docstring."""
     if problem := postgres_problem():
         raise SystemExit(f"the backfill section needs PostgreSQL: {problem}")
     if bad := set(intervals) - set(MODES):
@@ -162,7 +168,7 @@ def backfill_compare(work: Path, intervals: dict[str, int], events: int, timeout
     for mode in MODES:
         if mode in intervals:
             res["modes"][mode] = _mode(work, mode, landing, days[:intervals[mode] + 1], timeout_per_interval,
-                                      naive_first, dags)
+                                      naive_first, dags, idle_sleep)
     res["goals"] = _goals(res["modes"])
     res["outputs_equal"] = all(m["outputs_equal"] for m in res["modes"].values())
     say(f"  backfill goals: {res['goals']}")

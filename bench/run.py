@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-modes", default="connect,submit", help="backfill modes: connect, submit")
     p.add_argument("--backfill-dags", default="ours,naive",
                    help="backfill DAGs: ours, naive (ours alone is checked against the test oracle)")
+    p.add_argument("--backfill-idle-sleep", type=float,
+                   help="the scheduler's scheduler_idle_sleep_time in the backfill deployments (default: Airflow's 1 s)")
     p.add_argument("--backfill-naive-first", action="store_true", help="backfill the naive DAG before ours")
     p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
@@ -153,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                 n = {"connect": a.backfill, "submit": a.backfill_submit}
                 res = backfill_compare(work, {m.strip(): n[m.strip()] for m in a.backfill_modes.split(",")},
                                        a.events, naive_first=a.backfill_naive_first,
-                                       dags=tuple(d.strip() for d in a.backfill_dags.split(",") if d.strip()))
+                                       dags=tuple(d.strip() for d in a.backfill_dags.split(",") if d.strip()),
+                                       idle_sleep=a.backfill_idle_sleep)
             else:
                 from bench.airflow_cmp import airflow_compare
 
