@@ -20,7 +20,7 @@ from exactly_once.maintenance import gc
 from fault_helpers import (PHASES, Driver, Outcome, Setup, epoch_problems, footprint, leftovers, log_problems,
                            published_records, rows_checksum, sink_of, visible_rows, warm_children)
 
-from exactly_once.failpoints import CRASH_EXIT_CODE
+from exactly_once.failpoints import CRASH_EXIT_CODE, NAMES
 from exactly_once.ids import Interval
 from exactly_once.txlog import State
 from tools.sample_data import generate
@@ -107,24 +107,24 @@ def _as_rows(rows: list[dict]) -> list:
     return sorted((r["app_id"], r["pv"], r["uv"], r["cumulative_pv"]) for r in rows)
 
 
-@pytest.fixture(scope="module")
-def local_world(request, tmp_path_factory):
-    yield from make_world("local", request, tmp_path_factory)
+def _world_fixture(kind: str) -> Any:
+    """The module-scoped fixture ``<kind>_world`` (a test module imports the ones it uses)."""
+    @pytest.fixture(scope="module", name=f"{kind.replace('-', '_')}_world")
+    def fixture(request, tmp_path_factory):
+        yield from make_world(kind, request, tmp_path_factory)
+    return fixture
 
 
-@pytest.fixture(scope="module")
-def s3_world(request, tmp_path_factory):
-    yield from make_world("s3", request, tmp_path_factory)
+local_world, s3_world, delta_local_world, delta_s3_world = (_world_fixture(k) for k in KINDS)
 
 
-@pytest.fixture(scope="module")
-def delta_local_world(request, tmp_path_factory):
-    yield from make_world("delta-local", request, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def delta_s3_world(request, tmp_path_factory):
-    yield from make_world("delta-s3", request, tmp_path_factory)
+def matrix(local: str = "local", s3: str = "s3") -> list:
+    """The cells ``(kind, failpoint, action)``: every failpoint x {crash, error} on ``local``; on ``s3``
+    every failpoint with ``crash``, ``error`` only where S3 differs (all of them with EO_FAULT_FULL=1)."""
+    out = [pytest.param(local, fp, action, id=f"{local}-{fp}-{action}") for fp in NAMES for action in ("crash", "error")]
+    out += [pytest.param(s3, fp, action, id=f"{s3}-{fp}-{action}", marks=pytest.mark.s3)
+            for fp in NAMES for action in ("crash", "error") if FULL or action == "crash" or fp in S3_ERROR]
+    return out
 
 
 @pytest.fixture

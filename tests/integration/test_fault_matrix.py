@@ -31,24 +31,14 @@ from __future__ import annotations
 import pytest
 
 from fault_helpers import Driver, sink_of, visible_rows
-from fault_matrix_world import (D1, D2, FULL, IV2, LOCAL, S3, S3_ERROR, UNKNOWN,  # noqa: F401
+from fault_matrix_world import (D1, D2, FULL, IV2, LOCAL, S3, UNKNOWN,  # noqa: F401
                                 assert_idle_and_consistent, third_party_resolves,
-                                assert_output, count, fault_then_retry, figures, local_world, s3_world, world)
+                                assert_output, count, fault_then_retry, figures, local_world, matrix, s3_world, world)
 
-from exactly_once.failpoints import CRASH_EXIT_CODE, NAMES
+from exactly_once.failpoints import CRASH_EXIT_CODE
 from exactly_once.txlog import State
 
 pytestmark = pytest.mark.timeout(600)
-
-
-
-
-def matrix() -> list:
-    out = [pytest.param("local", fp, action, id=f"local-{fp}-{action}")
-           for fp in NAMES for action in ("crash", "error")]
-    out += [pytest.param("s3", fp, action, id=f"s3-{fp}-{action}", marks=pytest.mark.s3)
-            for fp in NAMES for action in ("crash", "error") if FULL or action == "crash" or fp in S3_ERROR]
-    return out
 
 
 # ------------------------------------------------------------------------------------------ the matrix

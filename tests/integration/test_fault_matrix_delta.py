@@ -13,24 +13,14 @@ from __future__ import annotations
 
 import pytest
 
-from fault_matrix_world import (FULL, S3_ERROR, UNKNOWN, delta_local_world, delta_s3_world,  # noqa: F401
-                                fault_then_retry, third_party_resolves, world)
-
-from exactly_once.failpoints import NAMES
+from fault_matrix_world import (FULL, UNKNOWN, delta_local_world, delta_s3_world, fault_then_retry,  # noqa: F401
+                                matrix, third_party_resolves, world)
 
 pytest.importorskip("deltalake")
 pytestmark = pytest.mark.timeout(600)
 
 
-def matrix() -> list:
-    out = [pytest.param("delta-local", fp, action, id=f"delta-local-{fp}-{action}")
-           for fp in NAMES for action in ("crash", "error")]
-    out += [pytest.param("delta-s3", fp, action, id=f"delta-s3-{fp}-{action}", marks=pytest.mark.s3)
-            for fp in NAMES for action in ("crash", "error") if FULL or action == "crash" or fp in S3_ERROR]
-    return out
-
-
-@pytest.mark.parametrize("kind,fp,action", matrix())
+@pytest.mark.parametrize("kind,fp,action", matrix("delta-local", "delta-s3"))
 def test_fault_then_airflow_retry_ends_like_a_clean_run_on_a_delta_table(kind, world, fp, action):
     fault_then_retry(world, fp, action)
 
