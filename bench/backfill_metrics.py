@@ -58,44 +58,59 @@ def spark_app_starts(home: Path, dag_id: str) -> list[int]:
     return [counts[r] for r in sorted(counts)]
 
 
-def outputs_equal(data: Path, days: list[str]) -> tuple[bool, int]:
-    """The published table (a plain reader's view) == the naive DAG's outputs, row for row, every day."""
+COLUMNS = ["app_id", "pv", "uv", "cumulative_pv"]
+
+
+def ours_rows(data: Path) -> dict[str, set[tuple]]:
+    """``{day: rows}`` of the published ``app_pv`` table, as a plain hive reader sees it."""
     import pyarrow.dataset as ds
 
-    cols = ["app_id", "pv", "uv", "cumulative_pv"]
-    ours = ds.dataset(str(data / "warehouse" / "app_pv"), format="parquet", partitioning="hive").to_table()
-    by_day: dict[str, set[tuple]] = {}
-    for r in ours.to_pylist():
-        by_day.setdefault(str(r["dt"]), set()).add(tuple(r[c] for c in cols))
-    equal, rows = set(by_day) == set(days), 0
+    out: dict[str, set[tuple]] = {}
+    for r in ds.dataset(str(data / "warehouse" / "app_pv"), format="parquet", partitioning="hive").to_table().to_pylist():
+        out.setdefault(str(r["dt"]), set()).add(tuple(r[c] for c in COLUMNS))
+    return out
+
+
+def naive_rows(data: Path, days: list[str]) -> dict[str, set[tuple]]:
+    """``{day: rows}`` the naive DAG wrote (one directory per day)."""
+    import pyarrow.dataset as ds
+
+    out = {}
     for day in days:
-        naive = ds.dataset(str(data / "naive" / "app_pv" / day / "data" / f"dt={day}"), format="parquet")
-        theirs = {tuple(r[c] for c in cols) for r in naive.to_table(columns=cols).to_pylist()}
-        equal, rows = equal and theirs == by_day.get(day), rows + len(theirs)
-    return equal, rows
+        table = ds.dataset(str(data / "naive" / "app_pv" / day / "data" / f"dt={day}"), format="parquet")
+        out[day] = {tuple(r[c] for c in COLUMNS) for r in table.to_table(columns=COLUMNS).to_pylist()}
+    return out
 
 
-def reference_equal(data: Path, landing: Path, days: list[str]) -> tuple[bool, int]:
-    """The published table (a plain reader's view) == the test oracle's rows, every day: the pv computation
-    in plain Python (``tests/reference_pv.py``) over the same landing files, the state carried in order."""
+def oracle_rows(landing: Path, days: list[str]) -> dict[str, set[tuple]]:
+    """``{day: rows}`` of the test oracle (``tests/reference_pv.py``): the pv computation in plain Python
+    over the same landing files, the state carried from day to day."""
     import sys
-
-    import pyarrow.dataset as ds
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from reference_pv import compute
 
-    cols = ["app_id", "pv", "uv", "cumulative_pv"]
-    ours: dict[str, set[tuple]] = {}
-    for r in ds.dataset(str(data / "warehouse" / "app_pv"), format="parquet", partitioning="hive").to_table().to_pylist():
-        ours.setdefault(str(r["dt"]), set()).add(tuple(r[c] for c in cols))
-    equal, rows, state = set(ours) == set(days), 0, {}
+    out, state = {}, {}
     for day in days:
         files = sorted(str(p) for p in (landing / "app_logs" / f"dt={day}").rglob("*") if p.is_file())
-        expected, state, _ = compute(files, state)
-        theirs = {tuple(r[c] for c in cols) for r in expected}
-        equal, rows = equal and theirs == ours.get(day), rows + len(theirs)
-    return equal, rows
+        rows, state, _ = compute(files, state)
+        out[day] = {tuple(r[c] for c in COLUMNS) for r in rows}
+    return out
+
+
+def same_rows(got: dict[str, set[tuple]], want: dict[str, set[tuple]], days: list[str]) -> tuple[bool, int]:
+    """``(got == want on every day, rows compared)``."""
+    return set(got) == set(days) and all(got.get(d) == want[d] for d in days), sum(len(want[d]) for d in days)
+
+
+def outputs_equal(data: Path, days: list[str]) -> tuple[bool, int]:
+    """The published table (a plain reader's view) == the naive DAG's outputs, row for row, every day."""
+    return same_rows(ours_rows(data), naive_rows(data, days), days)
+
+
+def reference_equal(data: Path, landing: Path, days: list[str]) -> tuple[bool, int]:
+    """The published table == the test oracle's rows, every day (a backfill of ours alone)."""
+    return same_rows(ours_rows(data), oracle_rows(landing, days), days)
 
 
 def where_time_goes(r: dict[str, Any]) -> dict[str, float]:
