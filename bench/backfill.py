@@ -69,14 +69,14 @@ def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_int
     (``idle_sleep``: the scheduler's ``scheduler_idle_sleep_time``, default Airflow's 1 s)."""
     run_dir = work / f"backfill-{mode}"
     shutil.rmtree(run_dir, ignore_errors=True)
-    dags = run_dir / "dags"
-    dags.mkdir(parents=True)
-    (dags / "pv_pipeline.py").symlink_to(ROOT / "dags" / "pv_pipeline.py")
+    folder = run_dir / "dags"
+    folder.mkdir(parents=True)
+    (folder / "pv_pipeline.py").symlink_to(ROOT / "dags" / "pv_pipeline.py")
     naive = NAIVE[mode]
-    (dags / f"{naive}.py").symlink_to(ROOT / "bench" / "dags" / f"{naive}.py")
+    (folder / f"{naive}.py").symlink_to(ROOT / "bench" / "dags" / f"{naive}.py")
     (run_dir / "data").mkdir()
     (run_dir / "data" / "landing").symlink_to(landing)  # the same landing files in every mode
-    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(dags), "EO_PV_START": days[0], "EO_RETRIES": "0"}
+    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0"}
     if idle_sleep is not None:
         settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
     res: dict[str, Any] = {"intervals": len(days) - 1, "days": [days[0], days[-1]], "loadavg": [loadavg()],
