@@ -287,6 +287,8 @@ def test_the_scheduler_forks_tasks_from_a_preloaded_server(services):
     assert "great_expectations" in SCHEDULER_PRELOAD
     for module in SCHEDULER_PRELOAD:
         assert importlib.util.find_spec(module) is not None, module
+    # hand-offs between the pipeline's tasks wait for the scheduler's idle sleep (docs/DEPLOYING.md)
+    assert float(env["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"]) <= 0.2
 
 
 def test_spark_connection_resolves_to_the_cluster(services, monkeypatch):
