@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -174,6 +175,38 @@ def test_index_lists_every_run_across_intervals(tmp_path):
         page = os.path.relpath(outcome.report_path, reports)
         assert any(run_name in r and status in r and page in r for _, r in rows)
     assert "great-expectations-web-assets" not in index  # no remote tracking image
+
+
+_OPENED: list[str] | None = None  # paths opened while a test records them (an audit hook cannot be removed)
+
+
+def _record_opens(event: str, args: tuple) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, os.PathLike)):
+        _OPENED.append(os.fspath(args[0]))
+
+
+def test_a_run_reads_no_earlier_runs_results_and_the_index_shows_the_newest(tmp_path, monkeypatch):
+    # GX's own index builder re-reads every stored validation result on each build: O(history) per run
+    global _OPENED
+    reports = tmp_path / "shared_reports"
+    for day in (1, 2):
+        assert run(tmp_path, name=f"day{day}", report_root=reports).passed
+    earlier = {str(p) for p in (reports / "_gx" / "validations").rglob("*.json")}
+    assert len(earlier) == 8  # 4 suites x 2 runs
+    monkeypatch.setattr("exactly_once.quality_gx.INDEX_ROWS", 4)
+    sys.addaudithook(_record_opens)
+    _OPENED = []
+    try:
+        assert run(tmp_path, name="day3", report_root=reports).passed
+        opened = set(_OPENED)
+    finally:
+        _OPENED = None
+    assert not earlier & opened, sorted(earlier & opened)[:3]
+    index = (reports / "index.html").read_text()
+    rows = re.findall(r'<tr class="eo-run eo-ok">(.*?)</tr>', index)
+    assert len(rows) == 4 and all("pv_pipeline.day3" in r for r in rows)  # the newest run's 4 suites
+    assert "Validation runs (12)" in index and "8 older runs are not listed here" in index
+    assert 'href="expectations/app_pv.html"' in index and (reports / "expectations" / "app_pv.html").is_file()
 
 
 def test_typical_output_cost(tmp_path):
