@@ -203,9 +203,10 @@ def _write_index(root: str, ledger: str) -> None:
     older = (f"<p>{len(entries) - len(shown)} older runs are not listed here: their pages stay under "
              "<code>validations/</code> and every run is a line of <code>_gx/runs.jsonl</code>.</p>"
              if len(entries) > len(shown) else "")
-    suites = "".join(f"<li><a href=\"expectations/{html.escape(name)}.html\">{html.escape(name)}</a></li>"
-                     for name in sorted({e["suite"] for e in shown})
-                     if os.path.exists(os.path.join(root, "expectations", f"{name}.html")))
+    pages = {name: "expectations/" + name.replace(".", "/") + ".html"  # GX nests a dotted suite name
+             for name in sorted({e["suite"] for e in shown})}
+    suites = "".join(f"<li><a href=\"{html.escape(page)}\">{html.escape(name)}</a></li>"
+                     for name, page in pages.items() if os.path.exists(os.path.join(root, page)))
     page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Data quality reports</title></head>"
             "<body style=\"font-family:sans-serif;margin:1em\">"
             "<img src=\"static/images/logo-long.png\" alt=\"Great Expectations\" style=\"height:30px\">"

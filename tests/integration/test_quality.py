@@ -206,7 +206,9 @@ def test_a_run_reads_no_earlier_runs_results_and_the_index_shows_the_newest(tmp_
     rows = re.findall(r'<tr class="eo-run eo-ok">(.*?)</tr>', index)
     assert len(rows) == 4 and all("pv_pipeline.day3" in r for r in rows)  # the newest run's 4 suites
     assert "Validation runs (12)" in index and "8 older runs are not listed here" in index
-    assert 'href="expectations/app_pv.html"' in index and (reports / "expectations" / "app_pv.html").is_file()
+    for suite in ("app_pv", "app_pv.counts", "app_pv.checkpoint", "app_pv.completeness"):  # dotted: nested
+        page = "expectations/" + suite.replace(".", "/") + ".html"
+        assert f'<a href="{page}">{suite}</a>' in index and (reports / page).is_file()
 
 
 def test_typical_output_cost(tmp_path):
