@@ -105,8 +105,10 @@ def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_int
                            "spark_app_starts_per_run": spark_app_starts(run_dir / "airflow-home", dag_id),
                            "where_time_goes": where_time_goes(r)}
             res["loadavg"].append(loadavg())
+    res["naive_dag"] = naive
     if len(res["order"]) == 1:  # one DAG alone: its outputs checked against the test oracle
         dag = res["order"][0]
+        res["vs_oracle"] = True
         got = ours_rows(run_dir / "data") if dag == OURS else naive_rows(run_dir / "data", days)
         res["outputs_equal"], res["rows_compared"] = same_rows(got, oracle_rows(landing, days), days)
         say(f"  backfill ({mode}) of {res['intervals']}: {dag} {res[dag]['total_seconds']:.0f}s "
@@ -114,7 +116,6 @@ def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_int
             f"{res['outputs_equal']}")
         return res
     o, n = res[OURS], res[naive]
-    res["naive_dag"] = naive
     res["ratio"] = round(o["total_seconds"] / n["total_seconds"], 3)
     res["ratio_of_medians"] = round(o["per_interval"]["median"] / n["per_interval"]["median"], 3)
     res["overhead_per_interval"] = round((o["total_seconds"] - n["total_seconds"]) / res["intervals"], 2)

@@ -190,31 +190,22 @@ def _phases_added(variant: dict[str, Any]) -> tuple[float, float]:
     return added, added / (_med(variant["write"]) or 1.0)
 
 
-def _write_verdict(size: str, r: dict[str, Any]) -> list[str]:
+def _write_verdict(size: str, r: dict[str, Any], variant: str = "two_phase", target: str = "write") -> list[str]:
     """Judged on what the protocol adds (its phases) and on the wall ratio within the noise floor.
 
     The noise floor is how far *committer v1* - the same code as *plain* on Spark >= 3 - lands from plain.
+    ``variant`` is the two-phase variant judged (``two_phase_delta``: issue 18's write into a Delta table).
     """
     v = r["variants"]
-    ratio, ratio_nc = v["two_phase"]["ratio_to_plain"], v["two_phase_no_checksums"]["ratio_to_plain"]
+    ratio = v[variant]["ratio_to_plain"]
     noise = abs(v["v1"]["ratio_to_plain"] - 1)
-    added, share = _phases_added(v["two_phase"])
+    added, share = _phases_added(v[variant])
+    checksums = f"no checksums {v['two_phase_no_checksums']['ratio_to_plain']:.3f}x; " if variant == "two_phase" else ""
     note = "" if int(size) >= 10_000_000 else f" (measured at {int(size):,} rows, not 10M)"
     ok = share <= 0.05 and ratio <= 1.05 + noise
-    return [f"{TARGETS['write']} ({int(size):,} rows)",
-            f"phases around the write: +{added:.3f} s = {share:.1%}; wall {ratio:.3f}x (no checksums "
-            f"{ratio_nc:.3f}x; noise floor +/-{noise:.1%}){note}", "met" if ok else "missed"]
-
-
-def _delta_write_verdict(size: str, r: dict[str, Any]) -> list[str]:
-    """The Delta variant, judged like :func:`_write_verdict` (issue 18: within 1.05x of a plain write)."""
-    v = r["variants"]
-    d, noise = v["two_phase_delta"], abs(v["v1"]["ratio_to_plain"] - 1)
-    added, share = _phases_added(d)
-    ok = share <= 0.05 and d["ratio_to_plain"] <= 1.05 + noise
-    return [f"{TARGETS['write_delta']} ({int(size):,} rows)",
-            f"phases around the write: +{added:.3f} s = {share:.1%}; wall {d['ratio_to_plain']:.3f}x "
-            f"(noise floor +/-{noise:.1%})", "met" if ok else "missed"]
+    return [f"{TARGETS[target]} ({int(size):,} rows)",
+            f"phases around the write: +{added:.3f} s = {share:.1%}; wall {ratio:.3f}x ({checksums}noise floor "
+            f"+/-{noise:.1%}){note}", "met" if ok else "missed"]
 
 
 def verdicts(sections: dict[str, Any]) -> list[list[str]]:
@@ -225,7 +216,7 @@ def verdicts(sections: dict[str, Any]) -> list[list[str]]:
         for size in sorted(judged, key=int):
             rows.append(_write_verdict(size, sizes[size]))
             if "two_phase_delta" in sizes[size]["variants"]:
-                rows.append(_delta_write_verdict(size, sizes[size]))
+                rows.append(_write_verdict(size, sizes[size], "two_phase_delta", "write_delta"))
     if "commit" in sections:
         loc = sections["commit"]["backends"]["local"]
         if "1000" in loc:

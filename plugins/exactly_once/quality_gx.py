@@ -207,14 +207,14 @@ def _write_index(root: str, ledger: str) -> None:
              for name in sorted({e["suite"] for e in shown})}
     suites = "".join(f"<li><a href=\"{html.escape(page)}\">{html.escape(name)}</a></li>"
                      for name, page in pages.items() if os.path.exists(os.path.join(root, page)))
-    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Data quality reports</title></head>"
-            "<body style=\"font-family:sans-serif;margin:1em\">"
-            "<img src=\"static/images/logo-long.png\" alt=\"Great Expectations\" style=\"height:30px\">"
-            "<h2>Data quality reports</h2>"
-            f"<section id=\"eo-runs\"><h3>Validation runs ({len(entries)})</h3>{older}"
-            "<table border=\"1\" cellpadding=\"4\" style=\"border-collapse:collapse\">"
-            "<thead><tr><th>run time (UTC)</th>"
-            "<th>run</th><th>partition</th><th>suite</th><th>status</th><th>expectations</th><th>page</th></tr>"
-            f"</thead><tbody>{rows}</tbody></table></section>"
-            f"<section id=\"eo-suites\"><h3>Expectation suites</h3><ul>{suites}</ul></section></body></html>")
-    _write_text(os.path.join(root, "index.html"), page)
+    document = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Data quality reports</title></head>"
+                "<body style=\"font-family:sans-serif;margin:1em\">"
+                "<img src=\"static/images/logo-long.png\" alt=\"Great Expectations\" style=\"height:30px\">"
+                "<h2>Data quality reports</h2>"
+                f"<section id=\"eo-runs\"><h3>Validation runs ({len(entries)})</h3>{older}"
+                "<table border=\"1\" cellpadding=\"4\" style=\"border-collapse:collapse\">"
+                "<thead><tr><th>run time (UTC)</th>"
+                "<th>run</th><th>partition</th><th>suite</th><th>status</th><th>expectations</th><th>page</th></tr>"
+                f"</thead><tbody>{rows}</tbody></table></section>"
+                f"<section id=\"eo-suites\"><h3>Expectation suites</h3><ul>{suites}</ul></section></body></html>")
+    _write_text(os.path.join(root, "index.html"), document)
