@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYTHONPATH := $(CURDIR)/plugins:$(PYTHONPATH)
 UV_VERSION := 0.13.8
 
-.PHONY: install lock test test-fast demo run-interval sample chaos bench clean check-java ui spark-connect spark-connect-stop
+.PHONY: install lock test test-fast demo run-interval backfill sample chaos bench clean check-java ui spark-connect spark-connect-stop dist compat
 UI_PORT ?= 8080
 
 $(BIN)/.installed: requirements.lock pyproject.toml
@@ -19,6 +19,7 @@ $(BIN)/.installed: requirements.lock pyproject.toml
 	@echo "installing pinned dependencies from requirements.lock into $(VENV) ..."
 	@$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
 	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	@rm -rf plugins/*.egg-info  # build leftover: a 2nd copy of the entry points on sys.path (plugin loaded twice)
 	@touch $@
 
 install: $(BIN)/.installed check-java
@@ -30,8 +31,8 @@ check-java:
 lock:
 	$(BIN)/uv pip compile requirements.in --python-version 3.11 -o requirements.lock
 
-test: install
-	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+test: install  # three pytest processes at once (tools/test_lanes.py); EO_TEST_LANES=1: one
+	$(BIN)/python -m tools.test_lanes $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
@@ -49,7 +50,7 @@ sample: install
 	@test -n "$(DAG)" || { echo "usage: make sample DAG=<pv_pipeline|flights_hourly> [SAMPLE_START=YYYY-MM-DD SAMPLE_DAYS=n]"; exit 2; }
 	@$(BIN)/python -m tools.dev sample --dag "$(DAG)" $(if $(SAMPLE_START),--start "$(SAMPLE_START)") $(if $(SAMPLE_DAYS),--days "$(SAMPLE_DAYS)")
 
-# The Airflow UI (project DAGs + plugin, no examples) on UI_PORT; login: see README "Open the Airflow UI"
+# A local Airflow (api-server, scheduler, dag-processor, triggerer; PostgreSQL metadata) with the UI on UI_PORT; login: README "Open the Airflow UI"
 ui: install
 	@$(BIN)/python -m tools.ui --port "$(UI_PORT)"
 
@@ -68,5 +69,24 @@ chaos: install
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
+# The package users install: sdist + wheel of the library alone (plugins/exactly_once) into DIST_DIR.
+DIST_DIR ?= dist
+dist: install
+	@rm -rf $(DIST_DIR)/exactly_once_pipelines-*
+	$(BIN)/uv build -q --out-dir $(DIST_DIR) .
+	@rm -rf plugins/*.egg-info
+	@ls -1 $(DIST_DIR)/exactly_once_pipelines-*
+
+# The compatibility matrix: one smoke interval on each tested corner (README "Install into your
+# Airflow"), a cached venv per corner under EO_COMPAT_CACHE (~/.cache/eo-compat). COMPAT_ARGS="--corner X"
+compat: install
+	$(BIN)/python -m tools.compat $(COMPAT_ARGS)
+
 clean:
-	rm -rf data .airflow .pytest_cache .hypothesis
+	rm -rf data .airflow .airflow-ui .pytest_cache .hypothesis dist
+
+# the intervals of DAG's schedule starting in [START, END] (END inclusive), in order through Airflow; committed
+# ones are skipped (REPROCESS=1 re-runs them); exit 0 only if every interval is committed
+backfill: install
+	@test -n "$(DAG)" -a -n "$(START)" -a -n "$(END)" || { echo "usage: make backfill DAG=<dag_id> START=YYYY-MM-DD END=YYYY-MM-DD (or ISO-8601 instants) [REPROCESS=1 [ALLOW_SHRINKING=1]]"; exit 2; }
+	@$(BIN)/python -m tools.backfill --dag "$(DAG)" --start "$(START)" --end "$(END)" $(if $(filter 1,$(REPROCESS)),--reprocess) $(if $(filter 1,$(ALLOW_SHRINKING)),--allow-shrinking)

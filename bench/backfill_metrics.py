@@ -13,19 +13,22 @@ from bench.common import stats
 from tools.deployment import Deployment
 
 
-def timings(deploy: Deployment, dag_id: str) -> dict[str, Any]:
-    """Per-interval, per-run and per-task times of the DAG's backfill (the first, warm-up run excluded).
+def timings(deploy: Deployment, dag_id: str, backfill_id: int | None = None) -> dict[str, Any]:
+    """Per-interval, per-run and per-task times of the DAG's backfill (the first, warm-up run excluded;
+    ``backfill_id``: only that backfill's runs, else every backfill run of the DAG).
 
     An interval costs the time from the end of the previous run to the end of its own (the backfill's
     hand-off between runs included: ``between_runs``); a run's ``between_tasks`` is its wall time minus
     the durations of its tasks (the scheduler's hand-offs from one task to the next, queueing included).
     """
+    which = "backfill_id = %s" if backfill_id is not None else "run_type = 'backfill'"
     runs = deploy.db.query(
-        "select run_id, start_date, end_date from dag_run where dag_id = %s and run_type = 'backfill' "
-        "order by data_interval_start", (dag_id,))
-    tis = deploy.db.query(
+        f"select run_id, start_date, end_date from dag_run where dag_id = %s and {which} "
+        "order by data_interval_start", (dag_id, backfill_id) if backfill_id is not None else (dag_id,))
+    ids = {r[0] for r in runs}
+    tis = [t for t in deploy.db.query(
         "select run_id, task_id, queued_dttm, start_date, end_date from task_instance where dag_id = %s "
-        "and state = 'success'", (dag_id,))
+        "and state = 'success'", (dag_id,)) if t[0] in ids]
     timed = runs[1:]
     per_interval = [(end - prev_end).total_seconds() for (_, _, prev_end), (_, _, end) in zip(runs, timed)]
     gaps = [(start - prev_end).total_seconds() for (_, _, prev_end), (_, start, _) in zip(runs, timed)]

@@ -70,3 +70,15 @@ def machine() -> dict[str, Any]:
                                                "pyarrow", "moto", "apache-airflow-providers-apache-spark")},
         "loadavg_start": loadavg(),
     }
+
+
+def fmt_num(x: float | None, digits: int = 2) -> str:
+    """A measured number for a report table ("-" where nothing was measured)."""
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)

@@ -6,7 +6,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT
+from bench.common import ROOT, table
+from bench.common import fmt_num as _s
 
 OURS, NAIVE = "pv_pipeline", "naive_pv"
 
@@ -22,10 +23,6 @@ TARGETS = {
 PLOT = ROOT / "docs" / "img" / "commit_vs_files.png"
 
 
-def _s(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
 def _pct(x: float) -> str:
     """A share as a percentage, with enough digits to stay non-zero (0.03%, not 0.0%)."""
     return f"{x:.1%}" if x >= 0.001 else f"{x:.2%}"
@@ -33,12 +30,6 @@ def _pct(x: float) -> str:
 
 def _med(d: dict[str, Any]) -> float | None:
     return d.get("median") if isinstance(d, dict) else None
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def write_table(sec: dict[str, Any]) -> str:
@@ -132,6 +123,13 @@ def backfill_table(sec: dict[str, Any]) -> str:
     return text + table(["task", "running", "queued -> running"], rows)
 
 
+def batched_table(sec: dict[str, Any]) -> str:
+    """Section 6: the ``batched`` section's backfills (issue 26)."""
+    from bench.report_backfill import cost_table
+
+    return cost_table(sec)
+
+
 def _paired(sec: dict[str, Any]) -> list[float]:
     return [o / n for o, n in zip(sec["ours"]["samples"], sec["naive"]["samples"]) if n]
 
@@ -180,8 +178,9 @@ RENDER = {"write": ("1. Spark write path", write_table), "commit": ("2. Commit c
           "recovery": ("3. Recovery vs a full run", recovery_table),
           "airflow": ("4. Whole interval through Airflow vs a naive one-task DAG", airflow_table),
           "backfill": ("5. A backfill under the real scheduler", backfill_table),
-          "validate": ("6. Validate phase vs the write", validate_table),
-          "dbload": ("7. Loading an interval into a database", dbload_table)}
+          "batched": ("6. Backfill cost against intervals: batched, per interval, naive", batched_table),
+          "validate": ("7. Validate phase vs the write", validate_table),
+          "dbload": ("8. Loading an interval into a database", dbload_table)}
 
 
 def _phases_added(variant: dict[str, Any]) -> tuple[float, float]:
@@ -252,6 +251,10 @@ def verdicts(sections: dict[str, Any]) -> list[list[str]]:
                      f"{b['events_per_interval']:,} events per interval)",
                      f"{b['ratio']:.2f}x by totals (+{b['overhead_per_interval']:.1f} s per interval), "
                      f"{b['ratio_of_medians']:.2f}x by medians", "met" if ok else "missed"])
+    if "batched" in sections:
+        from bench.report_backfill import cost_goal_rows
+
+        rows += cost_goal_rows(sections["batched"])
     return rows
 
 
@@ -372,6 +375,9 @@ def _reps(section: str, c: dict[str, Any]) -> str:
             return (f"{c['backfill']} intervals per DAG over Spark Connect, {c['backfill_submit']} over "
                     "spark-submit (+1 warm-up each)")
         return f"{c['backfill']} intervals per DAG (+1 warm-up)"
+    if section == "batched":
+        return (f"one backfill of each: {c['backfill_batched']} intervals (batched, naive), "
+                f"{c['backfill_month']} (batched, per interval, naive)")
     return f"{c['reps']} (+{c['warmup']} warm-up)"
 
 

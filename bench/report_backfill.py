@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.report import _s as _fmt
-from bench.report import table as _table
+from bench.common import fmt_num as _fmt
+from bench.common import table as _table
 
 GOALS = {
     "per_interval": "ours over Spark Connect <= 12 s per interval at 20,000 events",
@@ -75,4 +75,93 @@ def goal_rows(sec: dict[str, Any]) -> list[list[str]]:
         val = v if v is not None else est
         verdict = "met (stretch too)" if val <= 30 else "met (stretch missed)" if val <= 75 else "missed"
         rows.append([GOALS["year"], what, verdict if v is not None else f"{verdict}, by estimate"])
+    return rows
+
+
+# ---------------------------------------------------------------- section 6: backfill cost (issue 26)
+GOALS_26 = {
+    "year": "a year (365 daily intervals) of pv_pipeline batched, end to end <= 5 min (stretch 2 min)",
+    "single": "a single scheduled interval <= 1.5x the naive Connect DAG",
+}
+VARIANT = {"batched": "ours, batched (one Spark job, each interval its own transaction)",
+           "per-interval": "ours, per interval (EO_PV_MAX_BATCH=1: 6 tasks and a job per interval)",
+           "naive": "naive (1 PySparkOperator task per interval)"}
+
+
+def _runs(sec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    return [(name, label, v, d) for name, d in sec["deployments"].items() for label, v in d["variants"].items()]
+
+
+def _pivot(sec: dict[str, Any]) -> str:
+    """Intervals (1, the month, the year) against the three ways, end to end."""
+    def cell(dep: str, label: str) -> str:
+        v = sec["deployments"].get(dep, {}).get("variants", {}).get(label)
+        return "-" if v is None else f"{v['wall_seconds']:.0f} s ({v['wall_seconds'] / 60:.1f} min)"
+
+    s = sec.get("summary", {})
+    one = [f"{s['per_interval_median']:.1f} s (median run of `month-per-interval`)" if s.get("per_interval_median")
+           else "-", f"{(s.get('month_naive_per_interval_median') or s.get('year_naive_per_interval_median') or 0):.1f}"
+           " s (median run)" if s.get("month_naive_per_interval_median") or s.get("year_naive_per_interval_median")
+           else "-"]
+    rows = [["1 (a scheduled interval: never batched)", "= per interval", *one]]
+    for dep in ("month", "year"):
+        if dep in sec["deployments"]:
+            d = sec["deployments"][dep]
+            rows.append([str(d["intervals"]), cell(dep, "batched"),
+                         cell("month-per-interval", "per-interval") if dep == "month" else "-", cell(dep, "naive")])
+    return _table(["intervals", "ours batched", "ours per interval", "naive Connect DAG"], rows)
+
+
+def cost_table(sec: dict[str, Any]) -> str:
+    """The pivot (intervals against the three ways), then each backfill end to end, per-interval medians,
+    the outputs' checks; then where a batched backfill's time goes."""
+    rows = []
+    for name, label, v, d in _runs(sec):
+        t = v["timings"]
+        check = d["checks"].get("ours_vs_oracle" if v["dag"] == "pv_pipeline" else "naive_vs_oracle", {})
+        rows.append([VARIANT.get(label, label), str(v["intervals"]), _s(v["wall_seconds"], 0),
+                     _s(v["wall_seconds"] / 60, 1), _s(v["span"]["created_to_last_end"], 0),
+                     _s(v["wall_seconds"] / v["intervals"], 2), _s(t["per_interval"]["median"], 2),
+                     f"`{name}`", ("yes" if check.get("equal") else "**NO**") + f" ({check.get('rows', 0):,} rows)"])
+    text = _pivot(sec) + "\n\nEvery backfill:\n\n" + _table(["backfill", "intervals", "end to end s", "min", "metadata DB s (created -> last run's end)",
+                   "s per interval (end to end)", "per run after the first, median s", "deployment",
+                   "outputs == oracle"], rows)
+    cross = [f"`{n}` {d['checks']['ours_vs_naive']['rows']:,} rows " +
+             ("equal" if d["checks"]["ours_vs_naive"]["equal"] else "**NOT equal**")
+             for n, d in sec["deployments"].items() if "ours_vs_naive" in d["checks"]]
+    text += (f"\n\n{sec['events_per_interval']:,} events per interval, the same landing files for every backfill. "
+             "End to end: from the bench calling `airflow backfill create` until it sees every run final (polled "
+             "every second). Ours vs the naive DAG in the same deployment, row for row: " + "; ".join(cross) + ". "
+             "1-minute load average before -> after each backfill: "
+             + "; ".join(f"{n} {lb}: {v['loadavg'][0][0]} -> {v['loadavg'][1][0]}" for n, lb, v, _ in _runs(sec)) + ".")
+    for name, d in sec["deployments"].items():
+        if "error" in d:
+            text += f"\n\n**`{name}` did not finish**: {d['error']}."
+    for name, label, v, _ in _runs(sec):
+        if "batch" not in v:
+            continue
+        rows = [[k, _s(x, 1) if x is not None else "-"] for k, x in v["where_time_goes"].items()]
+        text += (f"\n\nWhere the time goes: `{name}` batched, {v['intervals']} intervals (seconds; the metadata DB's "
+                 "span, split by the hosting `begin` task's log lines):\n\n" + _table(["part", "s"], rows))
+        per = [(p, h["per_interval"][p]) for h in v["batch"] if h.get("parsed") for p in ("pre_commit", "validate", "commit")]
+        if per:
+            text += "\n\nPer interval inside the batch (median s, min-max): " + ", ".join(
+                f"{p} {_s(st['median'], 3)} ({_s(st['min'], 3)}-{_s(st['max'], 3)})" for p, st in per if st["n"]) + "."
+    return text
+
+
+def cost_goal_rows(sec: dict[str, Any]) -> list[list[str]]:
+    """Issue 26's goals from the ``batched`` section."""
+    s, rows = sec.get("summary", {}), []
+    if "year_batched_seconds" in s:
+        v, n = s["year_batched_seconds"] / 60, s["year_intervals"]
+        naive = f"; the naive DAG {s['year_naive_seconds'] / 60:.1f} min" if "year_naive_seconds" in s else ""
+        what = f"{v:.1f} min for {n} intervals{naive}"
+        ok = n >= 365 and sec["outputs_equal"]
+        rows.append([GOALS_26["year"], what, ("met (stretch too)" if v <= 2 else "met (stretch missed)" if v <= 5
+                                              else "missed") if ok else "not measured over a year"])
+    if "single_interval_ratio" in s:
+        rows.append([GOALS_26["single"], f"{s['single_interval_ratio']:.2f}x ({s['per_interval_median']:.1f} s / "
+                     f"{s.get('month_naive_per_interval_median') or s.get('year_naive_per_interval_median'):.1f} s, "
+                     "per-interval medians)", "met" if s["single_interval_ratio"] <= 1.5 else "missed"])
     return rows

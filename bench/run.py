@@ -7,6 +7,7 @@ Sections (``--only`` picks some; default all):
 * ``recovery`` recovering a transaction that crashed after pre_commit vs a full run
 * ``airflow``  one pv_pipeline interval through Airflow (``airflow dags test``) vs a naive one-task DAG
 * ``backfill`` a K-interval ``airflow backfill create`` of both DAGs under the real scheduler (PostgreSQL)
+* ``batched``  backfill cost against intervals (a year, a month, one): batched vs per-interval vs naive
 * ``validate`` the GX completeness gate on a staged pv output vs the write; GX import time
 * ``dbload``   the database target's load vs a naive executemany loader vs COPY / LOAD DATA (PostgreSQL, MariaDB)
 
@@ -30,7 +31,7 @@ if __package__ in (None, ""):  # python bench/run.py
 
 from bench.common import ROOT, loadavg, machine, say  # noqa: E402
 
-SECTIONS = ("write", "commit", "recovery", "airflow", "backfill", "validate", "dbload")
+SECTIONS = ("write", "commit", "recovery", "airflow", "backfill", "batched", "validate", "dbload")
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -60,6 +61,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="backfill DAGs: ours, naive (ours alone is checked against the test oracle)")
     p.add_argument("--backfill-idle-sleep", type=float,
                    help="the scheduler's scheduler_idle_sleep_time in the backfill deployments (default: Airflow's 1 s)")
+    p.add_argument("--backfill-batched", type=int,
+                   help="batched section: days of the long backfill, ours batched vs naive (default 365; quick 3)")
+    p.add_argument("--backfill-month", type=int,
+                   help="batched section: days of the short backfills, ours batched, ours per interval and naive "
+                        "(default 30; quick 2; 0 skips them)")
     p.add_argument("--backfill-naive-first", action="store_true", help="backfill the naive DAG before ours")
     p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
@@ -85,6 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.intervals = a.intervals if a.intervals is not None else 3
     a.backfill = a.backfill if a.backfill is not None else (3 if q else 100)
     a.backfill_submit = a.backfill_submit if a.backfill_submit is not None else (3 if q else 30)
+    a.backfill_batched = a.backfill_batched if a.backfill_batched is not None else (3 if q else 365)
+    a.backfill_month = a.backfill_month if a.backfill_month is not None else (2 if q else 30)
     a.events = a.events or 20_000
     a.validate_events = a.validate_events or (100_000 if q else 500_000)
     a.db_sizes = _ints(a.db_sizes) if a.db_sizes else ([100_000] if q else [100_000, 1_000_000])
@@ -157,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
                                        a.events, naive_first=a.backfill_naive_first,
                                        dags=tuple(d.strip() for d in a.backfill_dags.split(",") if d.strip()),
                                        idle_sleep=a.backfill_idle_sleep)
+            elif section == "batched":
+                from bench.backfill_cost import batched_compare
+
+                res = batched_compare(work, a.backfill_batched, a.backfill_month, a.events,
+                                      idle_sleep=a.backfill_idle_sleep)
             else:
                 from bench.airflow_cmp import airflow_compare
 

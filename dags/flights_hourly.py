@@ -33,6 +33,7 @@ FLIGHTS = PipelineConfig(
     spark_conf={"spark.sql.shuffle.partitions": "4"},
     suite=str(ROOT / "expectations" / "departures.json"),
     max_malformed_ratio=0.01,
+    max_batch=744,  # a backfill computes up to a month of hours in one Spark job, each hour its own transaction
 )
 
 with DAG(

@@ -36,6 +36,9 @@ PV = PipelineConfig(
     max_malformed_ratio=float(os.environ.get("EO_PV_MAX_MALFORMED_RATIO", "0.05")),
     keep_rejected=os.environ.get("EO_KEEP_REJECTED", "0") == "1",
     table_format=os.environ.get("EO_PV_TABLE_FORMAT") or "files",  # "delta": a Delta Lake table
+    # a backfill computes up to a year of days in one Spark job, each day its own transaction
+    # (EO_PV_MAX_BATCH=1: one Spark job per day, as before)
+    max_batch=int(os.environ.get("EO_PV_MAX_BATCH") or 366),
 )
 
 with DAG(

@@ -25,17 +25,18 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-_PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
-if _PLUGINS not in sys.path:
-    sys.path.insert(0, _PLUGINS)
+try:
+    import exactly_once  # noqa: F401 - installed, or shipped to the Spark driver by --py-files
+except ImportError:  # run from a checkout without the package installed: the repo's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from pyspark.sql import DataFrame  # noqa: E402
+from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from exactly_once.contracts import Counts  # noqa: E402
 from exactly_once.errors import ConfigError  # noqa: E402
 from exactly_once.failpoints import failpoint  # noqa: E402
-from exactly_once.job import JobContext, run_job  # noqa: E402
+from exactly_once.job import BatchContext, JobContext, run_job  # noqa: E402
 
 SCHEMA = ("year int, month int, day int, dep_time double, sched_dep_time int, dep_delay double, "
           "arr_time double, sched_arr_time int, arr_delay double, carrier string, flight int, tailnum string, "
@@ -52,8 +53,9 @@ def options(args: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(list(args))
 
 
-def classify(rows: DataFrame, start_s: int, end_s: int) -> DataFrame:
-    """Add ``reason`` (null for a valid row) and ``ts`` (the parsed ``time_hour``)."""
+def classify(rows: DataFrame, start_s: int | Column, end_s: int | Column) -> DataFrame:
+    """Add ``reason`` (null for a valid row) and ``ts`` (the parsed ``time_hour``); the interval's bounds
+    in epoch seconds are numbers, or columns (a batch: each row's own interval)."""
     ts = F.try_to_timestamp(F.col("time_hour"), F.lit("yyyy-MM-dd'T'HH:mm:ssXXX"))
     rows = rows.withColumn("ts", ts)
     reason = (F.when(F.col("_corrupt_record").isNotNull(), "malformed_csv")
@@ -65,18 +67,18 @@ def classify(rows: DataFrame, start_s: int, end_s: int) -> DataFrame:
     return rows.withColumn("reason", reason)
 
 
-def per_origin(valid: DataFrame, threshold: int) -> DataFrame:
-    """Dedup by flight, then aggregate per (origin, carrier)."""
-    cols = [c for c in valid.columns if c not in ("reason", "ts", "_corrupt_record", "file")]
+def per_origin(valid: DataFrame, threshold: int, by: Sequence[str] = ()) -> DataFrame:
+    """Dedup by flight, then aggregate per (origin, carrier) - per batch interval too with ``by``."""
+    cols = [c for c in valid.columns if c not in ("reason", "ts", "_corrupt_record", "file", *by)]
     text = F.to_json(F.struct(*cols))
     first = F.min(F.struct(text.alias("text"), *[F.col(c) for c in cols])).alias("r")
-    flights = valid.groupBy(*KEY).agg(first).select("r.*").drop("text")
-    return (flights.groupBy("origin", "carrier").agg(
+    flights = valid.groupBy(*by, *KEY).agg(first).select(*by, "r.*").drop("text")
+    return (flights.groupBy(*by, "origin", "carrier").agg(
         F.count(F.lit(1)).alias("flights"), F.count_if(F.col("dep_time").isNull()).alias("cancelled"),
         F.count_if(F.col("dep_delay") >= threshold).alias("delayed"),
         F.sum("distance").cast("long").alias("distance"),
         F.avg("dep_delay").alias("dep_delay_avg"), F.avg("arr_delay").alias("arr_delay_avg"))
-        .select(*OUTPUT))
+        .select(*by, *OUTPUT))
 
 
 def compute(ctx: JobContext) -> Counts:
@@ -118,6 +120,47 @@ def compute(ctx: JobContext) -> Counts:
                   metrics={"flights": distinct, "cancelled": int(tot["cancelled"] or 0)})
 
 
+def compute_batch(batch: BatchContext) -> list[Counts]:
+    """Every hour of a batch in one Spark job: per interval the same rows, quarantine and counts as
+    :func:`compute` (each row classified against its own interval)."""
+    args, iv = options(batch.args), BatchContext.INTERVAL
+    for job in batch.jobs:
+        if len(job.partitions) != 1:
+            raise ConfigError(f"flights_hourly writes one partition per interval, {job.spec.txn} owns {list(job.partitions)}")
+    raw = batch.read(schema=SCHEMA).withColumnRenamed(BatchContext.FILE, "file")
+    bounds = batch.intervals_frame().select(iv, F.unix_timestamp("interval_start").alias("start_s"),
+                                            F.unix_timestamp("interval_end").alias("end_s"))
+    rows = classify(raw.join(F.broadcast(bounds), iv), F.col("start_s"), F.col("end_s")).drop("start_s", "end_s")
+    rows = rows.persist()
+    try:
+        by_reason: dict[int, dict] = {}
+        for r in rows.groupBy(iv, "reason").count().collect():
+            by_reason.setdefault(r[iv], {})[r["reason"]] = r["count"]
+        out = per_origin(rows.filter(F.col("reason").isNull()), args.delay_threshold, by=[iv]).persist()
+        tot = {r[iv]: r for r in out.groupBy(iv).agg(F.count(F.lit(1)).alias("rows"), F.sum("flights").alias("flights"),
+                                                     F.sum("cancelled").alias("cancelled")).collect()}
+        batch.write(out, "data", sort_by=["origin", "carrier"])
+        out.unpersist()
+        data = [c for c in raw.columns if c not in ("_corrupt_record", "file", iv)]
+        batch.write(rows.filter(F.col("reason").isNotNull()).select(iv, "file", "reason", F.coalesce(
+            "_corrupt_record", F.to_json(F.struct(*data))).alias("raw")), "quarantine", fmt="json")
+        failpoint("write.partial")
+    finally:
+        rows.unpersist()
+    counts = []
+    for i, job in enumerate(batch.jobs):
+        reasons, t = by_reason.get(i, {}), tot.get(i)
+        rejected = dict(sorted((k, v) for k, v in reasons.items() if k is not None))
+        distinct = int(t["flights"] or 0) if t else 0
+        files, size = job.input_stats()
+        counts.append(Counts(records_in=sum(reasons.values()), records_out=distinct,
+                             records_rejected=sum(rejected.values()), records_deduplicated=reasons.get(None, 0) - distinct,
+                             rows_written={job.partitions[0]: int(t["rows"]) if t else 0}, input_files=files,
+                             input_bytes=size, rejected_by_reason=rejected,
+                             metrics={"flights": distinct, "cancelled": int(t["cancelled"] or 0) if t else 0}))
+    return counts
+
+
 def run(spark: object, spec: object, args: Sequence[str] = ()) -> Counts:
     """In-process entry point (any SparkSession, e.g. Spark Connect): stage one hour, return its counts."""
     ctx = JobContext.open(spark, spec, args=args)  # type: ignore[arg-type]
@@ -125,4 +168,4 @@ def run(spark: object, spec: object, args: Sequence[str] = ()) -> Counts:
 
 
 if __name__ == "__main__":
-    sys.exit(run_job(compute, app_name="flights_hourly"))
+    sys.exit(run_job(compute, app_name="flights_hourly", compute_batch=compute_batch))

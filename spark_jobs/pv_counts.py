@@ -45,17 +45,18 @@ from functools import reduce
 from pathlib import Path
 from typing import Any, Sequence
 
-_PLUGINS = str(Path(__file__).resolve().parents[1] / "plugins")
-if _PLUGINS not in sys.path:
-    sys.path.insert(0, _PLUGINS)
+try:
+    import exactly_once  # noqa: F401 - installed, or shipped to the Spark driver by --py-files
+except ImportError:  # run from a checkout without the package installed: the repo's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from pyspark.sql import Column, DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import Column, DataFrame, SparkSession, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from exactly_once.contracts import Counts, FrozenInput, JobSpec  # noqa: E402
 from exactly_once.errors import ConfigError  # noqa: E402
 from exactly_once.failpoints import failpoint  # noqa: E402
-from exactly_once.job import JobContext, run_job, spark_path  # noqa: E402
+from exactly_once.job import BatchContext, JobContext, run_job, spark_path  # noqa: E402
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 MAX_LINE_CHARS = 2_000_000
@@ -102,8 +103,9 @@ def too_deep(raw: Column) -> Column:
     return F.when(F.regexp_count(raw, F.lit(r"[\[{]")) > MAX_DEPTH, F.length(peeled) > 0).otherwise(False)
 
 
-def classify(lines: DataFrame) -> DataFrame:
-    """Add ``reason`` (null for a valid line), the five fields as strings, and ``ts_us`` (valid lines).
+def classify(lines: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    """Add ``reason`` (null for a valid line), the five fields as strings, and ``ts_us`` (valid lines);
+    the columns ``keep`` (a batch's interval) are carried along.
 
     ``try_parse_json`` reads one value and ignores what follows it, so the line is parsed wrapped twice:
     ``{"x":<line>}`` and ``[<line>]``. Trailing content after the value must then be ``,`` for both to
@@ -114,23 +116,23 @@ def classify(lines: DataFrame) -> DataFrame:
     raw = F.col("raw")
     fits = (F.length(raw) <= MAX_LINE_CHARS) & ~too_deep(raw)
     step = lines.select(
-        "file", "raw",
+        *keep, "file", "raw",
         F.when(fits, F.try_parse_json(F.concat(F.lit('{"x":'), raw, F.lit("}")))).alias("_w1"),
         F.when(fits, F.try_parse_json(F.concat(F.lit("["), raw, F.lit("]")))).isNotNull().alias("_w2"))
     one_key = F.size(F.try_variant_get("_w1", "$", "map<string,variant>")) == 1
     step = step.select(
-        "file", "raw",
+        *keep, "file", "raw",
         F.when(F.col("_w1").isNotNull() & F.col("_w2") & one_key,
                F.variant_get("_w1", "$.x", "variant")).alias("_doc"))
     step = step.select(
-        "file", "raw", F.col("_doc").isNotNull().alias("_json"),
+        *keep, "file", "raw", F.col("_doc").isNotNull().alias("_json"),
         F.coalesce(F.schema_of_variant("_doc").startswith("OBJECT<"), F.lit(False)).alias("_obj"),
         *[F.variant_get("_doc", f"$.{f}", "variant").alias(f"_v_{f}") for f in FIELDS])
     step = step.select(
-        "file", "raw", "_json", "_obj",
+        *keep, "file", "raw", "_json", "_obj",
         *[c for f in FIELDS for c in (F.col(f"_v_{f}"), F.schema_of_variant(f"_v_{f}").alias(f"_t_{f}"))])
     step = step.select(
-        "file", "raw", "_json", "_obj", *[f"_v_{f}" for f in FIELDS], *[f"_t_{f}" for f in FIELDS],
+        *keep, "file", "raw", "_json", "_obj", *[f"_v_{f}" for f in FIELDS], *[f"_t_{f}" for f in FIELDS],
         *[F.when(F.col(f"_t_{f}") == "STRING", F.try_variant_get(f"_v_{f}", "$", "string")).alias(f"_s_{f}")
           for f in FIELDS])
     ts = F.col("_s_ts")
@@ -141,7 +143,7 @@ def classify(lines: DataFrame) -> DataFrame:
         reason = reason.when(kind.isNotNull(), F.concat(kind, F.lit(f":{f}")))
     reason = reason.when(~ts_ok, "bad_ts")
     return step.select(
-        "file", "raw", reason.alias("reason"), *[F.col(f"_s_{f}").alias(f) for f in FIELDS[:4]],
+        *keep, "file", "raw", reason.alias("reason"), *[F.col(f"_s_{f}").alias(f) for f in FIELDS[:4]],
         F.unix_micros(ts.try_cast("timestamp")).alias("ts_us"))
 
 
@@ -223,9 +225,97 @@ def compute(ctx: JobContext) -> Counts:
                   metrics={"page_views": int(tot["pv"] or 0)})
 
 
+IV = BatchContext.INTERVAL
+
+
+def _events(parsed: DataFrame) -> DataFrame:
+    """Per interval and event: the kept copy (the rule of :func:`per_app`) and how many valid lines it had."""
+    first = F.min(F.struct("ts_us", "raw", "app_id", "user_id", "event")).alias("e")
+    return (parsed.filter(F.col("reason").isNull()).groupBy(IV, "event_id").agg(first, F.count(F.lit(1)).alias("n"))
+            .select(IV, "n", "e.app_id", "e.user_id", "e.event"))
+
+
+def _chained_state(batch: BatchContext, apps: DataFrame) -> DataFrame:
+    """The new state of every interval of the batch: ``eo_interval, app_id, cumulative_pv``.
+
+    An app is in an interval's state from the interval where it first had a page view (or from the
+    chain's first interval, if the chain's previous state holds it) to the chain's last interval; its
+    cumulative_pv there = the chain's previous state + every pv of the chain up to that interval - the
+    state a single-interval run computes, interval after interval."""
+    spark = batch.spark
+    n = len(batch)
+    heads = [batch.head(i) for i in range(n)]
+    last = {h: max(i for i in range(n) if heads[i] == h) for h in set(heads)}
+    chains = spark.createDataFrame([(i, heads[i], last[heads[i]]) for i in range(n)],
+                                   f"{IV} int, chain int, chain_last int")
+    init = batch.read_prev_states(STATE_SCHEMA).select(F.col(IV).alias("chain"), "app_id",
+                                                      F.col("cumulative_pv").alias("init"))
+    seen = apps.filter(F.col("pv") > 0).join(chains, IV).select("chain", "app_id", F.col(IV).alias("first"))
+    starts = init.join(chains.filter(F.col(IV) == F.col("chain")), "chain").select("chain", "app_id", F.col(IV).alias("first"))
+    active = (seen.unionByName(starts).groupBy("chain", "app_id").agg(F.min("first").alias("first"))
+              .join(chains.select("chain", "chain_last").distinct(), "chain").join(init, ["chain", "app_id"], "left"))
+    grid = active.select("chain", "app_id", F.coalesce("init", F.lit(0)).alias("init"),
+                         F.explode(F.sequence("first", "chain_last")).alias(IV))
+    pv = grid.join(apps.select(IV, "app_id", "pv"), [IV, "app_id"], "left")
+    running = Window.partitionBy("chain", "app_id").orderBy(IV).rowsBetween(Window.unboundedPreceding, 0)
+    return pv.select(IV, "app_id", (F.col("init") + F.sum(F.coalesce("pv", F.lit(0))).over(running)).alias("cumulative_pv"))
+
+
+def compute_batch(batch: BatchContext) -> list[Counts]:
+    """Page views per app for every interval of a batch, in one Spark job: the same rows, state,
+    quarantine and counts, interval by interval, as :func:`compute` run on each in order."""
+    spark = batch.spark
+    for job in batch.jobs:
+        _check_session(spark, job.spec)
+    raw = spark.read.option("lineSep", "\n").text(batch.inputs()) if batch.inputs() else \
+        spark.createDataFrame([], "value string")
+    lines = batch.tag(raw).select(IV, F.col(BatchContext.FILE).alias("file"), F.make_valid_utf8("value").alias("raw"))
+    parsed = classify(lines, keep=[IV]).persist()
+    apps = state = None
+    try:
+        by_reason: dict[int, dict[Any, int]] = {}
+        for r in parsed.groupBy(IV, "reason").count().collect():
+            by_reason.setdefault(r[IV], {})[r["reason"]] = r["count"]
+        events = _events(parsed)
+        is_pv = F.col("event") == PAGE_VIEW
+        apps = events.groupBy(IV, "app_id").agg(
+            F.count(F.lit(1)).alias("events"), F.count_if(is_pv).alias("pv"),
+            F.count_distinct(F.when(is_pv, F.col("user_id"))).alias("uv")).persist()
+        state = _chained_state(batch, apps).persist()
+        valid = {r[IV]: r["n"] for r in events.groupBy(IV).agg(F.sum("n").alias("n")).collect()}
+        tot = {r[IV]: r for r in apps.groupBy(IV).agg(
+            F.sum("events").alias("events"), F.sum("pv").alias("pv"), F.count_if(F.col("pv") > 0).alias("rows"))
+            .collect()}
+        state_rows = {r[IV]: r["count"] for r in state.groupBy(IV).count().collect()}
+        out = apps.filter(F.col("pv") > 0).join(state, [IV, "app_id"]).select(IV, "app_id", "pv", "uv", "cumulative_pv")
+        batch.write(out, "data", sort_by=["app_id"])
+        batch.write(parsed.filter(F.col("reason").isNotNull())
+                    .select(IV, "file", F.substring("raw", 1, RAW_CHARS).alias("raw"), "reason"), "quarantine", fmt="json")
+        failpoint("write.partial")
+        batch.write(state, "state", sort_by=["app_id"])
+    finally:
+        for frame in (state, apps, parsed):
+            if frame is not None:
+                frame.unpersist()
+
+    counts = []
+    for i, job in enumerate(batch.jobs):
+        malformed = dict(sorted((k, v) for k, v in by_reason.get(i, {}).items() if k is not None))
+        t = tot.get(i)
+        distinct, ok = int(t["events"]) if t else 0, int(valid.get(i, 0))
+        files, size = job.input_stats()
+        counts.append(Counts(records_in=ok + sum(malformed.values()), records_out=distinct,
+                             records_rejected=sum(malformed.values()), records_deduplicated=ok - distinct,
+                             rows_written={job.partitions[0]: int(t["rows"]) if t else 0},
+                             state_rows=int(state_rows.get(i, 0)), input_files=files, input_bytes=size,
+                             rejected_by_reason=malformed, metrics={"page_views": int(t["pv"]) if t else 0}))
+    return counts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI / spark-submit entry point: ``--spec <path or URL of the spec JSON>``; prints the counts."""
-    return run_job(compute, argv, app_name="pv_counts")
+    """CLI / spark-submit entry point: ``--spec <path or URL of the spec JSON>`` (one interval) or
+    ``--batch <URL of a batch spec>`` (several, :func:`compute_batch`); prints the counts."""
+    return run_job(compute, argv, app_name="pv_counts", compute_batch=compute_batch)
 
 
 if __name__ == "__main__":

@@ -78,13 +78,27 @@ class Browser:
     def open(self, url: str) -> None:
         self.call("Page.navigate", url=url)
 
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page; None while the page navigates away."""
+        try:
+            return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+        except RuntimeError as exc:   # a click that navigated: the next poll sees the new page
+            if "navigated or closed" in str(exc) or "context was destroyed" in str(exc):
+                return None
+            raise
+
     def text(self) -> str:
         """The visible text of the page and of its same-origin frames (the plugin page is an iframe)."""
         js = ("(() => { const t = [document.body ? document.body.innerText : ''];"
               " for (const f of document.querySelectorAll('iframe')) {"
               "  try { t.push(f.contentDocument.body.innerText) } catch (e) {} }"
               " return t.join('\\n'); })()")
-        return self.call("Runtime.evaluate", expression=js, returnByValue=True)["result"].get("value") or ""
+        return self.evaluate(js) or ""
+
+    def fill(self, selector: str, text: str) -> None:
+        """Type ``text`` into the input ``selector`` as a user would (React forms see real input events)."""
+        self.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
+        self.call("Input.insertText", text=text)
 
     def wait_for_text(self, needle: str, timeout: float = 60) -> str:
         """Poll the page's text until ``needle`` shows (the UI renders asynchronously)."""

@@ -157,6 +157,19 @@ def standalone_cluster(workers: int = 2, workdir: Path | None = None,
         cluster.stop()
 
 
+def job_only_python(cache: Path) -> Path:
+    """A Spark driver host's Python: a venv with only pyarrow and fsspec at the lock's versions - no
+    Airflow, no exactly_once (it arrives by ``--py-files``), no pyspark (spark-submit puts the Spark
+    distribution's own, ``$SPARK_HOME/python/lib``, first on the driver's path, as on a cluster node).
+    Built once per cache dir from uv's cache (about a second)."""
+    from tools.compat import Corner, venv_for
+
+    lock = (Path(__file__).resolve().parents[1] / "requirements.lock").read_text().splitlines()
+    pins = tuple(line.strip() for line in lock if line.startswith(("pyarrow==", "fsspec==")))
+    assert len(pins) == 2, pins
+    return venv_for(Corner("driver-job-only", "job", pins), None, cache) / "bin" / "python"
+
+
 # ------------------------------------------------------------------------------- write stand-in (S3)
 
 # The write phase without Spark (for S3, where this machine's Spark cannot reach): one implementation,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -42,3 +43,14 @@ def load_module(name: str, path: "os.PathLike[str] | str"):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+@contextmanager
+def clock_off(monkeypatch, seconds: float):
+    """This actor's clock (``time.time``) runs ``seconds`` off inside the block; the storage's is real."""
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + seconds)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(time, "time", real)

@@ -1,9 +1,8 @@
 """Helpers for the pipeline-level fault tests (tests/integration/test_fault_matrix.py, test_bad_inputs.py).
 
-* :func:`stage_write` - the ``write`` task without a JVM: ``spark_jobs/pv_counts.py``'s output contract,
-  computed by the independent oracle ``tests/reference_pv.py``, with ``failpoint("write.partial")`` at the
-  same place as in the Spark job (after the data and the quarantine, before ``_state`` and, last,
-  ``_counts.json``). Works on a local table and on S3 (storage options = the connection's).
+* :func:`stage_write` (from ``pv_standin``, re-exported) - the ``write`` task without a JVM:
+  ``spark_jobs/pv_counts.py``'s output contract, computed by the independent oracle
+  ``tests/reference_pv.py``, with ``failpoint("write.partial")`` where the Spark job has it.
 * :class:`Driver` - drives :class:`exactly_once.pipeline.IntervalRun` the way Airflow's tasks do: one
   phase (task) at a time, each either **in this process** or in a **child process** (so that a ``crash``
   failpoint - ``os._exit(137)`` - really kills it). The only thing handed from task to task is what XCom
@@ -20,7 +19,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import multiprocessing
 import os
@@ -43,27 +41,22 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import delta_helpers  # noqa: E402
-import reference_pv as ref  # noqa: E402
 from exactly_once.airflow.connections import storage_options as conn_options  # noqa: E402
 from exactly_once.config import PipelineConfig  # noqa: E402
-from exactly_once.contracts import JobSpec  # noqa: E402
 from exactly_once.layout import Source  # noqa: E402
-from exactly_once.errors import (FencedError, StorageError, TransactionAbortedError,  # noqa: E402
+from exactly_once.errors import (FencedError, TransactionAbortedError,  # noqa: E402
                                  UnsafeIdentifierError, ValidationFailedError)
-from exactly_once.failpoints import failpoint  # noqa: E402
 from exactly_once.ids import Interval, TxnRef  # noqa: E402
 from exactly_once.pipeline import IntervalRun  # noqa: E402
-from exactly_once.storage import LocalStorage, Storage, storage_for, to_json  # noqa: E402
+from exactly_once.storage import LocalStorage, Storage  # noqa: E402
 from exactly_once.transaction import TwoPhaseCommitSink  # noqa: E402
 from exactly_once.txlog import State  # noqa: E402
 from protocol_helpers import leftovers, log_problems  # noqa: E402,F401  (re-exported)
+from pv_standin import stage_write  # noqa: E402,F401  (re-exported)
 
 SUITE = str(ROOT / "expectations" / "app_pv.json")
 APPLICATION = str(ROOT / "spark_jobs" / "pv_counts.py")
 COLUMNS = ["app_id", "pv", "uv", "cumulative_pv"]
-DATA_SCHEMA = pa.schema([("app_id", pa.string()), ("pv", pa.int64()), ("uv", pa.int64()),
-                         ("cumulative_pv", pa.int64())])
-STATE_SCHEMA = pa.schema([("app_id", pa.string()), ("cumulative_pv", pa.int64())])
 PHASES = ("begin", "write", "pre_commit", "validate", "commit")
 # errors no retry can fix: the operator aborts the transaction in the failing task and fails it for good
 # (exactly_once.airflow.operators.FINAL, repeated here so that the local runs need no Airflow import)
@@ -74,76 +67,7 @@ Row = tuple
 
 
 # ------------------------------------------------------------------------------ the write stand-in
-def _parquet_bytes(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf)
-    return buf.getvalue()
-
-
-def _rm(store: Storage, path: str) -> None:
-    fs = getattr(store, "fs", None)
-    if fs is not None and fs.isfile(path):
-        fs.rm(path)
-    elif isinstance(store, LocalStorage) and os.path.isfile(path) and not os.path.islink(path):
-        os.unlink(path)
-    else:
-        store.remove_tree(path)
-
-
-def stage_write(spec_url: str, storage_options: dict[str, Any]) -> dict[str, Any]:
-    """The ``write`` task of ``pv_pipeline`` without Spark (see the module docstring).
-
-    Like the job: deletes a stale ``_counts.json`` first, refuses inputs that changed since they were
-    frozen, reads exactly the frozen inputs and the previous checkpoint's ``_state``, writes only below
-    the staging dir, and writes ``_counts.json`` last. Returns the counts.
-    """
-    store, spec_key = storage_for(spec_url, **storage_options)
-    spec = JobSpec.from_json(store.read_bytes(spec_key))
-    _, staging = storage_for(spec.staging_dir, **storage_options)
-    partition = spec.partitions[0]
-    counts_path = store.join(staging, "_counts.json")
-    if store.exists(counts_path):
-        _rm(store, counts_path)
-    with tempfile.TemporaryDirectory(prefix="eo-fault-write-") as tmp:
-        local_files, by_local = [], {}
-        for i, item in enumerate(spec.source().inputs):
-            in_store, key = storage_for(item.path, **storage_options)
-            meta = in_store.file_meta(key)
-            if meta["size"] != item.size or (item.etag and meta.get("etag") and meta["etag"] != item.etag):
-                raise StorageError(f"source {item.path} changed since it was frozen; replay is impossible")
-            local = os.path.join(tmp, f"{i:05d}.jsonl")
-            with open(local, "wb") as f:
-                f.write(in_store.read_bytes(key))
-            local_files.append(local)
-            by_local[local] = item.path
-        prev: dict[str, int] = {}
-        if spec.prev_state:
-            state_store, state_dir = storage_for(spec.prev_state, **storage_options)
-            for entry in state_store.walk_files(state_dir):
-                if entry.rel.endswith(".parquet") and not entry.rel.startswith(("_", ".")):
-                    with state_store.open(state_store.join(state_dir, entry.rel), "rb") as f:
-                        prev.update({r["app_id"]: r["cumulative_pv"] for r in pq.read_table(f).to_pylist()})
-        rows, new_state, counts = ref.compute(local_files, prev, partition)
-        counts["input_bytes"] = sum(i.size for i in spec.source().inputs)
-        bad = [dict(q, file=by_local[q["file"]]) for q in ref.quarantine(local_files)]
-
-    store.write_atomic(store.join(staging, "data", partition, "part-0.parquet"),
-                       _parquet_bytes(pa.Table.from_pylist(rows, schema=DATA_SCHEMA)))
-    quarantine = store.join(staging, "_quarantine")
-    if bad:
-        lines = "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in bad)
-        store.write_atomic(store.join(quarantine, "part-0.json"), lines.encode())
-    elif store.exists(quarantine):
-        store.remove_tree(quarantine)
-    failpoint("write.partial")  # where the Spark job has it: data written, state and counts not yet
-    state = pa.Table.from_pylist([{"app_id": a, "cumulative_pv": n}
-                                  for a, n in sorted(new_state.items(), key=lambda kv: kv[0].encode())],
-                                 schema=STATE_SCHEMA)
-    store.write_atomic(store.join(staging, "_state", "part-0.parquet"), _parquet_bytes(state))
-    store.write_atomic(counts_path, to_json(counts))
-    return counts
-
-
+# stage_write lives in pv_standin (light imports: the fleet's spark-submit stand-in runs it per write)
 # ------------------------------------------------------------------------------------ configuration
 @dataclass(frozen=True)
 class Setup:
@@ -305,18 +229,24 @@ def in_child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], *, failpo
              timeout: float = 180, **kw: Any) -> Outcome:
     """Run one task in a fresh child process; ``failpoints`` becomes its ``EO_FAILPOINTS``."""
     proc, out = start_child(setup, day, phase, xcom, failpoints=failpoints, **kw)
+    return join_child(proc, out, phase, f"{phase} of {day}", timeout)
+
+
+def join_child(proc: Any, out: str, task: str, what: str, timeout: float) -> Outcome:
+    """Wait for a child started with a result file ``out`` (killed after ``timeout`` s: AssertionError
+    naming ``what``) and read its Outcome; a child that died leaves no result."""
     proc.join(timeout)
     if proc.is_alive():
         proc.kill()
         proc.join()
-        raise AssertionError(f"{phase} of {day} hung for {timeout} s")
+        raise AssertionError(f"{what} hung for {timeout} s")
     try:
         with open(out) as f:
             res = json.load(f)
         os.unlink(out)
     except FileNotFoundError:
         res = {"ok": False, "error": "no result (process died)"}
-    return Outcome(phase, bool(res.get("ok")), res.get("result"), res.get("error"),
+    return Outcome(task, bool(res.get("ok")), res.get("result"), res.get("error"),
                    res.get("message", "") or res.get("traceback", ""), proc.exitcode)
 
 

@@ -158,7 +158,12 @@ def _read_rows(sink: TwoPhaseCommitSink, paths: Sequence[str]) -> list[Row]:
         with sink.storage.open(p, "rb") as f:
             t = pq.read_table(f, columns=["k", "v"])
         rows.extend(zip(t.column("k").to_pylist(), t.column("v").to_pylist()))
-    return sorted(rows)
+    return sorted(rows, key=null_first)
+
+
+def null_first(row: Row) -> Any:
+    """Sort key of a row: the natural order, a NULL ``k`` first (rows a target refused may hold one)."""
+    return (row[0] is not None, row)
 
 
 def plain_reader_rows(table: str) -> dict[str, list[Row]]:
@@ -173,7 +178,7 @@ def plain_reader_rows(table: str) -> dict[str, list[Row]]:
         part = os.path.relpath(os.path.dirname(frag.path), table)
         t = frag.to_table(columns=["k", "v"])
         out.setdefault(part, []).extend(zip(t.column("k").to_pylist(), t.column("v").to_pylist()))
-    return {p: sorted(r) for p, r in out.items()}
+    return {p: sorted(r, key=null_first) for p, r in out.items()}
 
 
 def exact_reader_rows(sink: TwoPhaseCommitSink, partition: str) -> list[Row]:

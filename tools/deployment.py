@@ -7,6 +7,13 @@ and ``dag-processor`` as separate process groups. ``backfill`` creates a backfil
 ``airflow backfill create``, the way a user does. ``stop`` ends every process it started - including
 orphans, found by the deployment's marker in their environment - and drops the database.
 
+``executor="celery"`` runs the CeleryExecutor instead, the way a fleet does: Redis as the broker,
+PostgreSQL (the same fresh DB) as the result backend, and ``workers`` ``airflow celery worker`` processes,
+each with its own hostname and its own private temp, working, log and reports directories
+(:mod:`tools.celery_stack`). ``storage="s3"`` puts ``EO_DATA_ROOT`` on a loopback S3 server (moto) with the
+credentials in the ``eo_s3`` connection: with both, the workers share nothing but S3, the metadata DB and
+the broker.
+
 Used by the chaos run (:mod:`tools.chaos`: kills task processes while a backfill runs) and by the
 scheduler backfill benchmark (``bench/backfill.py``).
 """
@@ -24,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 from unittest import mock
 
+from tools.celery_stack import CeleryWorkers, S3Server
 from tools.localrun import BIN, airflow_env, scheduler_env
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
@@ -164,7 +172,10 @@ def postgres_problem() -> str | None:
 
 
 class Deployment:
-    """api-server + scheduler (LocalExecutor) + dag-processor on a fresh PostgreSQL DB, under ``run_dir``.
+    """api-server + scheduler (LocalExecutor) + dag-processor on a fresh PostgreSQL DB, under ``run_dir``;
+    with ``executor="celery"`` the CeleryExecutor and ``workers`` Celery workers (``spread=True``: the
+    phases of each interval alternate between them, :mod:`tools.celery_stack`), with ``storage="s3"`` the
+    data root and the reports on a loopback S3 server (module docstring).
 
     ``settings`` are extra environment variables for every component (``EO_*`` pipeline settings,
     ``AIRFLOW__CORE__DAGS_FOLDER`` for another DAGs folder); the caller's own ``AIRFLOW__*`` and ``EO_*``
@@ -172,24 +183,37 @@ class Deployment:
     """
 
     def __init__(self, run_dir: Path, *, purpose: str, settings: dict[str, str] | None = None,
-                 parallelism: int = 2, log: Callable[[str], None] | None = None):
+                 parallelism: int = 2, log: Callable[[str], None] | None = None, executor: str = "local",
+                 storage: str = "local", workers: int = 2, spread: bool = False):
+        if executor not in ("local", "celery") or storage not in ("local", "s3"):
+            raise ValueError(f"executor must be local|celery and storage local|s3, not {executor!r}, {storage!r}")
         self.run_dir, self.id = Path(run_dir), uuid.uuid4().hex[:10]
         (self.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.db = MetaDB(f"eo_{purpose}_{self.id}")
         self.api_port = free_port()
         self.log = log or (lambda m: print(m, flush=True))
+        self.s3 = S3Server(self.run_dir, f"eo-{self.id}") if storage == "s3" else None
+        self.celery = (CeleryWorkers(self.run_dir, self.id, self.db.name, workers, spread=spread)
+                       if executor == "celery" else None)
         self.env = self._env(settings or {}, parallelism)
         self.marker = f"EO_DEPLOYMENT_ID={self.id}".encode()
         self.stack = Stack(self.run_dir, self.env, self.marker, self.log)
+        self.worker_env: dict[str, dict[str, str]] = {}  # each Celery worker's environment, as last started
 
     def _env(self, settings: dict[str, str], parallelism: int) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "EO_"))}
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "EO_", "AWS_"))}
+        executor = self.celery.settings() if self.celery else {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                                                               **scheduler_env()}
+        storage = {"EO_DATA_ROOT": str(self.run_dir / "data")}
+        if self.s3 is not None:
+            storage = {"EO_DATA_ROOT": f"s3://{self.s3.bucket}/eo", "EO_REPORTS_DIR": f"s3://{self.s3.bucket}/reports",
+                       "EO_STORAGE_CONN_ID": "eo_s3",
+                       "AIRFLOW_CONN_EO_S3": self.s3.connection(), **self.s3.env()}
         with mock.patch.dict(os.environ, base, clear=True):  # no stray settings of the caller's
             return airflow_env({
-                "AIRFLOW_HOME": str(self.run_dir / "airflow-home"), "EO_DATA_ROOT": str(self.run_dir / "data"),
+                "AIRFLOW_HOME": str(self.run_dir / "airflow-home"), **storage,
                 "EO_DEPLOYMENT_ID": self.id, "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.db.url,
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": str(parallelism),
-                **scheduler_env(),
+                "AIRFLOW__CORE__PARALLELISM": str(parallelism), **executor,
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
                 "AIRFLOW__API__PORT": str(self.api_port), "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{self.api_port}", "AIRFLOW__API__WORKERS": "1",
@@ -208,7 +232,14 @@ class Deployment:
 
     @property
     def data_root(self) -> Path:
+        """The local data root (``storage="local"``); see :attr:`data_url` for either kind."""
+        if self.s3 is not None:
+            raise ValueError(f"the data root is on S3 ({self.data_url}), not a local path")
         return Path(self.env["EO_DATA_ROOT"])
+
+    @property
+    def data_url(self) -> str:
+        return self.env["EO_DATA_ROOT"]
 
     def airflow(self, name: str, args: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> None:
         """Run one ``airflow`` CLI command to completion (log: ``logs/<name>.log``); raise if it fails."""
@@ -227,17 +258,37 @@ class Deployment:
             time.sleep(1)
 
     def check_alive(self) -> None:
-        """Raise if a component (api-server, scheduler, dag-processor) has exited."""
-        if dead := [n for n, p in self.stack.procs.items() if p.poll() is not None and n in self.COMPONENTS]:
+        """Raise if a component (api-server, scheduler, dag-processor, a worker) has exited."""
+        if dead := [n for n, p in self.stack.procs.items() if p.poll() is not None and n in self.components]:
             raise RuntimeError(f"component(s) {dead} exited; see {self.run_dir}/logs")
 
-    COMPONENTS = ("api-server", "scheduler", "dag-processor")
+    @property
+    def components(self) -> tuple[str, ...]:
+        return ("api-server", "scheduler", "dag-processor", *(self.celery.names if self.celery else ()))
+
+    def start_worker(self, name: str) -> subprocess.Popen:
+        """Start (or restart) the Celery worker ``name`` in its private working directory."""
+        assert self.celery is not None
+        env = self.worker_env[name] = self.celery.env(name, self.env)
+        with open(self.run_dir / "logs" / f"{name}.log", "ab") as out:
+            proc = subprocess.Popen(self.celery.command(name), env=env, cwd=self.celery.home(name) / "work",
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.stack.procs[name] = proc
+        self.log(f"started {name} (pid {proc.pid})")
+        return proc
 
     def start(self, dag_ids: list[str]) -> Deployment:
         """Create the DB, migrate it, start the components and wait until ``dag_ids`` are parsed."""
         self.db.admin('CREATE DATABASE "{db}"')
+        if self.s3 is not None:
+            self.s3.start()
         self.airflow("db-migrate", ["db", "migrate"])
         py = str(BIN / "airflow")
+        if self.celery is not None:
+            self.celery.write_policy(Path(self.env["AIRFLOW_HOME"]))
+            for name in self.celery.names:
+                self.start_worker(name)
         self.stack.start("api-server", [py, "api-server", "-H", "127.0.0.1", "-p", str(self.api_port), "-w", "1"])
         self.stack.start("scheduler", [py, "scheduler"])
         self.stack.start("dag-processor", [py, "dag-processor"])
@@ -267,15 +318,20 @@ class Deployment:
             (dag_id,))}
 
     def stop_components(self) -> None:
-        """Stop every process of the deployment, orphans included; the database stays for reading."""
+        """Stop every process of the deployment, orphans included; the database and the S3 server stay
+        for reading. The broker's keys of this deployment are deleted."""
         self.stack.stop()
+        if self.celery is not None:
+            self.celery.cleanup()
         self.log("all components stopped")
 
     def stop(self) -> None:
-        """Stop every process of the deployment and drop its database (idempotent)."""
+        """Stop every process of the deployment and the S3 server, and drop its database (idempotent)."""
         try:
             self.stop_components()
         finally:
+            if self.s3 is not None:
+                self.s3.stop()
             self.db.drop()
 
     def __enter__(self) -> Deployment:

@@ -2,10 +2,13 @@
 metadata, local Spark (``spark_default`` = ``local[*]``) and local files under ``EO_DATA_ROOT``.
 
 Used by ``make demo``, ``make run-interval`` and the end-to-end tests. Each interval is one
-``airflow dags test`` process; its full log is kept under ``EO_DATA_ROOT/logs/``.
+``airflow dags test`` process; its full log is kept under ``EO_DATA_ROOT/logs/<dag>/`` (one file per
+run), and a re-run of an interval keeps the earlier Airflow runs (see :func:`run_logical_date`).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -14,6 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any, Iterator
 
 from exactly_once.settings import data_root
 
@@ -56,6 +60,7 @@ def airflow_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     })
+    env.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")  # Airflow's own, in every run's output
     env.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[*]"}))
     env.update(extra or {})
     return env
@@ -108,19 +113,41 @@ def logical_date_for(day: str) -> str:
     return (date.fromisoformat(day) + timedelta(days=1)).isoformat() + "T00:00:00+00:00"
 
 
-def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
-    """The data interval of ``dag_id``'s schedule that starts at ``start`` (the DAG is loaded with
-    Airflow's DagBag from the project's dags/ folder). SystemExit with the nearest start otherwise."""
+@contextlib.contextmanager
+def _airflow_settings(*, quiet: bool = False) -> Iterator[None]:
+    """The project's Airflow settings in this process's environment while Airflow is used in-process,
+    restored afterwards: a caller's environment (a test's, or later ``airflow`` subprocesses inheriting
+    it) never keeps this process's quiet log level or default Spark connection."""
+    saved = dict(os.environ)
     os.environ.update({k: v for k, v in airflow_env().items() if k.startswith(("AIRFLOW", "EO_"))})
-    from airflow.dag_processing.dagbag import DagBag
+    if quiet:
+        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # this process only reads
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
-    from exactly_once.errors import LayoutError
-    from exactly_once.layout import timetable_intervals
 
-    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
+def load_dag(dag_id: str) -> Any:
+    """``dag_id`` from the project's dags/ folder, through Airflow's DagBag (SystemExit if it is not there)."""
+    with _airflow_settings(quiet=True):
+        from airflow.dag_processing.dagbag import DagBag
+
+        bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
     dag = bag.dags.get(dag_id)
     if dag is None:
         raise SystemExit(f"no DAG {dag_id!r} in {PROJECT_ROOT / 'dags'} (import errors: {list(bag.import_errors)})")
+    return dag
+
+
+def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
+    """The data interval of ``dag_id``'s schedule that starts at ``start`` (the DAG is loaded with
+    Airflow's DagBag from the project's dags/ folder). SystemExit with the nearest start otherwise."""
+    from exactly_once.errors import LayoutError
+    from exactly_once.layout import timetable_intervals
+
+    dag = load_dag(dag_id)
     try:
         iv = timetable_intervals(dag.timetable, start, count=1)[0]
     except LayoutError as exc:
@@ -131,11 +158,90 @@ def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
     return iv.start, iv.end
 
 
+@contextlib.contextmanager
+def interval_lock(dag_id: str, label: str) -> Iterator[None]:
+    """Hold ``EO_DATA_ROOT/logs/<dag>/<label>.lock`` while one interval runs: a second ``run-interval`` of
+    the same interval at the same time is refused at once, saying who holds it (two ``airflow dags test``
+    of one interval would otherwise collide in the metadata DB with an opaque IntegrityError)."""
+    path = Path(data_root()) / "logs" / dag_id / f"{label}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise SystemExit(f"{dag_id} {label}: this interval is already being run by {holder}; wait for that "
+                             "run to finish (or stop it), then run it again") from None
+        f.truncate(0)
+        f.write(f"pid {os.getpid()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.truncate(0)
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def attempt_log(dag_id: str, label: str) -> Path:
+    """A new log file for this run of the interval: ``logs/<dag>/<label>.<UTC time>.log`` (one per run)."""
+    folder = Path(data_root()) / "logs" / dag_id
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path, n = folder / f"{label}.{stamp}.log", 1
+    while path.exists():
+        n += 1
+        path = folder / f"{label}.{stamp}-{n}.log"
+    return path
+
+
+def run_logical_date(dag_id: str, start: datetime, end: datetime) -> datetime:
+    """The logical date of a new manual run of ``[start, end)`` that keeps the DAG's earlier runs.
+
+    A manual run at logical date T covers the last complete interval before T, so ``end`` is the natural
+    one - but ``airflow dags test`` deletes an existing run of its logical date. A re-run of the interval
+    takes ``end`` plus the next free microsecond, provided the DAG's timetable gives it the same interval
+    (a cron schedule does); otherwise the earlier run is replaced, as ``airflow dags test`` does.
+    """
+    taken = taken_logical_dates(dag_id, end, end + timedelta(seconds=1))
+    if end not in taken:
+        return end
+    candidate = max(taken) + timedelta(microseconds=1)
+    from airflow.serialization.encoders import coerce_to_core_timetable
+
+    iv = coerce_to_core_timetable(load_dag(dag_id).timetable).infer_manual_data_interval(run_after=candidate)
+    if (iv.start, iv.end) == (start, end):
+        return candidate
+    print(f"note: {dag_id}'s schedule gives logical date {candidate.isoformat()} another interval; this run "
+          f"replaces the earlier run of [{start.isoformat()}, {end.isoformat()}) in Airflow", file=sys.stderr)
+    return end
+
+
+def taken_logical_dates(dag_id: str, lo: datetime, hi: datetime) -> set[datetime]:
+    """Logical dates in ``[lo, hi)`` of ``dag_id``'s runs in the project's metadata DB."""
+    with _airflow_settings():
+        return _taken_logical_dates(dag_id, lo, hi)
+
+
+def _taken_logical_dates(dag_id: str, lo: datetime, hi: datetime) -> set[datetime]:
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        dates = session.scalars(select(DagRun.logical_date).where(
+            DagRun.dag_id == dag_id, DagRun.logical_date >= lo, DagRun.logical_date < hi)).all()
+    return {d if d.tzinfo else d.replace(tzinfo=timezone.utc) for d in dates if d is not None}
+
+
 def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None = None,
                  end: datetime | None = None, reprocess: bool = False, allow_shrinking: bool = False,
-                 extra_env: dict[str, str] | None = None, timeout: float | None = 1800) -> IntervalResult:
+                 extra_env: dict[str, str] | None = None, timeout: float | None = 1800,
+                 conf: dict[str, Any] | None = None) -> IntervalResult:
     """One DAG run via ``airflow dags test``: the daily interval starting at ``day``, or the interval
-    ``[start, end)`` (``end`` found from the DAG's timetable when not given)."""
+    ``[start, end)`` (``end`` found from the DAG's timetable when not given), with ``conf`` added to the
+    run's conf. Refused (SystemExit) while another run of the interval is under way; each run gets its
+    own log and keeps earlier runs."""
     if day is not None:
         start = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
         end = start + timedelta(days=1)
@@ -145,15 +251,18 @@ def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None 
         start, end = dag_interval(dag_id, start)
     # `airflow dags test` runs one interval: a stateful begin must fail at once, not wait for a predecessor
     env = airflow_env({"EO_PREDECESSOR_TIMEOUT_SECONDS": "0", **(extra_env or {})})
-    ensure_db(env)
     label = day or start.strftime("%Y%m%dT%H%M%SZ")
-    log = Path(data_root()) / "logs" / dag_id / f"{label}.log"
-    # a manual run at logical date T gets the last complete interval before T: the one ending at T
-    args = ["dags", "test", dag_id, end.isoformat()]
-    if reprocess:
-        args += ["-c", json.dumps({"reprocess": True, **({"allow_shrinking": True} if allow_shrinking else {})})]
-    t0 = time.perf_counter()
-    code = airflow(args, env=env, log_path=log, timeout=timeout)
+    with interval_lock(dag_id, label):
+        ensure_db(env)
+        log = attempt_log(dag_id, label)
+        # a manual run at logical date T gets the last complete interval before T: the one ending at T
+        args = ["dags", "test", dag_id, run_logical_date(dag_id, start, end).isoformat()]
+        run_conf = {**({"reprocess": True} if reprocess else {}),
+                    **({"allow_shrinking": True} if reprocess and allow_shrinking else {}), **(conf or {})}
+        if run_conf:
+            args += ["-c", json.dumps(run_conf)]
+        t0 = time.perf_counter()
+        code = airflow(args, env=env, log_path=log, timeout=timeout)
     return IntervalResult(dag_id, label, code, time.perf_counter() - t0, log)
 
 

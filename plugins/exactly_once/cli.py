@@ -9,13 +9,15 @@
 
 A table is addressed by its URL (a local path, ``file://`` or ``s3://``; credentials from the Airflow
 connection ``--conn-id``, default ``EO_STORAGE_CONN_ID``, or the usual AWS environment) or a DAG by its
-id, found through Airflow's DagBag (the configured dags folder). Running one interval, the demo and
+id, found through Airflow's DagBag (the configured dags folder; in a checkout's root without
+``AIRFLOW_HOME``, its ``dags/``; or ``--dags-folder``). Running one interval, the demo and
 sample data are development tools of a checkout: ``make run-interval``, ``make demo``, ``make sample``.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import Any, Iterator
 
@@ -36,25 +38,45 @@ def _options(conn_id: str | None) -> dict[str, Any]:
 
 
 def open_table(url: str, conn_id: str | None = None) -> TwoPhaseCommitSink:
-    """The sink of the table at ``url``, as the pipeline that owns it (read from the table's owner record)."""
+    """The sink of the table at ``url``, as the pipeline that owns it, publishing through the target it is
+    bound to (both read from the table's owner record; ``EO_TARGET_URL`` gives a database / Redis
+    target's credentials when its Airflow connection or the driver's environment does not)."""
     try:
-        return TwoPhaseCommitSink.open(url, storage_options=_options(conn_id), require_validation=True)
+        return TwoPhaseCommitSink.open(url, storage_options=_options(conn_id), require_validation=True,
+                                       target_url=settings.target_url())
     except ConfigError as exc:
         raise SystemExit(f"eo: {exc}") from None
 
 
-def dag_sinks(dag_id: str, sink: str | None = None) -> Iterator[TwoPhaseCommitSink]:
-    """The sinks of ``dag_id``'s exactly-once groups (one per group), loaded through Airflow's DagBag."""
-    from airflow.dag_processing.dagbag import DagBag
+def dags_folder(explicit: str | None = None) -> str | None:
+    """Where ``--dag`` looks: ``--dags-folder``; else Airflow's configured folder when ``AIRFLOW_HOME`` or
+    ``AIRFLOW__CORE__DAGS_FOLDER`` is set; else, in a checkout's root (a ``dags/`` folder here), that
+    folder - with the checkout's ``AIRFLOW_HOME`` (``.airflow``, as ``make`` sets it). None: Airflow's."""
+    if explicit:
+        return os.path.abspath(explicit)
+    if os.environ.get("AIRFLOW__CORE__DAGS_FOLDER") or os.environ.get("AIRFLOW_HOME"):
+        return None
+    if not os.path.isdir("dags"):
+        return None
+    os.environ["AIRFLOW_HOME"] = os.path.abspath(".airflow")  # read when Airflow is first imported
+    return os.path.abspath("dags")
 
+
+def dag_sinks(dag_id: str, sink: str | None = None, folder: str | None = None) -> Iterator[TwoPhaseCommitSink]:
+    """The sinks of ``dag_id``'s exactly-once groups (one per group), loaded through Airflow's DagBag from
+    ``folder`` (default: :func:`dags_folder`)."""
+    folder = folder or dags_folder()
+    from .airflow.compat import dag_bag_class
     from .airflow.connections import storage_options
     from .airflow.operators import BeginOperator
 
-    bag = DagBag()
+    DagBag = dag_bag_class()  # noqa: N806 - Airflow's class, from where this Airflow version keeps it
+    bag = DagBag(dag_folder=folder) if folder else DagBag()
     dag = bag.dags.get(dag_id)
     if dag is None:
         errors = "; ".join(f"{k}: {str(v).splitlines()[-1]}" for k, v in bag.import_errors.items())
-        raise SystemExit(f"no DAG {dag_id!r} in {bag.dag_folder}" + (f" (import errors: {errors})" if errors else ""))
+        raise SystemExit(f"no DAG {dag_id!r} in {bag.dag_folder}" + (f" (import errors: {errors})" if errors else "")
+                         + "; run eo from the checkout's root, or give --dags-folder (or AIRFLOW_HOME)")
     configs = [t.config for t in dag.tasks if isinstance(t, BeginOperator)]
     configs = [c for c in configs if sink is None or c.sink == sink]
     if not configs:
@@ -67,7 +89,7 @@ def _sinks(args: argparse.Namespace) -> Iterator[TwoPhaseCommitSink]:
     if bool(args.table) == bool(args.dag):
         raise SystemExit("give a table URL or --dag <dag_id> (one of them)")
     if args.dag:
-        yield from dag_sinks(args.dag, args.sink)
+        yield from dag_sinks(args.dag, args.sink, dags_folder(args.dags_folder))
     else:
         yield open_table(args.table, args.conn_id)
 
@@ -107,7 +129,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from .rollback import describe, find_interval, parse_version, rollback
 
     sink = open_table(args.table_url, args.conn_id)
-    result = describe(rollback(sink, find_interval(sink, args.interval), parse_version(args.to)))
+    interval = find_interval(sink, args.interval)
+    result = describe(rollback(sink, interval, parse_version(args.to, interval)))
     print(f"{result['version']}: {result['rollback_of']} is live again ({result['rows']} rows, partitions "
           f"{result['partitions']})")
     if result["stale"]:
@@ -126,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("table", nargs="?", help="table URL or path (s3://bucket/warehouse/orders)")
         s.add_argument("--dag", help="a DAG id: its exactly-once groups' tables (through Airflow's DagBag)")
         s.add_argument("--sink", help="with --dag: only this sink")
+        s.add_argument("--dags-folder", help="with --dag: the DAG files' folder (default: Airflow's configured "
+                                             "one, or ./dags in a checkout's root)")
         s.add_argument("--conn-id", default=settings.storage_conn_id(),
                        help="Airflow connection with the S3 credentials (default EO_STORAGE_CONN_ID)")
         s.add_argument("--stale-after", type=float, default=6 * 3600,

@@ -48,6 +48,9 @@ class PipelineConfig:
       ``<root>/warehouse/<sink>``); ``reports``: the local reports dir (default ``<root>/reports``).
     * ``table_format``: ``files`` (the default) or ``delta`` - the table is a Delta Lake table, each
       publish one Delta commit (docs/TARGETS.md); bound to the table on first use.
+    * ``max_batch``: a backfill computes up to this many intervals in ONE write job, each still its own
+      transaction (:mod:`exactly_once.batch`); the job must define ``compute_batch`` (docs/JOB_API.md).
+      1 (the default): one interval per job.
     """
 
     pipeline: str
@@ -68,6 +71,7 @@ class PipelineConfig:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     target: PublishTarget | None = None
     table_format: str = "files"
+    max_batch: int = 1
 
     def __post_init__(self) -> None:
         check_name(self.pipeline, "pipeline id")
@@ -97,6 +101,14 @@ class PipelineConfig:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(self.spark_conf).items()):
             raise ConfigError("spark_conf must map strings to strings, e.g. {'spark.executor.memory': '2g'}")
         set_("spark_conf", dict(self.spark_conf))
+        if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
+            raise ConfigError(f"{self.pipeline}: max_batch must be a whole number >= 1 (1: no batching), "
+                              f"not {self.max_batch!r}")
+
+    @property
+    def batched(self) -> bool:
+        """Does a backfill of this pipeline compute several intervals per write job?"""
+        return self.max_batch > 1
 
     @property
     def table_url(self) -> str:
@@ -108,11 +120,12 @@ class PipelineConfig:
 
     @property
     def reports_url(self) -> str:
-        """The local reports dir (Data Docs, run summaries)."""
+        """The reports dir (Data Docs, run summaries): local, or a storage URL shared by a fleet."""
         if self.reports:
             return self.reports
         if "://" in self.root:
-            raise ConfigError(f"{self.pipeline}: the data root is remote; give reports=<a local dir>")
+            raise ConfigError(f"{self.pipeline}: the data root is remote; give reports=<a local dir, or an "
+                              "s3:// URL that every worker shares>")
         return f"{self.root.rstrip('/')}/reports"
 
     def sink_handle(self, storage_options: Mapping[str, Any] | None = None) -> TwoPhaseCommitSink:

@@ -5,6 +5,8 @@
   write. The job reads it with :func:`exactly_once.job.JobContext.from_spec_url`.
 * :class:`Counts` - what the write job hands the completeness check (``_counts.json``, written last):
   one schema for every pipeline, documented in ``docs/JOB_API.md``.
+* :class:`BatchSpec` - what a batched backfill hands ONE write job that computes several intervals
+  (``_batch.json``): one job spec per interval, in interval order, and how their state chains.
 
 Both are frozen dataclasses with ``to_dict``/``from_dict``; ``from_dict`` refuses anything malformed
 with a :class:`ContractError` naming the field. Paths inside the staging dir are fixed here
@@ -21,6 +23,7 @@ from .errors import ContractError
 from .ids import Interval, check_name, check_partition
 
 SPEC = "_job.json"            # the job spec, in the staging dir
+BATCH_SPEC = "_batch.json"    # a batch's spec, in its batch dir
 COUNTS = "_counts.json"       # the job's counts, in the staging dir; written last
 STATE = "_state"              # the job's new keyed state (stateful pipelines), in the staging dir
 QUARANTINE = "_quarantine"    # rejected input records, in the staging dir
@@ -64,6 +67,18 @@ class FrozenInput:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "rel": self.rel, "size": self.size, "mtime": self.mtime, "etag": self.etag}
+
+    def changed_from(self, now: "FrozenInput") -> str | None:
+        """How the file ``now`` differs from this frozen one (``"size 4 -> 5"``), None if it is the same:
+        the size, then the etag (S3: the content) or, without etags, the mtime (local files: a file
+        rewritten in place with the same size)."""
+        for what, was, is_ in (("size", self.size, now.size), ("etag", self.etag, now.etag)):
+            if was is not None and is_ is not None and was != is_:
+                return f"{what} {was} -> {is_}"
+        if not (self.etag and now.etag) and self.mtime is not None and now.mtime is not None \
+                and self.mtime != now.mtime:
+            return f"mtime {self.mtime} -> {now.mtime}"
+        return None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FrozenInput":
@@ -263,6 +278,66 @@ class Counts:
         for k, v in values.items():
             object.__setattr__(obj, k, v)
         return obj
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """One interval of a batch: the URL of its job spec, and where its previous state comes from -
+    ``chained``: the new state the job computes for the entry before it (same batch); else
+    ``prev_state`` (a committed checkpoint's state, or the staged state of a predecessor attempt not
+    committed yet; None for the first interval or a stateless pipeline)."""
+
+    spec: str
+    prev_state: str | None = None
+    chained: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec, "prev_state": self.prev_state, "chained": self.chained}
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What a batched write job gets (``--batch <url>``): its intervals' job specs in interval order
+    (each one its own transaction) and ``scratch_dir``, where the job's combined writes land before the
+    library moves each interval's files into that interval's staging dir. See ``docs/JOB_API.md``."""
+
+    pipeline: str
+    sink: str
+    batch_id: str
+    entries: tuple[BatchEntry, ...]
+    scratch_dir: str
+    spark_remote: str | None = None
+    version: int = CONTRACT_VERSION
+
+    def __post_init__(self) -> None:
+        check_name(self.pipeline, "pipeline id")
+        check_name(self.sink, "sink name")
+        check_name(self.batch_id, "batch id")
+        if not self.entries:
+            raise ContractError("batch spec: no entries")
+        if self.entries[0].chained:
+            raise ContractError("batch spec: the first entry cannot be chained (it has no entry before it)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "pipeline": self.pipeline, "sink": self.sink, "batch_id": self.batch_id,
+                "entries": [e.to_dict() for e in self.entries], "scratch_dir": self.scratch_dir,
+                "spark_remote": self.spark_remote}
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> "BatchSpec":
+        try:
+            d = json.loads(data)
+            if not isinstance(d, Mapping) or d.get("version") != CONTRACT_VERSION:
+                raise ContractError(f"batch spec version {d.get('version') if isinstance(d, Mapping) else d!r}: "
+                                    f"this library reads version {CONTRACT_VERSION}")
+            entries = tuple(BatchEntry(str(e["spec"]), e.get("prev_state"), bool(e.get("chained")))
+                            for e in d["entries"])
+            return cls(d["pipeline"], d["sink"], d["batch_id"], entries, d["scratch_dir"], d.get("spark_remote"))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ContractError(f"batch spec is not valid: {exc}") from None
 
 
 RESERVED = frozenset({f.name for f in fields(Counts)} | set(DERIVED))

@@ -66,6 +66,12 @@ class SparkConnectLostError(ExactlyOnceError):
     this one's queries and writes the staging dir again."""
 
 
+class SinkRenamedError(ConfigError):
+    """A phase got a transaction begun for another sink (or pipeline) than the one its configuration
+    names now: the sink was renamed between attempts. Final: that attempt can never go on here; the
+    teardown ends it in the sink it was begun in (else ``eo recover <old table-url> --stale-after 0``)."""
+
+
 class LayoutError(ConfigError):
     """A layout declaration (partitions, sources, schedule) cannot work; refused before any write."""
 
@@ -100,6 +106,25 @@ class PhaseNotRunError(TransactionStateError):
     nothing is published without it. Clear the named task with Downstream."""
 
 
+class BatchPendingError(ExactlyOnceError):
+    """A batched backfill left intervals unfinished after a transient error (storage, a lost Spark
+    server): retryable - the batch's retry resumes their attempts where they stopped."""
+
+
+class PermissionDeniedError(ExactlyOnceError):
+    """An action on a table was refused: no DAG declares the table, or the user who asked may not edit
+    the DAG that owns it. No retry can change that; the message names the user and the DAG."""
+
+
 # the error a commit raises for a transaction aborted for this recorded cause (else FencedError)
 ABORT_CAUSES = {"input_changed": InputChangedError, "staged_changed": StorageError,
                 "target_refused": TargetSchemaError}
+
+
+# Errors no retry can fix: the Airflow task fails at once, without retries, and ends its transaction
+# (exactly_once.airflow.operators). A broken suite or configuration (ConfigError), a target that does not
+# fit the rows (TargetSchemaError) and intervals run out of order (OrderingError; a predecessor still
+# pending is waited for by the begin task) are among them: retrying only costs time.
+FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError, OwnershipError,
+         ConfigError, InputChangedError, InputsShrankError, CommitWithoutWriteError, PhaseNotRunError,
+         TargetSchemaError, OrderingError)

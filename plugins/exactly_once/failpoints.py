@@ -5,9 +5,14 @@
 * ``crash`` - the process exits at once with :data:`CRASH_EXIT_CODE` (``os._exit``: no cleanup, no
   ``finally``, no flushing of Python buffers - the same as ``kill -9`` for everything on disk);
 * ``error`` - :class:`~exactly_once.errors.FailpointError` is raised;
-* either with the suffix ``:once`` - fires only the first time across all processes (a marker file is
+* ``hang`` - the process stops there (sleeps until it is killed), so that a test can kill it - or the
+  whole worker or machine running it - at exactly that point; it announces itself on stderr and, with
+  ``:once``, by its marker in ``EO_FAILPOINTS_STATE``;
+* any of them with the suffix ``:once`` - fires only the first time across all processes (a marker is
   created exclusively in ``EO_FAILPOINTS_STATE``, default ``<tmp>/eo-failpoints``), so that the
-  retry Airflow runs next succeeds.
+  retry Airflow runs next succeeds. Processes on different machines (Celery workers, each with its own
+  temp dir) share "once" only through a shared location: ``EO_FAILPOINTS_STATE`` may be a storage URL
+  (``s3://bucket/prefix``, created with put-if-absent; credentials from the AWS environment).
 
 Unset, a failpoint costs one dict lookup.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 
 from .errors import ConfigError, FailpointError
 
@@ -30,7 +36,9 @@ NAMES = (
     "commit.after_publish",
     "abort.mid",
 )
-_ACTIONS = ("crash", "error")
+# places only a batched backfill passes (exactly_once.batch): not in NAMES, which every single run reaches
+BATCH_NAMES = ("batch.between_commits",)
+_ACTIONS = ("crash", "error", "hang")
 
 
 def parse(spec: str) -> dict[str, tuple[str, bool]]:
@@ -39,17 +47,22 @@ def parse(spec: str) -> dict[str, tuple[str, bool]]:
     for item in filter(None, (p.strip() for p in spec.split(","))):
         name, sep, action = item.partition("=")
         action, _, flag = action.partition(":")
-        if not sep or name not in NAMES or action not in _ACTIONS or flag not in ("", "once"):
+        if not sep or name not in NAMES + BATCH_NAMES or action not in _ACTIONS or flag not in ("", "once"):
             raise ConfigError(
-                f"bad EO_FAILPOINTS entry {item!r}: expected name=crash|error[:once], name one of {NAMES}"
+                f"bad EO_FAILPOINTS entry {item!r}: expected name=crash|error|hang[:once], name one of {NAMES + BATCH_NAMES}"
             )
         out[name] = (action, flag == "once")
     return out
 
 
 def _claim_once(name: str) -> bool:
-    """True the first time ``name`` fires (exclusive create of a marker file), False afterwards."""
+    """True the first time ``name`` fires (exclusive create of a marker), False afterwards."""
     state = os.environ.get("EO_FAILPOINTS_STATE") or os.path.join(tempfile.gettempdir(), "eo-failpoints")
+    if "://" in state:  # shared by every process that can reach it, on any machine
+        from .storage import storage_for  # noqa: PLC0415 - only for a URL state
+
+        store, root = storage_for(state)
+        return store.create_exclusive(store.join(root, name), f"pid {os.getpid()}\n".encode())
     os.makedirs(state, exist_ok=True)
     try:
         os.close(os.open(os.path.join(state, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -73,4 +86,9 @@ def failpoint(name: str) -> None:
         sys.stderr.write(f"[failpoint] {name}: crashing the process (exit {CRASH_EXIT_CODE})\n")
         sys.stderr.flush()
         os._exit(CRASH_EXIT_CODE)
+    if action == "hang":
+        sys.stderr.write(f"[failpoint] {name}: hanging until killed (pid {os.getpid()})\n")
+        sys.stderr.flush()
+        while True:
+            time.sleep(3600)
     raise FailpointError(f"failpoint {name} fired")

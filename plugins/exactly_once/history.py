@@ -37,6 +37,7 @@ class HistoryRow:
     verdict: str
     reason: str
     table_version: int | None = None  # the table format's own version of this publish (Delta), if any
+    asked: str = ""                   # an action's provenance: "rollback to e2 by admin (eo_rollback run r1)"
 
 
 def history(sink: TwoPhaseCommitSink) -> list[HistoryRow]:
@@ -49,8 +50,17 @@ def history(sink: TwoPhaseCommitSink) -> list[HistoryRow]:
             live = view.live is not None and view.live.epoch == e.epoch and e.published
             out.append(HistoryRow(iv.start.isoformat(), iv.end.isoformat(), e.epoch, e.version, e.state.value, live,
                                   _iso(e.ended_at), e.rows, e.files, _verdict(e), e.reason,
-                                  table_versions.get(e.version)))
+                                  table_versions.get(e.version), asked(e)))
     return out
+
+
+def asked(e: EpochView) -> str:
+    """What was asked of this epoch, by whom, through which run ("" for a plain scheduled run)."""
+    if not e.action:
+        return ""
+    by = f" by {e.by}" if e.by else ""
+    run = f" ({e.run_dag} run {e.run_id})" if e.run_id else ""
+    return f"{e.action}{by}{run}"
 
 
 def _iso(ts: float | None) -> str | None:
@@ -70,7 +80,7 @@ def render(sink: TwoPhaseCommitSink, url: str, rows: list[HistoryRow]) -> str:
     table = [head] + [(r.interval_start[:19].replace("T", " "), r.interval_end[:19].replace("T", " "),
                        f"e{r.epoch}" + ("" if r.table_version is None else f" (table v{r.table_version})"),
                        r.state, "*" if r.live else "", r.decided_at or "-", _n(r.rows), _n(r.files),
-                       "; ".join(x for x in (r.verdict if r.verdict != "-" else "", r.reason) if x) or "-")
+                       "; ".join(x for x in (r.asked, r.verdict if r.verdict != "-" else "", r.reason) if x) or "-")
                       for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
     lines = [f"{sink.sink} (pipeline {sink.pipeline}) at {redact(url)}: "

@@ -121,6 +121,16 @@ class Interval:
         return f"{self.start.strftime(_TOKEN_FMT)}_{self.end.strftime(_TOKEN_FMT)}"
 
     @property
+    def label(self) -> str:
+        """For people: ``2026-01-04`` for a day from midnight UTC, else ``2026-01-04 05:00 - 06:00 UTC``
+        (the end's date too when it differs)."""
+        midnight = (self.start.hour, self.start.minute, self.start.second) == (0, 0, 0)
+        if self.end - self.start == timedelta(days=1) and midnight:
+            return self.day
+        end = f"{self.end:%H:%M}" if self.end.date() == self.start.date() else f"{self.end:%Y-%m-%d %H:%M}"
+        return f"{self.start:%Y-%m-%d %H:%M} - {end} UTC"
+
+    @property
     def day(self) -> str:
         """``YYYY-MM-DD`` of the start (the ``dt=`` partition of a daily interval)."""
         return self.start.strftime("%Y-%m-%d")

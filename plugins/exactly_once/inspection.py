@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from . import liveness
 from .errors import ConfigError
-from .ids import Interval
+from .ids import Interval, parse_txn_name
 from .ownership import owner_record
 from .storage import redact
 from .transaction import TwoPhaseCommitSink
@@ -63,6 +63,9 @@ class EpochView:
     files: int | None
     quality: Quality
     reason: str                     # why it is in that state ("" for a plain live commit)
+    run_dag: str | None = None      # the DAG of that run (``eo_rollback`` for a rollback)
+    by: str | None = None           # who triggered that run (Airflow's triggering user)
+    action: str = ""                # what was asked: "rollback to e2", "reprocess", "" for a scheduled run
 
     @property
     def label(self) -> str:
@@ -118,20 +121,26 @@ def epoch_view(st: EpochStatus, statuses: Mapping[int, EpochStatus], version: st
     manifest = st.manifest
     quality = quality_of(st)
     ended = _at(st, "outcome")
-    run = ((st.records.get("open") or {}).get("meta") or {}).get("run") or {}
+    meta = (st.records.get("open") or {}).get("meta") or {}
+    run = meta.get("run") or {}
+    action = str(run.get("action") or "")
+    if meta.get("rollback_of"):
+        parsed = parse_txn_name(str(meta["rollback_of"]))
+        action = f"rollback to e{parsed[1]}" if parsed else f"rollback to {meta['rollback_of']}"
     return EpochView(epoch=st.epoch, version=version, state=st.state, published=st.published,
                      started_at=st.started_at, ended_at=ended, run_id=run.get("run_id"),
                      rows=manifest.rows if manifest else None, files=manifest.files if manifest else None,
                      quality=quality,
-                     reason=_reason(st, statuses, quality, ended))
+                     reason=_reason(st, statuses, quality, ended), run_dag=run.get("dag_id"), by=run.get("by"),
+                     action=action)
 
 
 def _reason(st: EpochStatus, statuses: Mapping[int, EpochStatus], quality: Quality, ended: float | None) -> str:
     newer = [s for e, s in statuses.items() if e > st.epoch]
     if st.state is State.COMMITTED:
-        later = [s for s in newer if s.state is State.COMMITTED]
+        later = sorted(s.epoch for s in newer if s.state is State.COMMITTED)
         if later:
-            return f"superseded by e{later[-1].epoch}"
+            return f"superseded by e{later[0]}"  # the version that replaced it, not the newest
         return "" if st.published else "decided COMMITTED, publish not finished (recover rolls it forward)"
     if st.state is State.ABORTED:
         if quality.passed is False:

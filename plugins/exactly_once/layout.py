@@ -193,11 +193,11 @@ def list_inputs(storage: Storage, root: str, source: Source, interval: Interval)
 
 def late_files(frozen: Sequence[FrozenInput], current: Sequence[FrozenInput]) -> dict[str, list[str]]:
     """What changed in a source's files since they were frozen: ``new`` files (late arrivals),
-    ``changed`` (same path, other size or etag) and ``missing`` (a replay is impossible)."""
+    ``changed`` (same path, other size, etag or - local files - mtime) and ``missing`` (a replay is
+    impossible)."""
     old = {p.rel: p for p in frozen}
     now = {p.rel: p for p in current}
-    changed = [r for r in set(now) & set(old) if now[r].size != old[r].size
-               or (now[r].etag and old[r].etag and now[r].etag != old[r].etag)]
+    changed = [r for r in set(now) & set(old) if old[r].changed_from(now[r])]
     return {"new": sorted(set(now) - set(old)), "changed": sorted(changed), "missing": sorted(set(old) - set(now))}
 
 

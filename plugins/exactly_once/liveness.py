@@ -33,7 +33,7 @@ from .txlog import EpochStatus, State, owner
 
 if TYPE_CHECKING:
     from .ids import TxnRef
-    from .transaction import TwoPhaseCommitSink
+    from .sinkview import SinkView
 
 log = logging.getLogger(__name__)
 HEARTBEATS = "_heartbeats"
@@ -51,7 +51,7 @@ def heartbeat_path(storage: Storage, staging_dir: str) -> str:
     return storage.join(home, HEARTBEATS, name)
 
 
-def txn_heartbeat(sink: "TwoPhaseCommitSink", txn: "TxnRef") -> str:
+def txn_heartbeat(sink: "SinkView", txn: "TxnRef") -> str:
     """The heartbeat object of ``txn``: ``<home>/_heartbeats/<txn>``, wherever its target stages it (a
     Delta table stages inside the table, the files targets under ``<home>/_staging/``)."""
     return sink.storage.join(sink.home, HEARTBEATS, txn.name)
@@ -69,7 +69,7 @@ def storage_now(storage: Storage, home: str) -> float:
     raise StorageError(f"could not write the storage clock's probe {probe}")
 
 
-def last_alive(sink: "TwoPhaseCommitSink", txn: "TxnRef", st: EpochStatus) -> float | None:
+def last_alive(sink: "SinkView", txn: "TxnRef", st: EpochStatus) -> float | None:
     """The newest storage timestamp of ``txn``'s heartbeat and its own log records; None if none exists."""
     paths = [txn_heartbeat(sink, txn)]
     paths += [sink.log.record_path(txn.interval, txn.epoch, k) for k in LIFE_RECORDS if k in st.records]
@@ -82,7 +82,7 @@ def last_alive(sink: "TwoPhaseCommitSink", txn: "TxnRef", st: EpochStatus) -> fl
     return max(stamps, default=None)
 
 
-def is_stale(sink: "TwoPhaseCommitSink", txn: "TxnRef", st: EpochStatus, stale_after: float | None) -> bool:
+def is_stale(sink: "SinkView", txn: "TxnRef", st: EpochStatus, stale_after: float | None) -> bool:
     """THE takeover rule (module docstring): may ``recover``/``gc`` abort the unfinished attempt ``txn``?
     Never for ``stale_after=None``, never for a decided one; no storage access unless it is unfinished."""
     if stale_after is None or st.state not in (State.OPEN, State.PRE_COMMITTED):
@@ -101,23 +101,27 @@ def is_stale(sink: "TwoPhaseCommitSink", txn: "TxnRef", st: EpochStatus, stale_a
 
 
 class Heartbeat:
-    """Rewrites one heartbeat object every ``every`` seconds from a daemon thread while entered (the
-    first beat is written before ``__enter__`` returns). A failed beat is logged, never raised: without
-    beats the attempt is judged by its records, as if it had no heartbeat."""
+    """Rewrites one heartbeat object (or each of ``path``'s objects: a batch's attempts) every ``every``
+    seconds from a daemon thread while entered (the first beat is written before ``__enter__`` returns).
+    A failed beat is logged, never raised: without beats the attempt is judged by its records, as if it
+    had no heartbeat."""
 
-    def __init__(self, storage: Storage, path: str, every: float | None = None) -> None:
-        self.storage, self.path = storage, path
+    def __init__(self, storage: Storage, path: str | Sequence[str], every: float | None = None) -> None:
+        self.storage, self.paths = storage, [path] if isinstance(path, str) else list(path)
+        self.path = self.paths[0]
         self.every = settings.heartbeat_seconds() if every is None else every
         self.beats = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def beat(self) -> None:
-        try:
-            self.storage.write_atomic(self.path, to_json({"beat": self.beats + 1, "owner": owner()}))
-            self.beats += 1
-        except Exception as exc:  # noqa: BLE001 - the write goes on; a takeover may come sooner
-            log.warning("heartbeat %s not written: %s", self.path, exc)
+        body = to_json({"beat": self.beats + 1, "owner": owner()})
+        for path in self.paths:
+            try:
+                self.storage.write_atomic(path, body)
+            except Exception as exc:  # noqa: BLE001 - the write goes on; a takeover may come sooner
+                log.warning("heartbeat %s not written: %s", path, exc)
+        self.beats += 1
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -135,7 +139,7 @@ class Heartbeat:
             self._thread.join()
 
 
-def heartbeat(sink: "TwoPhaseCommitSink", txn: "TxnRef", every: float | None = None) -> Heartbeat:
+def heartbeat(sink: "SinkView", txn: "TxnRef", every: float | None = None) -> Heartbeat:
     """``with heartbeat(sink, txn): write ...`` - keep ``txn`` alive while a writer works on it."""
     return Heartbeat(sink.storage, txn_heartbeat(sink, txn), every)
 

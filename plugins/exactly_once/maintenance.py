@@ -6,24 +6,29 @@ clock - :func:`exactly_once.liveness.is_stale`: a write whose heartbeat is fresh
 
 * staging dirs of ABORTED or COMMITTED-and-published transactions (and orphans with no log record),
   and their heartbeats;
-* checkpoints that are not their interval's current committed version;
-* superseded versions (their data in the target) - only once a *newer* version of the interval has
-  been published for ``min_age`` seconds, so a reader that resolved the old version just before the
-  switch can still finish; the time comes from the log (the newer epoch's ``published`` record), never
-  from file mtimes;
-* log records of superseded epochs on the same condition - except each epoch's ``outcome`` and
-  ``published`` records, which stay as tombstones (a zombie of that epoch stays fenced, recovery sees it
-  finished, and a later publish still knows every partition the interval ever had).
+* superseded versions - their data in the target, their checkpoint (state, counts) and their log
+  records - only once a *newer* version of the interval has been published for ``min_age`` seconds (the
+  grace period), so a reader that resolved the old version just before the switch, or a successor that
+  read its state, can still finish; the log's ``outcome`` and ``published`` records stay as tombstones
+  (a zombie of that epoch stays fenced, recovery sees it finished, and a later publish still knows every
+  partition the interval ever had);
+* checkpoints of aborted transactions at once (they were never live).
+
+The grace is judged on the STORAGE's clock (:class:`StorageClock`), like takeovers
+(:mod:`exactly_once.liveness`): a version stopped being live when the newer epoch's ``published``
+record was stored - that object's storage timestamp, never a time a publisher wrote into it (a commit
+worker whose clock is hours slow must not make gc delete a version replaced a moment ago) - and never
+judged by data files' mtimes.
 
 One broken interval never stops the others: its failure is reported under ``failed``.
 """
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable
 
 from . import liveness
+from .batch import collect as collect_batches
 from .errors import ExactlyOnceError
 from .ids import Interval, parse_txn_name
 from .transaction import TwoPhaseCommitSink
@@ -33,15 +38,52 @@ log = logging.getLogger(__name__)
 COMPACTABLE = ("open", "pre_committed", "validated", "intent")  # outcome + published stay: tombstones
 
 
-def retired_at(statuses: dict[int, EpochStatus], epoch: int) -> float | None:
-    """When epoch ``epoch``'s version stopped being live: the first publish of a newer committed epoch of
-    the interval (every newer publish covers every partition an older epoch had). None: still current."""
-    times = [st.published_at for e, st in statuses.items()
-             if e > epoch and st.state is State.COMMITTED and st.published_at is not None]
-    return min(times) if times else None  # type: ignore[type-var]
+Stamp = Callable[[int, str], "float | None"]  # (epoch, record kind) -> its storage timestamp
 
 
-def garbage_judge(sink: TwoPhaseCommitSink, min_age: float, now: float) -> Callable[[str], bool]:
+class StorageClock:
+    """gc's clock: the storage's own. ``now`` is the timestamp the storage gives a probe object written
+    now (:func:`~exactly_once.liveness.storage_now`); :meth:`stamps` gives a log record's storage
+    timestamp (local mtime, S3 ``LastModified``) - when it was stored, whatever clock its writer had."""
+
+    def __init__(self, sink: TwoPhaseCommitSink) -> None:
+        self.sink = sink
+        self.now = liveness.storage_now(sink.storage, sink.home)
+        self._seen: dict[str, float | None] = {}
+
+    def stamps(self, interval: Interval) -> Stamp:
+        """``(epoch, kind) -> storage timestamp`` of that record of ``interval``; None if it is absent."""
+        def stamp(epoch: int, kind: str) -> float | None:
+            path = self.sink.log.record_path(interval, epoch, kind)
+            if path not in self._seen:
+                try:
+                    self._seen[path] = self.sink.storage.modified_at(path)
+                except FileNotFoundError:
+                    self._seen[path] = None
+            return self._seen[path]
+
+        return stamp
+
+
+def retired_at(statuses: dict[int, EpochStatus], epoch: int, stamp: Stamp) -> float | None:
+    """When epoch ``epoch``'s version stopped being live, on the storage's clock: the earliest stored
+    ``published`` record of a newer committed epoch of the interval (every newer publish covers every
+    partition an older epoch had; the record is stored after the switch, so the grace never starts
+    early). None: still current."""
+    times = [stamp(e, "published") for e, st in statuses.items()
+             if e > epoch and st.state is State.COMMITTED and st.published]
+    return min((t for t in times if t is not None), default=None)
+
+
+def grace_over(statuses: dict[int, EpochStatus], epoch: int, min_age: float, clock: StorageClock,
+               interval: Interval) -> bool:
+    """True when a newer version of the interval has been live for ``min_age`` s of the storage clock:
+    only then may epoch ``epoch``'s data, checkpoint and log records go."""
+    since = retired_at(statuses, epoch, clock.stamps(interval))
+    return since is not None and clock.now - since >= min_age
+
+
+def garbage_judge(sink: TwoPhaseCommitSink, min_age: float, clock: StorageClock) -> Callable[[str], bool]:
     """``version name -> bool``: True when the log says a newer version has been live for ``min_age``."""
     cache: dict[str, dict[int, EpochStatus]] = {}
 
@@ -52,22 +94,23 @@ def garbage_judge(sink: TwoPhaseCommitSink, min_age: float, now: float) -> Calla
         token, epoch = parsed
         if token not in cache:
             cache[token] = sink.status(Interval.from_token(token))
-        since = retired_at(cache[token], epoch)
-        return since is not None and now - since >= min_age
+        return grace_over(cache[token], epoch, min_age, clock, Interval.from_token(token))
 
     return judge
 
 
 def compactable(statuses: dict[int, EpochStatus], epoch: int, current: bool, min_age: float,
-                now: float) -> bool:
+                clock: StorageClock, interval: Interval) -> bool:
     """May epoch ``epoch``'s records be compacted (all but its tombstones)? Only when it is not the
     interval's current version, a newer epoch has been *published* (a publish still running needs the
-    older epochs' manifests to know every partition the interval had) and ``min_age`` has passed since
-    it stopped being live (aborted epochs: since they began)."""
-    st = statuses[epoch]
-    since = retired_at(statuses, epoch) if st.state is State.COMMITTED else st.started_at
-    return (not current and since is not None and now - since >= min_age
-            and any(e > epoch and s.published for e, s in statuses.items()))
+    older epochs' manifests to know every partition the interval had) and ``min_age`` has passed on the
+    storage clock since it stopped being live (aborted epochs: since their abort was stored)."""
+    if current or not any(e > epoch and s.published for e, s in statuses.items()):
+        return False
+    if statuses[epoch].state is State.COMMITTED:
+        return grace_over(statuses, epoch, min_age, clock, interval)
+    since = clock.stamps(interval)(epoch, "outcome")
+    return since is not None and clock.now - since >= min_age
 
 
 def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
@@ -75,11 +118,11 @@ def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
     """Collect garbage of one sink; returns what was removed, by kind (and ``failed`` intervals)."""
     report: dict[str, list[str]] = {"recovered": sink.recover(stale_after=stale_after), "staging": [],
                                     "checkpoints": [], "versions": [], "log_records": [], "heartbeats": [],
-                                    "failed": []}
-    storage, now = sink.storage, time.time()
+                                    "batches": [], "failed": []}
+    storage, clock = sink.storage, StorageClock(sink)
     for iv in sink.log.intervals():
         try:
-            _collect_interval(sink, iv, min_age, now, report)
+            _collect_interval(sink, iv, min_age, clock, report)
         except (ExactlyOnceError, OSError) as exc:
             log.error("gc %s/%s %s failed: %s", sink.pipeline, sink.sink, iv, exc)
             report["failed"].append(f"{iv.token}: {type(exc).__name__}: {exc}")
@@ -91,7 +134,8 @@ def gc(sink: TwoPhaseCommitSink, *, min_age: float = 3600.0,
             storage.remove_tree(path)
             report["staging"].append(path)
     report["heartbeats"] = _collect_heartbeats(sink)
-    report["versions"] = sink.target.sweep(garbage_judge(sink, min_age, now))
+    report["batches"] = collect_batches(sink, min_age=min_age, stale_after=stale_after, now=clock.now)
+    report["versions"] = sink.target.sweep(garbage_judge(sink, min_age, clock))
     return report
 
 
@@ -115,7 +159,7 @@ def _collect_heartbeats(sink: TwoPhaseCommitSink) -> list[str]:
     return removed
 
 
-def _collect_interval(sink: TwoPhaseCommitSink, iv: Interval, min_age: float, now: float,
+def _collect_interval(sink: TwoPhaseCommitSink, iv: Interval, min_age: float, clock: StorageClock,
                       report: dict[str, list[str]]) -> None:
     statuses = sink.status(iv)
     current = sink.committed(iv)
@@ -124,16 +168,23 @@ def _collect_interval(sink: TwoPhaseCommitSink, iv: Interval, min_age: float, no
         finished = st.state is State.ABORTED or (st.state is State.COMMITTED and st.published)
         if not finished:
             continue
-        for kind, path in (("staging", sink.staging_dir(txn)), ("checkpoints", sink.checkpoint_dir(txn))):
-            if kind == "checkpoints" and current and current[0] == txn:
-                continue
-            if kind == "staging" and st.state is State.COMMITTED and sink.target.publishes_in_place:
-                continue  # a Delta version's staging holds its data files: the target's sweep decides
-            if sink.storage.exists(path):
-                sink.storage.remove_tree(path)
-                report[kind].append(path)
-        if compactable(statuses, epoch, current is not None and current[0] == txn, min_age, now):
+        is_current = current is not None and current[0] == txn
+        checkpoint = sink.checkpoint_dir(txn)  # it has its version's grace; none if never live (aborted)
+        if sink.storage.exists(checkpoint) and (st.state is State.ABORTED or (
+                not is_current and grace_over(statuses, epoch, min_age, clock, iv))):
+            _remove(sink, "checkpoints", checkpoint, report)
+        if not (st.state is State.COMMITTED and sink.target.publishes_in_place):
+            _remove(sink, "staging", sink.staging_dir(txn), report)  # a Delta version's staging holds its
+            # data files: the target's sweep decides
+        if any(k in st.records for k in COMPACTABLE) and compactable(statuses, epoch, is_current, min_age,
+                                                                      clock, iv):
             for kind in COMPACTABLE:
                 if kind in st.records:
                     sink.log.remove(iv, epoch, kind)
                     report["log_records"].append(f"{txn.name}.{kind}")
+
+
+def _remove(sink: TwoPhaseCommitSink, kind: str, path: str, report: dict[str, list[str]]) -> None:
+    if sink.storage.exists(path):
+        sink.storage.remove_tree(path)
+        report[kind].append(path)

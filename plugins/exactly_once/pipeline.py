@@ -20,12 +20,13 @@ from . import liveness
 from .config import PipelineConfig
 from .contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
 from .errors import (CommitWithoutWriteError, ConfigError, InputsShrankError, NoInputError, OrderingError,
-                     OwnershipError, PhaseNotRunError, PredecessorPendingError, TransactionAbortedError,
-                     TransactionStateError, ValidationFailedError)
+                     OwnershipError, PhaseNotRunError, PredecessorPendingError, SinkRenamedError,
+                     TransactionAbortedError, TransactionStateError, ValidationFailedError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, parse_txn_name
 from .layout import Source, late_files, list_inputs
-from .storage import storage_for
+from .ordering import same_state, state_fingerprint
+from .storage import redact, storage_for
 from .txlog import EpochStatus, State
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class IntervalRun:
 
     # ------------------------------------------------------------------ begin
     def begin(self, *, refresh_sources: bool = False, allow_shrinking: bool = False,
-              run: dict[str, Any] | None = None) -> dict[str, Any]:
+              run: dict[str, Any] | None = None, chain: TxnRef | None = None) -> dict[str, Any]:
         """Open a transaction: check ownership and ordering, freeze (or replay) the sources, write the spec.
 
         Returns ``{"txn": ..., "spec": <job spec URL>, "inputs": n}`` for the next tasks (XCom). Raises,
@@ -61,16 +62,17 @@ class IntervalRun:
         OrderingError (a stateful interval's predecessor is not committed), NoInputError (a source
         matched no file and does not allow empty intervals), InputsShrankError (sources frozen now lack
         files the committed version read, unless ``allow_shrinking``; those dropped are recorded in
-        ``meta.dropped_inputs``).
+        ``meta.dropped_inputs``). ``chain`` (a batch, :mod:`exactly_once.batch`): the predecessor is that
+        attempt of the previous interval, not committed yet; this one commits only after it.
         """
         self._check_owners()
-        prev = self.predecessor()
+        prev = self._chained(chain) if chain is not None else self.predecessor()
         inputs, replayed = self._inputs(refresh_sources)
         dropped = [] if replayed else self._dropped_inputs(inputs, allow_shrinking)
         meta = {"run": run or {}, "partitions": list(self.partitions), "refresh_sources": refresh_sources,
                 "replayed": replayed, "prev": prev.name if prev else None, "dropped_inputs": dropped}
         flat = [{"source": name, **fi.to_dict()} for name, fis in inputs.items() for fi in fis]
-        txn = self.sink.begin(self.interval, sources=flat, meta=meta, reads=prev)
+        txn = self.sink.begin(self.interval, sources=flat, meta=meta, reads=prev, reads_pending=chain is not None)
         staging = self.sink.staging_dir(txn)
         spec = JobSpec(
             pipeline=self.config.pipeline, sink=self.config.sink, txn=txn.name,
@@ -86,25 +88,31 @@ class IntervalRun:
         self.storage.write_atomic(spec_path, spec.to_json())
         log.info("begin %s: %d input files (%s), partitions %s, previous checkpoint %s", txn.name, len(flat),
                  "replayed" if replayed else "frozen now", ", ".join(self.partitions), prev.name if prev else "-")
-        return {"txn": txn.to_dict(), "spec": self.storage.url(spec_path), "inputs": len(flat)}
+        return {"txn": txn.to_dict(), "spec": self.storage.url(spec_path), "inputs": len(flat),
+                "table": self.storage.url(self.sink.table)}  # where the attempt lives, should the sink be renamed
 
     def _sources(self) -> tuple[Source, ...]:
         return self.config.sources  # type: ignore[return-value]
 
     def _check_owners(self) -> None:
-        """Refuse if another interval of this sink already began with one of our partitions."""
+        """Refuse if another interval of this sink has an attempt, not aborted, with one of our partitions
+        (an aborted attempt never blocks the interval that owns the partition: docs/RELIABILITY.md)."""
         mine = set(self.partitions)
         for iv in self.sink.log.intervals():
             if iv == self.interval or iv.end <= self.interval.start or iv.start >= self.interval.end:
                 continue  # only intervals that overlap this one in time can share its partitions
             for st in self.sink.status(iv).values():
+                if st.state is State.ABORTED:
+                    continue
                 theirs = set(((st.records.get("open") or {}).get("meta") or {}).get("partitions") or [])
                 clash = sorted(mine & theirs)
                 if clash:
                     raise OwnershipError(
                         f"{self.config.pipeline}: interval {self.interval} would publish {clash[0]}, which "
-                        f"interval {iv} owns; two intervals may never publish one partition - make the "
-                        "partition template finer or run the intervals of the DAG's own schedule")
+                        f"interval {iv} owns (its e{st.epoch} is {st.state.value}); two intervals may never "
+                        "publish one partition - make the partition template finer or run the intervals of the "
+                        "DAG's own schedule (an unfinished attempt releases it once it ends: by its run's teardown, or "
+                        "`eo recover <table-url>` once it is stale)")
 
     def predecessor(self) -> TxnRef | None:
         """The committed version whose state this interval reads: that of the interval whose end is this
@@ -134,6 +142,12 @@ class IntervalRun:
                 "first interval")
         return found[0]
 
+    def _chained(self, chain: TxnRef) -> TxnRef:
+        if not self.config.stateful or chain.interval.end != self.interval.start:
+            raise OrderingError(f"{self.config.pipeline}: {chain.name} is not the predecessor of {self.interval} "
+                                "(only a stateful pipeline chains, on the interval that ends at its start)")
+        return chain
+
     def _inputs(self, refresh: bool) -> tuple[dict[str, list[FrozenInput]], bool]:
         """The inputs per source: replayed from the committed attempt or the newest live attempt that got
         past its write (so a retry computes the same answer), else frozen now from the landing zone.
@@ -149,10 +163,13 @@ class IntervalRun:
                     out.setdefault(item.get("source", first), []).append(FrozenInput.from_dict(item))
                 return out, True
         fresh = {}
+        # a reprocess of a committed interval that finds none of its files left is a shrink: refused by
+        # _dropped_inputs (InputsShrankError, naming allow_shrinking), not a missing input
+        shrinking = refresh and self.sink.committed(self.interval) is not None
         for source in self._sources():
             store, root = storage_for(source.landing(self.config.root), **self.options)
             fresh[source.name] = list_inputs(store, root, source, self.interval)
-            if not fresh[source.name] and not source.allow_empty:
+            if not fresh[source.name] and not source.allow_empty and not shrinking:
                 raise NoInputError(
                     f"{self.config.pipeline}: no input for interval {self.interval} in source {source.name}: "
                     f"nothing under {store.url(root)} matches {source.patterns(self.interval)} with a "
@@ -192,7 +209,10 @@ class IntervalRun:
 
     # ------------------------------------------------------------------ pre_commit
     def _own(self, txn: TxnRef) -> TxnRef:
-        """``txn`` if it is a transaction of this run's interval (the sink checks pipeline and sink)."""
+        """``txn`` if it is a transaction of this run's sink and interval; SinkRenamedError (final) for an
+        attempt begun for another sink."""
+        if self.renamed(txn):
+            raise SinkRenamedError(self._renamed_message(txn))
         if txn.interval != self.interval:
             raise TransactionStateError(f"{txn.name} is a transaction of {txn.interval}, not of this run's "
                                         f"interval {self.interval}")
@@ -263,7 +283,7 @@ class IntervalRun:
         spec = self.job_spec(txn)
         outcome = validate_staged(
             suite_path=self.config.suite, table=self.config.sink, staging_dir=spec.staging_dir,
-            partitions=list(spec.partitions), counts=self.counts(txn), prev_state_dir=spec.prev_state,
+            partitions=list(spec.partitions), counts=self.counts(txn), prev_state_dir=self.prev_state_url(st),
             report_root=f"{self.config.reports_url}/data_docs", run_name=f"{self.config.pipeline}.{txn.name}",
             max_malformed_ratio=self.config.max_malformed_ratio, storage_options=self.options)
         passed = self.sink.record_validation(txn, outcome.passed, {
@@ -277,6 +297,17 @@ class IntervalRun:
             raise error
         log.info("validate %s: passed; report %s", txn.name, outcome.report_path)
         return result
+
+    def prev_state_url(self, st: EpochStatus) -> str | None:
+        """Where the state this attempt read is now: its predecessor's checkpoint once published, its
+        staging while it is not (a predecessor chained in the same batch)."""
+        if st.reads is None:
+            return None
+        checkpoint = self.storage.join(self.sink.checkpoint_dir(st.reads), STATE)
+        if not self.storage.exists(checkpoint) and self.storage.exists(
+                staged := self.storage.join(self.sink.staging_dir(st.reads), STATE)):
+            return self.storage.url(staged)
+        return self.storage.url(checkpoint)
 
     # ------------------------------------------------------------------ commit / abort
     def commit(self, txn: TxnRef) -> dict[str, Any]:
@@ -338,11 +369,44 @@ class IntervalRun:
         undecided = st.state in (State.OPEN, State.PRE_COMMITTED)
         return undecided and (st.manifest is not None or self._write_finished(txn))
 
-    def abort(self, txn: TxnRef) -> str:
-        """Teardown: end the transaction without leftovers (roll a decided commit forward instead)."""
+    def renamed(self, txn: TxnRef) -> bool:
+        """Was ``txn`` begun for another sink or pipeline than the configuration names now?"""
+        return (txn.pipeline, txn.sink) != (self.config.pipeline, self.config.sink)
+
+    def _renamed_message(self, txn: TxnRef, table: str | None = None) -> str:
+        return (f"{txn.name} was begun for {txn.pipeline}/{txn.sink}, but the configuration now names "
+                f"{self.config.pipeline}/{self.config.sink} (table {redact(self.config.table_url)}): the sink was "
+                "renamed between attempts, and this attempt can never go on. Clear the whole run (begin with "
+                "Downstream) to write the interval into the new sink; the teardown ends the old attempt, else "
+                f"run: eo recover {redact(table) if table else '<old table-url>'} --stale-after 0")
+
+    def abort(self, txn: TxnRef, *, table: str | None = None) -> str:
+        """Teardown: end the transaction without leftovers (roll a decided commit forward instead).
+
+        An attempt of a renamed sink is ended in the table it was begun in (``table``: begin's result),
+        through that table's owner record; an undecided one is aborted there, a decided commit is left
+        to ``eo recover <table>``. SinkRenamedError if that table is unknown or not the attempt's."""
+        if self.renamed(txn):
+            return self._abort_renamed(txn, table)
         state = self.sink.abort(self._own(txn), keep=self.config.keep_rejected)
         log.info("abort %s: %s%s", txn.name, state.value,
                  " (nothing to undo)" if state is State.COMMITTED else ", staging removed")
+        return state.value
+
+    def _abort_renamed(self, txn: TxnRef, table: str | None) -> str:
+        from .transaction import TwoPhaseCommitSink  # noqa: PLC0415 - the sink the attempt was begun in
+
+        old = TwoPhaseCommitSink.open(table, storage_options=self.options) if table else None
+        if old is None or (old.pipeline, old.sink) != (txn.pipeline, txn.sink):
+            raise SinkRenamedError(self._renamed_message(txn, table))
+        st = old.status_of(txn)
+        if st.state is State.COMMITTED:
+            if not st.published:
+                raise SinkRenamedError(self._renamed_message(txn, table))
+            return st.state.value
+        state = old.abort(txn, keep=self.config.keep_rejected, reason="the sink was renamed between attempts")
+        log.warning("abort %s of the renamed sink %s/%s in %s: %s", txn.name, txn.pipeline, txn.sink, redact(table),
+                    state.value)
         return state.value
 
     def abort_unhanded(self, run_id: str) -> list[str]:
@@ -397,7 +461,7 @@ class IntervalRun:
                 break
             used = found[1].reads
             if stale or (used is not None and used.name != current[0].name
-                         and not _same(self._state_digest(used.name), _fingerprint_of(current[1]))):
+                         and not same_state(self._state_digest(used.name), state_fingerprint(current[1]))):
                 stale.append(nxt[0].token)
             current, iv = found, nxt[0]
         return stale
@@ -405,7 +469,7 @@ class IntervalRun:
     def _state_digest(self, txn_name: str | None) -> str | None:
         parsed = parse_txn_name(txn_name or "")
         st = self.sink.status(Interval.from_token(parsed[0])).get(parsed[1]) if parsed else None
-        return _fingerprint_of(st)
+        return state_fingerprint(st)
 
     def _fingerprint(self, txn: TxnRef) -> str | None:
         """A content fingerprint of the staged keyed state: sha256 of its rows, sorted.
@@ -424,7 +488,7 @@ class IntervalRun:
         return hashlib.sha256("\n".join(sorted(rows)).encode()).hexdigest() if rows else None
 
     def _write_report(self, summary: dict[str, Any]) -> None:
-        reports, root = storage_for(self.config.reports_url)
+        reports, root = storage_for(self.config.reports_url, **self.options)  # a fleet's may be on S3
         path = reports.join(root, "runs", self.config.pipeline, f"{summary['version']}.json")
         reports.makedirs(reports.join(root, "runs", self.config.pipeline))
         reports.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True).encode())
@@ -436,10 +500,3 @@ def _refuse_aborted(txn: TxnRef, st: EpochStatus) -> None:
         raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason or 'no reason recorded'}); it can "
                                       "never commit - re-run the interval")
 
-
-def _fingerprint_of(st: Any) -> str | None:
-    return (st.records.get("pre_committed") or {}).get("state_fingerprint") if st else None
-
-
-def _same(a: str | None, b: str | None) -> bool:
-    return a is not None and a == b

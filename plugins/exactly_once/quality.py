@@ -17,7 +17,6 @@ truth: no table rule is hard-coded here. Runtime values (``$PARAMETER``) are ``m
 """
 from __future__ import annotations
 
-import glob
 import json
 import math
 import os
@@ -28,9 +27,9 @@ from typing import Any, Sequence
 from .errors import ConfigError
 from .ids import check_name, check_partition
 from .quality_frames import FrameReader, Frames, apply_derivations, build_frames, read_checkpoint
-from .quality_gx import SuiteRun, build_docs, local_root, locked, make_context, quiet_gx, run_suites
+from .quality_gx import SuiteRun, build_docs, is_remote, local_root, make_context, quiet_gx, run_suites, site
+from .suites import gx_suite, read_suite, suite_paths
 
-FRAMES = ("data", "counts", "checkpoint")
 COMPLETENESS_COLUMNS = ("records_in", "records_out", "records_rejected", "records_deduplicated",
                         "records_filtered", "rows_written", "staged_rows")
 
@@ -79,21 +78,13 @@ def completeness_suite(table: str) -> dict[str, Any]:
 
 
 def load_suites(suite_path: str | None, table: str) -> list[tuple[str, dict[str, Any]]]:
-    """``[(frame, suite json), ...]``: the completeness suite, ``suite_path``, then its companions."""
-    out = [("counts", completeness_suite(table))]
-    if suite_path is None:
-        return out
-    if not os.path.isfile(suite_path):
-        raise ConfigError(f"expectation suite {suite_path} does not exist")
-    stem = suite_path[: -len(".json")] if suite_path.endswith(".json") else suite_path
-    for path in [suite_path, *sorted(glob.glob(glob.escape(stem) + ".*.json"))]:
-        with open(path) as f:
-            data = json.load(f)
-        frame = ((data.get("meta") or {}).get("eo") or {}).get("frame", "data")
-        if frame not in FRAMES:
-            raise ConfigError(f"{path}: meta.eo.frame must be one of {FRAMES}, not {frame!r}")
-        out.append((frame, data))
-    return out
+    """``[(frame, suite json), ...]``: the completeness suite, ``suite_path``, then its companions (each
+    file's shape checked: :mod:`exactly_once.suites`)."""
+    return [("counts", completeness_suite(table)), *(read_suite(p) for p in _paths(suite_path))]
+
+
+def _paths(suite_path: str | None) -> list[str]:
+    return suite_paths(suite_path) if suite_path is not None else []
 
 
 def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Sequence[str],
@@ -111,10 +102,12 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
     * ``engine="pandas"`` reads with pyarrow (no JVM); ``"spark"`` reads with ``spark`` and validates the
       data suite with GX's Spark datasource. The derived frames are small and always use pandas.
     * fails (``passed=False``) if any expectation of any suite fails or the counts break their contract;
-      raises ConfigError for a misconfiguration (missing suite file, unknown engine, non-local
-      ``report_root``, bad threshold) and StorageError when ``prev_state_dir`` is given but missing.
+      raises ConfigError for a misconfiguration (missing suite file, unknown engine, bad threshold) and
+      StorageError when ``prev_state_dir`` is given but missing.
     * appends every suite result to the report site under ``report_root`` (one page per suite, index of
-      all runs); ``run_name`` (an allow-listed name, e.g. ``<pipeline>.<txn>``) groups them.
+      all runs); ``run_name`` (an allow-listed name, e.g. ``<pipeline>.<txn>``) groups them. A local
+      ``report_root`` is one machine's; a storage URL (``s3://...``, with ``storage_options``) is shared
+      by every worker of a fleet (:mod:`exactly_once.quality_gx`).
     * ``storage_options`` go to s3fs for ``s3://`` URLs (pandas engine).
     """
     t0 = time.perf_counter()
@@ -124,7 +117,8 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
         check_partition(p)
     if not 0 <= max_malformed_ratio <= 1 or math.isnan(max_malformed_ratio):
         raise ConfigError(f"max_malformed_ratio must be within [0, 1], not {max_malformed_ratio}")
-    root = local_root(report_root)
+    if not is_remote(report_root):
+        local_root(report_root)  # a bad local root fails before anything is read
     suites = load_suites(suite_path, table)
     timings: dict[str, float] = {}
 
@@ -136,20 +130,25 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
     mark = time.perf_counter()
     reader = FrameReader(engine, spark, storage_options)
     frames = build_frames(reader, staging_dir=staging_dir, partitions=partitions, counts=counts)
-    runs = _suite_runs(gx, suites, frames, engine, reader, staging_dir, prev_state_dir)
+    files = ["the built-in completeness suite", *_paths(suite_path)]
+    runs = _suite_runs(gx, suites, files, frames, engine, reader, staging_dir, prev_state_dir)
     timings["read_ms"] = _ms(mark)
 
     params = {"max_malformed_ratio": max_malformed_ratio, **(parameters or {})}
-    with locked(root):
+    remote = report_root.rstrip("/") if is_remote(report_root) else None
+    with site(report_root) as root:  # the report root, or a private dir published to it (a fleet)
         mark = time.perf_counter()
         context = make_context(root)
         results, ids = run_suites(context, runs, run_name=run_name, parameters=params)
         timings["validate_ms"] = _ms(mark)
         mark = time.perf_counter()
-        pages = build_docs(context, root, results, ids, {"partition": ",".join(partitions)})
+        pages = build_docs(context, root, results, ids, {"partition": ",".join(partitions)},
+                           publish_to=remote, storage_options=storage_options)
         timings["docs_ms"] = _ms(mark)
+    root = remote or root
 
-    failures = frames.problems + [line for result in results for line in failure_lines(result)]
+    failures = frames.problems + [explain(line, frames, max_malformed_ratio) if i == 0 else line
+                                  for i, result in enumerate(results) for line in failure_lines(result)]
     reports = {run.suite.name: page for run, page in zip(runs, pages)}
     failed_pages = [page for result, page in zip(results, pages) if not result.success]
     passed = not frames.problems and all(result.success for result in results)
@@ -161,20 +160,35 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
                              report_path=(failed_pages or table_pages or pages or [None])[0], reports=reports)
 
 
+def explain(line: str, frames: Frames, max_ratio: float) -> str:
+    """A failed line of the completeness suite with what it is about: the option that sets the limit and
+    its value (``max_malformed_ratio``), or the numbers per partition behind a gap."""
+    row = frames.counts.iloc[0].to_dict()
+    if line.startswith("expect_column_values_to_be_between(rejected_ratio):"):
+        return (f"{line} (max_malformed_ratio = {max_ratio}: {_plain(row.get('records_rejected'))} of "
+                f"{_plain(row.get('records_in'))} input records were rejected, a share of "
+                f"{_plain(row.get('rejected_ratio'))}; fix the input, or raise the pipeline's max_malformed_ratio "
+                "if this share is normal)")
+    differ = frames.notes.get("rows_written_vs_staged")
+    if line.startswith("expect_column_values_to_be_between(rows_written_gap):") and differ:
+        shown = "; ".join(f"{p}: job reported {reported}, staged {staged}" for p, (reported, staged) in differ.items())
+        return f"{line} (rows_written per partition: {shown})"
+    return line
+
+
 def _ms(since: float) -> float:
     return round((time.perf_counter() - since) * 1000, 1)
 
 
-def _suite_runs(gx: Any, suites: list[tuple[str, dict[str, Any]]], frames: Frames, engine: str,
+def _suite_runs(gx: Any, suites: list[tuple[str, dict[str, Any]]], files: list[str], frames: Frames, engine: str,
                 reader: FrameReader, staging_dir: str, prev_state_dir: str | None) -> list[SuiteRun]:
     runs = []
-    for frame_name, data in suites:
+    for (frame_name, data), path in zip(suites, files):
+        suite = gx_suite(gx, data, path)  # GX's own check of every expectation, named by file and field
         eo = (data.get("meta") or {}).get("eo") or {}
         keys = list(eo.get("key_columns", []))
         name = str(data.get("name", "?"))
-        if frame_name == "data":
-            if eo.get("fill") or eo.get("derive"):
-                raise ConfigError(f"suite {name}: fill/derive apply to the counts and checkpoint frames only")
+        if frame_name == "data":  # (fill/derive on it were refused by read_suite)
             frame, frame_engine = frames.data, engine
         elif frame_name == "counts":
             frame, frame_engine = apply_derivations(frames.counts, eo, name), "pandas"
@@ -185,7 +199,7 @@ def _suite_runs(gx: Any, suites: list[tuple[str, dict[str, Any]]], frames: Frame
                 continue  # the data lacks the key columns: the data suite fails then
             frame, frame_engine = apply_derivations(frame, eo, name), "pandas"
         key_columns = [c for c in keys if c in list(frame.columns)]
-        runs.append(SuiteRun(suite=gx.ExpectationSuite(**data), frame=frame, engine=frame_engine,
+        runs.append(SuiteRun(suite=suite, frame=frame, engine=frame_engine,
                              key_columns=key_columns))
     return runs
 
@@ -203,7 +217,7 @@ def _summary(frames: Frames, runs: list[SuiteRun], results: list[Any], pages: li
                                     "failed": res.statistics.get("unsuccessful_expectations"),
                                     "report": page}
                    for run, res, page in zip(runs, results, pages)},
-        "index_path": os.path.join(root, "index.html"), **{k: v for k, v in frames.notes.items()},
+        "index_path": f"{root}/index.html", **{k: v for k, v in frames.notes.items()},
     }
 
 

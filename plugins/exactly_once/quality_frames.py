@@ -193,6 +193,11 @@ def build_frames(reader: FrameReader, *, staging_dir: str, partitions: Sequence[
     numeric = _numeric_sums(reader, data)
     frame, problems = counts_frame(counts, owned=partitions, staged=staged,
                                    staged_partitions=reader.staged_partitions(staging_dir), sums=numeric)
+    written = counts.get("rows_written")
+    if isinstance(written, Mapping):  # per partition: [the job's rows_written, rows staged], where they differ
+        notes["rows_written_vs_staged"] = {p: [written.get(p), staged.get(p, 0)]
+                                           for p in sorted(set(written) | set(staged))
+                                           if written.get(p) != staged.get(p, 0)}
     return Frames(data=data, counts=frame, rows=sum(staged.values()), notes=notes, problems=problems)
 
 

@@ -2,8 +2,9 @@
 layer and the ``eo`` command - never inside :class:`~exactly_once.config.PipelineConfig`.
 
 ``EO_DATA_ROOT`` (default ``./data`` of the working directory) holds ``landing/``, ``warehouse/`` and
-``reports/``; it may be a local path or ``s3://bucket/prefix``. ``EO_REPORTS_DIR`` moves the (always
-local) reports; ``EO_STORAGE_CONN_ID`` names the Airflow connection holding S3 credentials.
+``reports/``; it may be a local path or ``s3://bucket/prefix``. ``EO_REPORTS_DIR`` moves the reports
+(a local dir, or ``s3://...`` for a fleet); ``EO_STORAGE_CONN_ID`` names the Airflow connection holding
+S3 credentials.
 """
 from __future__ import annotations
 
@@ -17,16 +18,24 @@ def data_root() -> str:
 
 
 def reports_dir(root: str | None = None) -> str:
-    """Where Data Docs and run summaries go: always a local directory (``EO_REPORTS_DIR``; default
-    ``<root>/reports``, or ``./data/reports`` when the data root is on S3)."""
+    """Where Data Docs and run summaries go: ``EO_REPORTS_DIR`` - a local directory, or a storage URL
+    (``s3://bucket/reports``) that every worker of a fleet and the API server share; default
+    ``<root>/reports``, or ``./data/reports`` when the data root is on S3."""
     root = root or data_root()
     default = f"{root}/reports" if "://" not in root else os.path.join("data", "reports")
-    return os.path.abspath(os.environ.get("EO_REPORTS_DIR") or default)
+    chosen = os.environ.get("EO_REPORTS_DIR") or default
+    return chosen.rstrip("/") if "://" in chosen else os.path.abspath(chosen)
 
 
 def storage_conn_id() -> str | None:
     """``EO_STORAGE_CONN_ID``: the Airflow connection with the S3 credentials, if any."""
     return os.environ.get("EO_STORAGE_CONN_ID") or None
+
+
+def target_url() -> str | None:
+    """``EO_TARGET_URL``: a database / Redis target's URL with its credentials, for ``eo`` commands on a
+    table whose bound target (in its owner record, never with a password) needs them."""
+    return os.environ.get("EO_TARGET_URL") or None
 
 
 def from_env() -> dict[str, str | None]:

@@ -8,6 +8,7 @@ move); how a version is *published* on top of them is a publish target's busines
 from __future__ import annotations
 
 import errno
+import importlib
 import json
 import os
 import posixpath
@@ -28,10 +29,12 @@ Hook = Callable[[str], None]
 
 @dataclass(frozen=True)
 class FileEntry:
-    """A file below some directory: path relative to it, and its size in bytes."""
+    """A file below some directory: path relative to it, its size in bytes, and its ETag where the
+    storage lists one (S3: a digest of the content, so a same-size rewrite changes it)."""
 
     rel: str
     size: int
+    etag: str | None = None
 
 
 def is_hidden(name: str) -> bool:
@@ -266,6 +269,9 @@ def default_home(table: str) -> str:
     return posixpath.join(parent, INTERNALS, name)
 
 
+_BACKENDS = {"s3": ".storage_s3", "s3a": ".storage_s3"}  # URL scheme -> module with open_url(url, options)
+
+
 def storage_for(url: str, **options: Any) -> tuple[Storage, str]:
     """``(storage, root path)`` for a local path / ``file://`` URL or an ``s3://bucket/prefix`` URL.
 
@@ -276,19 +282,7 @@ def storage_for(url: str, **options: Any) -> tuple[Storage, str]:
     if parts.scheme in ("", "file"):
         path = os.path.abspath(parts.path if parts.scheme else url)
         return LocalStorage(), path
-    if parts.scheme in ("s3", "s3a"):
-        if parts.username or parts.password or ":" in parts.netloc:  # no bucket name holds a ':'
-            raise ConfigError(f"credentials in a storage URL are refused ({redact(url)}); use a connection")
-        import s3fs  # imported lazily: local runs need no AWS stack
-
-        endpoint = options.pop("endpoint_url", None) or os.environ.get("EO_S3_ENDPOINT_URL")
-        client_kwargs = dict(options.pop("client_kwargs", {}) or {})
-        if endpoint:
-            client_kwargs.setdefault("endpoint_url", endpoint)
-        client_kwargs.setdefault("region_name", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
-        fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, **options)
-        root = (parts.netloc + parts.path).rstrip("/")
-        from .storage_s3 import S3Storage  # noqa: PLC0415 - with s3fs, only for s3:// URLs
-
-        return S3Storage(fs), root
+    backend = _BACKENDS.get(parts.scheme)
+    if backend is not None:  # imported by name, fsspec-style: its SDK only where such a URL is used
+        return importlib.import_module(backend, __package__).open_url(url, options)
     raise ConfigError(f"unsupported storage URL scheme {parts.scheme!r} in {redact(url)}")

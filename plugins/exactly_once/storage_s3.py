@@ -8,12 +8,14 @@ concurrent conditional write is in flight - that one is retried).
 """
 from __future__ import annotations
 
+import os
 import posixpath
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
-from .errors import StorageError
-from .storage import FileEntry, Storage
+from .errors import ConfigError, StorageError
+from .storage import FileEntry, Storage, redact
 
 CONFLICT_RETRIES = 10  # 409 ConditionalRequestConflict: another conditional write is in flight
 MAX_PUT = 5 * 2**30  # the largest single PUT S3 accepts
@@ -107,7 +109,8 @@ class S3Storage(Storage):
         """Every object below ``path``; zero-byte folder markers (``.../`` keys that Hadoop's S3A and
         consoles create) are not files and are skipped."""
         base = path.rstrip("/") + "/"
-        return sorted((FileEntry(o["path"][len(base):], int(o["Size"])) for o in self._objects_below(path)
+        return sorted((FileEntry(o["path"][len(base):], int(o["Size"]), str(o.get("ETag") or "").strip('"') or None)
+                       for o in self._objects_below(path)
                        if not o["Key"].endswith("/")), key=lambda e: e.rel)
 
     def remove_tree(self, path: str) -> None:
@@ -147,3 +150,26 @@ class S3Storage(Storage):
 
     def url(self, path: str) -> str:
         return f"s3://{path}"
+
+
+def open_url(url: str, options: dict[str, Any]) -> tuple[Storage, str]:
+    """``(storage, root)`` for an ``s3://bucket/prefix`` URL (:func:`exactly_once.storage.storage_for`):
+    ``options`` go to :class:`s3fs.S3FileSystem`; credentials inside the URL are refused (they would be
+    logged); ``EO_S3_ENDPOINT_URL`` and ``AWS_DEFAULT_REGION`` apply when the options give none."""
+    parts = urlsplit(url)
+    if parts.username or parts.password or ":" in parts.netloc:  # no bucket name holds a ':'
+        raise ConfigError(f"credentials in a storage URL are refused ({redact(url)}); use a connection")
+    try:
+        import s3fs  # imported lazily: local runs need no AWS stack
+    except ImportError as exc:
+        raise ConfigError(f"{redact(url)} needs s3fs: pip install 'exactly-once-pipelines[s3]' "
+                          "(or s3fs on the Spark driver for the job side)") from exc
+
+    options = dict(options)
+    endpoint = options.pop("endpoint_url", None) or os.environ.get("EO_S3_ENDPOINT_URL")
+    client_kwargs = dict(options.pop("client_kwargs", {}) or {})
+    if endpoint:
+        client_kwargs.setdefault("endpoint_url", endpoint)
+    client_kwargs.setdefault("region_name", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+    fs = s3fs.S3FileSystem(client_kwargs=client_kwargs, **options)
+    return S3Storage(fs), (parts.netloc + parts.path).rstrip("/")

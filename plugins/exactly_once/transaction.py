@@ -23,9 +23,10 @@ outcome record can exist per epoch, so of any number of concurrent attempts exac
 transaction names the predecessor version it read (``reads``); before deciding, every transaction writes an
 ``intent`` record, then checks its predecessor (a newer committed or committing version there aborts it:
 InputChangedError) and fences the successors that read an older version of it. Two deciders always see each
-other's intent, so no interval ever commits on replaced state. The internals (log, staging, versions) live in
-``home``, outside the table directory that readers list. Garbage collection lives in
-:mod:`exactly_once.maintenance`.
+other's intent, so no interval ever commits on replaced state. A batch may chain a predecessor not committed
+yet (``begin(reads_pending=True)``): it commits only after that one, and aborts if that one aborts. The
+internals (log, staging, versions) live in ``home``, outside the table directory that readers list. Garbage
+collection lives in :mod:`exactly_once.maintenance`.
 """
 from __future__ import annotations
 
@@ -37,15 +38,16 @@ from typing import Any, Callable, Iterator, Sequence
 from . import liveness, ordering
 from . import manifest as manifests
 from .errors import (ABORT_CAUSES, ConfigError, ExactlyOnceError, FencedError, InputChangedError,
-                     StorageError, TargetSchemaError, TransactionAbortedError, TransactionStateError)
+                     PredecessorPendingError, StorageError, TargetSchemaError, TransactionAbortedError,
+                     TransactionStateError)
 from .failpoints import failpoint
 from .ids import Interval, TxnRef, check_name, check_partition
 from .manifest import Manifest
-from .ownership import PartitionClaims, bind_table, owner_record
+from .ownership import PartitionClaims, bind_table, bound_target, owner_record
 from .storage import MANIFEST, Storage, default_home, storage_for, to_json
 from .staging import retire_staging
-from .targets import target_for
-from .targets.base import PublishTarget, StagedVersion
+from .targets import target_for, target_from_binding
+from .targets.base import PublishTarget, StagedVersion, refused_after_decision
 from .txlog import EpochStatus, State, TxLog
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,7 @@ class TwoPhaseCommitSink:
     Layout: the table directory ``table`` holds only live data (``<partition>/``); everything else is
     under ``home`` (default :func:`default_home`)::
 
-        _owner.json                   the pipeline this table belongs to, and its table_format
+        _owner.json                   the pipeline this table belongs to, its table_format, owner id and target
         _claims/<partition>.json      the interval that owns each partition
         _txlog/<interval>/...         the transaction log
         _staging/<txn>/data/<partition>/...   what the writer produces (sealed/ once committing)
@@ -128,7 +130,8 @@ class TwoPhaseCommitSink:
 
     # ------------------------------------------------------------------ phases
     def begin(self, interval: Interval, *, sources: Sequence[dict[str, Any]] = (),
-              meta: dict[str, Any] | None = None, reads: TxnRef | None = None) -> TxnRef:
+              meta: dict[str, Any] | None = None, reads: TxnRef | None = None,
+              reads_pending: bool = False) -> TxnRef:
         """Start a transaction for ``interval`` and return it.
 
         Contract: refuses a table bound to another pipeline (OwnershipError); recovers the interval
@@ -136,12 +139,10 @@ class TwoPhaseCommitSink:
         greater than every epoch the interval has had; durably records the frozen ``sources``, ``meta``
         and ``reads`` (the committed predecessor version whose state this transaction reads) with it;
         creates the staging dir. Every older attempt is fenced from then on. Safe to call concurrently.
+        ``reads_pending``: ``reads`` may be undecided yet (a batch chains state); see :meth:`commit`.
         """
         self._bind()
-        if reads is not None and ((reads.pipeline, reads.sink) != (self.pipeline, self.sink) or
-                                  self.log.status(reads.interval, reads.epoch).state is not State.COMMITTED):
-            raise TransactionStateError(f"{reads.name} is not committed: a transaction can only read "
-                                        "committed state")
+        ordering.check_reads(self, reads, pending=reads_pending)
         self.recover(interval, abort_open=True)
         epoch = max(self.log.statuses(interval), default=0) + 1
         payload = {"pipeline": self.pipeline, "sink": self.sink, "sources": list(sources), "meta": meta or {},
@@ -153,7 +154,7 @@ class TwoPhaseCommitSink:
         failpoint("begin.after")
         return txn
 
-    def pre_commit(self, txn: TxnRef, *, extra: dict[str, Any] | None = None) -> Manifest:
+    def pre_commit(self, txn: TxnRef, *, extra: dict[str, Any] | None = None, gated: bool = False) -> Manifest:
         """Seal the staged output: list every file in a manifest and record PRE_COMMITTED.
 
         Contract: after it returns, the staged files are final (the writer must have closed them) and
@@ -161,8 +162,9 @@ class TwoPhaseCommitSink:
         without recomputing. Every partition is claimed for the interval: a partition another interval
         owns is refused (OwnershipError), as are nested partitions, partitions of another shape than the
         table's, symlinks and unsafe names (the transaction stays OPEN; its teardown aborts it).
-        Idempotent: a second call returns the recorded manifest. Refused for an unknown, aborted or
-        fenced transaction.
+        ``gated``: a validator will run; nothing (recovery included) commits it without a passing verdict.
+        Idempotent: a second call returns the recorded manifest. Refused for an unknown, aborted or fenced
+        transaction.
         """
         st = self.status_of(txn)
         if st.state is State.ABORTED:
@@ -182,6 +184,7 @@ class TwoPhaseCommitSink:
             raise StorageError(f"{txn.name}: staged output changed during pre_commit: {exc}") from exc
         self._claims.claim(txn, list(manifest.partitions))
         self.storage.write_atomic(self.storage.join(self.staging_dir(txn), MANIFEST), to_json(manifest.to_dict()))
+        extra = {**(extra or {}), "gated": True} if gated else extra
         self.log.append(txn.interval, txn.epoch, "pre_committed", {"manifest": manifest.to_dict(), **(extra or {})})
         failpoint("pre_commit.after")
         return self.status_of(txn).manifest or manifest
@@ -189,9 +192,9 @@ class TwoPhaseCommitSink:
     def record_validation(self, txn: TxnRef, passed: bool, summary: dict[str, Any]) -> bool:
         """Record the gate's verdict on a pre-committed transaction; returns the recorded verdict.
 
-        Contract: the first verdict recorded wins (a retried validation cannot flip it, and recovery
-        claims the verdict of a transaction it commits unvalidated); a transaction of a sink with
-        ``require_validation`` commits only after a passing verdict.
+        Contract: the first verdict recorded wins (a retried validation cannot flip it; recovery claims
+        the verdict of an ungated transaction it commits unvalidated); a gated transaction (the sink's
+        ``require_validation``, or ``pre_commit(gated=True)``) commits only after a passing verdict.
         """
         if self.status_of(txn).manifest is None:
             raise TransactionStateError(f"{txn.name}: validate needs pre_commit first")
@@ -207,10 +210,13 @@ class TwoPhaseCommitSink:
         Contract: refused (TransactionStateError) before pre_commit or without a required passing
         validation; refused after aborting itself with FencedError if a newer epoch began, with
         StorageError if the staged files no longer match the manifest, with InputChangedError if the
-        predecessor state it read was replaced. Once the outcome record says COMMITTED, every later call
-        (or ``abort``/``recover``) completes the same publish and never publishes twice.
+        predecessor state it read was replaced or aborted; refused without deciding
+        (PredecessorPendingError, retryable) while the predecessor it read is not decided yet (a chained
+        batch). Once the outcome record says COMMITTED, every later call (or ``abort``/``recover``)
+        completes the same publish and never publishes twice.
         """
         st = self.status_of(txn)
+        self._bind()  # the target must be ours before deciding
         if st.state is State.OPEN:
             raise TransactionStateError(f"{txn.name}: commit needs pre_commit first")
         if st.state is State.ABORTED:
@@ -257,10 +263,10 @@ class TwoPhaseCommitSink:
         txn = self.begin(interval, sources=sources, meta=meta, reads=reads)
         try:
             yield txn
-            manifest = self.pre_commit(txn)
+            manifest = self.pre_commit(txn, gated=validate is not None)
             if validate is not None:
                 passed, summary = validate(txn, manifest)
-                if not self.record_validation(txn, passed, summary):
+                if not (self.record_validation(txn, passed, summary) and passed):
                     raise TransactionAbortedError(f"{txn.name} failed validation: {summary}")
             self.commit(txn)
         except BaseException:
@@ -273,12 +279,13 @@ class TwoPhaseCommitSink:
         """Bring every transaction of ``interval`` (default: all) to a final state. Returns what it did.
 
         Contract (Flink's ``recoverAndCommit``/``recoverAndAbort``): a COMMITTED transaction whose
-        publish did not finish is published; the newest epoch, if PRE_COMMITTED (and validated when
-        required), is committed without recomputing; older PRE_COMMITTED epochs and failed validations
-        are aborted; OPEN epochs are aborted only with ``abort_open`` (``begin`` does that - it is about
-        to fence them) or when stale (no heartbeat nor record for ``stale_after`` s of the storage clock:
-        :func:`~exactly_once.liveness.is_stale`). A live version is never aborted. ABORTED leftovers are
-        cleaned up. One broken interval never stops the others: a failure is reported as ``FAILED ...``.
+        publish did not finish is published; the newest epoch, if PRE_COMMITTED (and, if gated, with a
+        passing verdict: a running validation is never overtaken), is committed without recomputing;
+        older PRE_COMMITTED epochs and failed validations are aborted; OPEN epochs are aborted only with
+        ``abort_open`` (``begin`` does that - it is about to fence them) or when stale (no heartbeat nor
+        record for ``stale_after`` s of the storage clock: :func:`~exactly_once.liveness.is_stale`). A live
+        version is never aborted. ABORTED leftovers are cleaned up. One broken interval never stops the
+        others: a failure is reported as ``FAILED ...``.
         """
         actions: list[str] = []
         for iv in [interval] if interval else self.log.intervals():
@@ -308,7 +315,13 @@ class TwoPhaseCommitSink:
         if state is State.PRE_COMMITTED:
             verdict = (st.validation or {}).get("passed")
             if self.is_live(st) or (txn.epoch == newest and self._validation_ok(st)):
-                return "recovered and committed" if self._commit_recovered(txn, st) else "aborted (fenced)"
+                try:
+                    return "recovered and committed" if self._commit_recovered(txn, st) else "aborted (fenced)"
+                except PredecessorPendingError:  # chained on a predecessor not decided yet: its batch goes on
+                    if not takeover():
+                        return None
+                    self.abort(txn, reason="recovery: its predecessor is not committed; attempt taken over")
+                    return "aborted (chained on a predecessor that is not committed)"
             if txn.epoch != newest or verdict is False or takeover():
                 self.abort(txn, reason="recovery: pre-committed but superseded or not validated")
                 return "aborted (pre-committed but superseded or not validated)"
@@ -325,7 +338,8 @@ class TwoPhaseCommitSink:
 
     def _commit_recovered(self, txn: TxnRef, st: EpochStatus) -> bool:
         """Commit ``txn`` unless its outcome says otherwise, then finish; True if it is committed."""
-        if st.validation is None and not self.require_validation:
+        self._bind()  # the target must be ours before deciding (OwnershipError: nothing decided)
+        if st.validation is None and not self._gated(st):
             # claim the verdict: a validation still running can no longer record a failure on it
             self.log.append(txn.interval, txn.epoch, "validated",
                             {"passed": True, "summary": {"note": "committed by recovery without a verdict"}})
@@ -333,7 +347,8 @@ class TwoPhaseCommitSink:
             if not self._validation_ok(st):
                 self.abort(txn, reason="recovery: validation failed")
                 return False
-        decided = self._decide(txn, State.COMMITTED) if self.is_live(st) else self._decide_commit(txn, st, [])
+        decided = (self._decide(txn, State.COMMITTED, request=st.request) if self.is_live(st)
+                   else self._decide_commit(txn, st, []))
         if decided is State.COMMITTED:
             self._publish(txn)
             return True
@@ -342,15 +357,19 @@ class TwoPhaseCommitSink:
 
     # ------------------------------------------------------------------ queries
     @classmethod
-    def open(cls, url: str, *, storage_options: dict[str, Any] | None = None, **kwargs: Any) -> "TwoPhaseCommitSink":
-        """The existing table at ``url``, with the pipeline and sink names its owner record holds (for
-        tools that address a table by URL: ``eo status <url>``, the UI). ConfigError if it has none."""
+    def open(cls, url: str, *, storage_options: dict[str, Any] | None = None, target_url: str | None = None,
+             **kwargs: Any) -> "TwoPhaseCommitSink":
+        """The existing table at ``url`` as its owner record binds it: pipeline, sink and target (for ``eo
+        <cmd> <url>``, the UI; ``target_url``: a DB/Redis target's credentials). ConfigError if it has none."""
         storage, root = storage_for(url, **(storage_options or {}))
-        owner = owner_record(storage, kwargs.get("home") or default_home(root))
+        home = kwargs.get("home") or default_home(root)
+        owner = owner_record(storage, home)
         if owner is None:
             raise ConfigError(f"{storage.url(root)} is not an exactly-once table (no owner record in "
                               f"{storage.url(default_home(root))}); check the URL")
         kwargs.setdefault("table_format", owner["format"])  # as bound by the first writer
+        if kwargs.get("target") is None:
+            kwargs["target"] = target_from_binding(bound_target(storage, home, owner), target_url)
         return cls(storage, root, pipeline=owner["pipeline"], sink=owner["sink"], **kwargs)
 
     def intervals(self) -> list[Interval]:
@@ -384,8 +403,11 @@ class TwoPhaseCommitSink:
 
     # ------------------------------------------------------------------ internals
     def _bind(self) -> None:
+        """Bind the table and the target's location to this owner (OwnershipError: another owner holds one)."""
         if not self._bound:
-            bind_table(self.storage, self.home, self.table, self.pipeline, self.sink, self.table_format)
+            owner = bind_table(self.storage, self.home, self.table, self.pipeline, self.sink, self.table_format,
+                               self.target.binding())
+            self.target = self.target.claim(owner)
             self._bound = True
 
     def status_of(self, txn: TxnRef) -> EpochStatus:
@@ -408,11 +430,12 @@ class TwoPhaseCommitSink:
             raise FencedError(f"{txn.name} was fenced: epoch {newest} of {txn.interval} began after it")
 
     def _decide(self, txn: TxnRef, state: State, cause: str = "", reason: str = "",
-                stale: Sequence[str] = ()) -> State:
+                stale: Sequence[str] = (), request: str | None = None) -> State:
         """Create the outcome record (the linearization point) unless it exists; return the decision.
-        An abort records its ``cause`` and ``reason``; a commit the successors it made ``stale``."""
+        An abort records its ``cause`` and ``reason``; a commit the successors it made ``stale`` and the
+        begin's ``meta["request"]`` (which outlives gc's compaction there: ``EpochStatus.request``)."""
         payload = {"state": state.value, **({"cause": cause, "reason": reason} if state is State.ABORTED
-                                            else {"stale": list(stale)})}
+                                            else {"stale": list(stale), **({"request": request} if request else {})})}
         self.log.append(txn.interval, txn.epoch, "outcome", payload)
         rec = self.log.read(txn.interval, txn.epoch, "outcome")
         return State(rec["state"]) if rec else state
@@ -425,19 +448,17 @@ class TwoPhaseCommitSink:
         raise FencedError(f"{txn.name} was not committed: {reason}")
 
     def _decide_commit(self, txn: TxnRef, st: EpochStatus, stale: list[str]) -> State:
-        """Seal and verify the staged files, announce the intent, check the predecessor and fence the
-        successors, then decide COMMITTED (unless someone decided first). Returns the decision.
-
-        An in-place publisher (Delta) on S3 skips the listing against the manifest (its only per-file
-        cost): staged files are removed only after our log decided ABORTED, so files gone here mean a
-        decision ours returns; files added late are never published. See ``targets/delta.py``."""
+        """Seal and verify the staged files (what commits is what pre_commit sealed and the gate read:
+        sha256 of every byte locally, sizes and ETags of one LIST per 1,000 files on S3), let the target
+        refuse them, announce the intent, check the predecessor and fence the successors, then decide
+        COMMITTED (unless someone decided first). Returns the decision."""
         manifest = st.manifest
         assert manifest is not None
-        verify = self.storage.can_rename or not self.target.publishes_in_place
         changed = "staged output changed after pre_commit: "
-        if problem := manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest, verify):
+        if problem := manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest,
+                                     content=self.storage.can_rename):
             return self._decide(txn, State.ABORTED, "staged_changed", f"{changed}{problem} (a second writer?)")
-        try:  # the target's own check of the staged version (a Delta table's schema), before deciding
+        try:  # the target refuses here whatever its publish would refuse (schema, types, keys), not after
             self.target.check(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), manifest.partitions))
         except TargetSchemaError as exc:
             return self._decide(txn, State.ABORTED, "target_refused", str(exc))
@@ -445,19 +466,17 @@ class TwoPhaseCommitSink:
             return self._decide(txn, State.ABORTED, "staged_changed",
                                 f"{changed}{exc.filename or exc} vanished (a concurrent abort or gc?)")
         self.log.append(txn.interval, txn.epoch, "intent", {})
-        if st.reads is not None:
-            newer = ordering.newer_than(self, st.reads)
-            if newer:
-                return self._decide(txn, State.ABORTED, "input_changed",
-                                    f"input state changed: it read {st.reads.name}, but {newer} replaced it")
-        stale += ordering.fence_successors(self, txn)
-        return self._decide(txn, State.COMMITTED, stale=stale)
+        if st.reads is not None and (problem := ordering.read_problem(self, txn, st.reads)):
+            return self._decide(txn, State.ABORTED, "input_changed", problem)
+        stale += ordering.fence_successors(self, txn, self._decide)
+        return self._decide(txn, State.COMMITTED, stale=stale, request=st.request)
 
-    def _validation_ok(self, st: EpochStatus) -> bool:
+    def _gated(self, st: EpochStatus) -> bool:  # no commit without a passing verdict
+        return self.require_validation or bool((st.records.get("pre_committed") or {}).get("gated"))
+
+    def _validation_ok(self, st: EpochStatus) -> bool:  # a failing verdict blocks, gated or not
         passed = (st.validation or {}).get("passed")
-        if passed is False:  # a recorded failing verdict blocks the commit, required gate or not
-            return False
-        return not self.require_validation or passed is True
+        return passed is True or (passed is not False and not self._gated(st))
 
     def _check_validated(self, txn: TxnRef, st: EpochStatus) -> None:
         if not self._validation_ok(st):
@@ -466,6 +485,7 @@ class TwoPhaseCommitSink:
 
     def _publish(self, txn: TxnRef) -> CommitResult:
         """Roll the decided commit of ``txn`` forward to completion. Idempotent."""
+        self._bind()
         statuses = self.log.statuses(txn.interval)
         if statuses[txn.epoch].published:  # finished (and maybe compacted by gc since): nothing to do
             rec = statuses[txn.epoch].records
@@ -480,7 +500,10 @@ class TwoPhaseCommitSink:
             if epoch < txn.epoch and other.state is State.COMMITTED:
                 for part in other.published_partitions:
                     parts.setdefault(part, ())  # no longer produced: publish an empty version of it
-        results = self.target.publish(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), parts))
+        try:
+            results = self.target.publish(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), parts))
+        except (TargetSchemaError, ConfigError) as exc:  # the target changed since its check: the way out
+            raise refused_after_decision(txn, self.target, self.storage.url(self.table), exc) from exc
         retire_staging(self, txn, manifest)
         failpoint("commit.after_publish")
         self.log.append(txn.interval, txn.epoch, "published", {"partitions": results})

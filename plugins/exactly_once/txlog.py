@@ -97,6 +97,13 @@ class EpochStatus:
         return TxnRef.from_dict(found) if found else None
 
     @property
+    def request(self) -> str | None:
+        """Who asked for this transaction, if its begin said (``meta["request"]``, an idempotency key such
+        as an Airflow run's id); a commit decision repeats it, so it survives gc's compaction."""
+        meta = (self.records.get("open") or {}).get("meta") or {}
+        return meta.get("request") or (self.records.get("outcome") or {}).get("request")
+
+    @property
     def published_partitions(self) -> list[str]:
         """Every partition this epoch ever wrote or published (manifest, and the published record,
         which survives log compaction)."""

@@ -14,7 +14,8 @@ from urllib.parse import quote
 
 import pytest
 
-from pv_checks import assert_clean, expected_rows, sink, visible_rows
+from pv_checks import (assert_clean, assert_lineage_once_per_publish, expected_rows, lineage_transport, sink,
+                       visible_rows)
 
 from exactly_once.ids import Interval
 from exactly_once.txlog import State
@@ -32,12 +33,13 @@ def _db(query: str) -> list[tuple]:
 
 def assert_report_links() -> None:
     """The validate task's "Data quality report" button (an extra link, stored as XCom) opens the run's
-    report page of the plugin (served behind Airflow's login: tests/integration/test_airflow_ui.py)."""
+    "Exactly-once report" tab: the plugin's report page inside Airflow's UI (followed in Chromium by
+    tests/integration/test_airflow_ui.py)."""
     rows = _db("select x.value, r.run_id from xcom x join dag_run r on r.id = x.dag_run_id "
                "where x.key = '_link_ReportLink' and x.task_id = 'app_pv.validate'")
     assert rows, "no report link"
     for value, run_id in rows:
-        assert json.loads(value) == f"/eo/dags/pv_pipeline/runs/{quote(run_id, safe='')}"
+        assert json.loads(value) == f"/dags/pv_pipeline/runs/{quote(run_id, safe='')}/plugin/eo-run-report"
 
 
 def notes_by_day() -> dict[str, str | None]:
@@ -136,7 +138,12 @@ def test_crash_at_every_failpoint_each_recovered_by_the_next_run(data_root, monk
     as a crash of the worker would). Each next run must first recover what the crashed one left; after
     every crash a reader sees nothing or one complete version; a final clean run ends exactly where a
     clean run ends, with no leftovers. (The same matrix x {crash, error} x {local, S3} runs at the
-    pipeline level in tests/integration/test_fault_matrix.py.)"""
+    pipeline level in tests/integration/test_fault_matrix.py.)
+
+    OpenLineage (Airflow's provider, file transport): each version that went live - by the commit task
+    or, after a crash mid-commit, by the next run's begin - is in exactly one event."""
+    for key, value in lineage_transport(data_root.parent / "lineage.jsonl").items():
+        monkeypatch.setenv(key, value)
     generate(str(data_root / "landing"), DAYS[:1], events_per_day=300)
     expected = expected_rows(data_root, DAYS[:1])
     for point in CRASH_POINTS:
@@ -150,6 +157,9 @@ def test_crash_at_every_failpoint_each_recovered_by_the_next_run(data_root, monk
     run_ok(DAYS[0])
     assert visible_rows(data_root) == expected
     assert_clean(data_root, DAYS[:1])
+    lineage = assert_lineage_once_per_publish(data_root, data_root.parent / "lineage.jsonl", DAYS[:1])
+    finishers = {e["job"]["name"].rsplit(".", 1)[1] for e in lineage}
+    assert finishers == {"begin", "commit"}, finishers  # crashed commits' publishes finished by begin
 
 
 def test_failing_gate_with_abort_crashing_midway_then_clean_rerun(data_root, monkeypatch):
@@ -173,7 +183,10 @@ def test_failing_gate_with_abort_crashing_midway_then_clean_rerun(data_root, mon
 @pytest.mark.spark_submit
 def test_airflow_retries_recover_within_one_run(data_root, monkeypatch):
     """error:once at mid-publish; the commit task's Airflow retry finishes the same publish. The write
-    task uses spark-submit here (the other e2e runs use the shared Spark Connect server)."""
+    task uses spark-submit here (the other e2e runs use the shared Spark Connect server). The publish is
+    in one OpenLineage event: the retry's, not the failed attempt's."""
+    for key, value in lineage_transport(data_root.parent / "lineage.jsonl").items():
+        monkeypatch.setenv(key, value)
     generate(str(data_root / "landing"), DAYS[:1], events_per_day=300)
     monkeypatch.setenv("EO_RETRIES", "2")
     monkeypatch.setenv("EO_FAILPOINTS", "commit.mid_publish=error:once")
@@ -181,3 +194,5 @@ def test_airflow_retries_recover_within_one_run(data_root, monkeypatch):
     assert visible_rows(data_root) == expected_rows(data_root, DAYS[:1])
     assert_clean(data_root, DAYS[:1])
     assert max(sink(data_root).status(Interval.daily(DAYS[0]))) == 1, "the retry must not start a new epoch"
+    (event,) = assert_lineage_once_per_publish(data_root, data_root.parent / "lineage.jsonl", DAYS[:1])
+    assert event["eventType"] == "COMPLETE" and event["job"]["name"] == "pv_pipeline.app_pv.commit"

@@ -27,10 +27,12 @@ def test_one_day_published_as_a_delta_table(data_root, monkeypatch):
     sink = TwoPhaseCommitSink.open(str(data_root / "warehouse" / "app_pv"))  # finds the bound format
     assert isinstance(sink.target, DeltaTarget)
     dt = sink.target.snapshot()
-    assert dt.version() == 0 and dt.transaction_version(sink.target.txn_application(Interval.daily(DAY))) == 1
+    assert dt.version() == 1 and dt.transaction_version(sink.target.txn_application(Interval.daily(DAY))) == 1
     rows = dt.to_pyarrow_table().to_pylist()
     got = {(r["app_id"], r["pv"], r["uv"], r["cumulative_pv"]) for r in rows if r["dt"] == DAY}
     assert len(rows) == len(got) and got == expected_rows(data_root, [DAY])[DAY]
     assert sorted(p.name for p in (data_root / "warehouse" / "app_pv").iterdir()) == sorted([
-        "_delta_log", sink.ref(Interval.daily(DAY), 1).name])  # the committed version's files, nothing else
+        "_delta_log", "_eo_owner.json",  # the owner's claim of the table (hidden from readers and VACUUM)
+        "_eo_clock",  # the storage-clock probe of the commit timestamps (also hidden)
+        sink.ref(Interval.daily(DAY), 1).name])  # the committed version's files, nothing else
     assert not (data_root / "warehouse" / "_exactly_once" / "app_pv" / "_staging").exists()

@@ -55,11 +55,14 @@ FORWARD = {State.OPEN: {State.OPEN, State.PRE_COMMITTED, State.ABORTED, State.CO
            State.COMMITTED: {State.COMMITTED}, State.ABORTED: {State.ABORTED}}
 
 
-class MachineClock:
-    """The machine's clock, put in place of ``time`` where the log stamps its records (``txlog``) and
-    where gc reads the time (``maintenance``); liveness is judged on the storage's clock, not this."""
+STORAGE_CLOCK = maintenance.StorageClock  # the real one, put back by uninstall
 
-    MODULES = (txlog, maintenance)
+
+class MachineClock:
+    """The machine's clock. The log stamps its records with it (``txlog``'s ``time``), and it stands for
+    the STORAGE's clock where gc judges the grace (``maintenance.StorageClock``): a record's storage
+    timestamp is the machine time it was written at, gc's "now" is the machine's now. Takeovers
+    (liveness) are judged on the real storage clock, not this."""
 
     def __init__(self) -> None:
         self.now = 1_800_000_000.0
@@ -68,12 +71,24 @@ class MachineClock:
         return self.now
 
     def install(self) -> None:
-        for module in self.MODULES:
-            module.time = self  # type: ignore[attr-defined]
+        machine = self
+
+        class MachineStorageClock(STORAGE_CLOCK):  # type: ignore[misc,valid-type]
+            def __init__(self, sink) -> None:  # noqa: ANN001
+                self.sink, self.now = sink, machine.now
+
+            def stamps(self, interval):  # noqa: ANN001, ANN202
+                def stamp(epoch: int, kind: str) -> float | None:
+                    rec = self.sink.log.read(interval, epoch, kind)
+                    return float(rec["owner"]["at"]) if rec else None
+                return stamp
+
+        txlog.time = self  # type: ignore[attr-defined]
+        maintenance.StorageClock = MachineStorageClock  # type: ignore[misc]
 
     def uninstall(self) -> None:
-        for module in self.MODULES:
-            module.time = time  # type: ignore[attr-defined]
+        txlog.time = time  # type: ignore[attr-defined]
+        maintenance.StorageClock = STORAGE_CLOCK  # type: ignore[misc]
 
 
 @dataclass(eq=False)

@@ -63,7 +63,7 @@ class Pipeline:
     """One DAG (``exactly_once_group`` of a monthly pipeline, one retry) in the metadata DB, and a driver
     that runs its task instances the way the scheduler would."""
 
-    def __init__(self, session: Any, root: Path, dag_id: str) -> None:
+    def __init__(self, session: Any, root: Path, dag_id: str, **cfg: Any) -> None:
         from airflow.dag_processing.collection import update_dag_parsing_results_in_db
         from airflow.models.serialized_dag import SerializedDagModel
         from airflow.sdk import DAG, CronDataIntervalTimetable
@@ -72,11 +72,11 @@ class Pipeline:
         from exactly_once.airflow import exactly_once_group
 
         self.session, self.root, self.dag_id = session, root, dag_id
-        self.cfg = config(root)
+        self.cfg = config(root, **cfg)
         with DAG(dag_id, schedule=CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"),
                  start_date=datetime(2013, 1, 1, tzinfo=UTC), catchup=False, max_active_runs=1) as dag:
             # one retry, at once: a final error must fail on its first try, a retryable one is retried
-            exactly_once_group(self.cfg, retries=1, retry_delay_seconds=0)
+            exactly_once_group(self.cfg, group_id="t", retries=1, retry_delay_seconds=0)
         self.dag = dag
         update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
                                          session=session)
@@ -398,3 +398,27 @@ def test_the_tables_asset_event_goes_out_once_per_published_version_and_schedule
     assert set(pipe.drive(dr).values()) == {"success"}
     assert pipe.epochs() == {1: "COMMITTED", 2: "ABORTED"} and pipe.live() == pipe.sink.ref(month(1), 1).name
     assert len(events()) == 1  # no event for the publish that did not happen
+
+
+# ------------------------------------------------------------------------------------------ a renamed sink
+def test_a_sink_renamed_mid_run_fails_at_once_and_the_teardown_ends_the_old_attempt(pipe):
+    """Issue 25 class 7b: the DAG file renames the group's sink (``t`` -> ``t2``, its table moves with it,
+    the task ids stay) while a run is between its write and its pre_commit. Before: pre_commit failed
+    with a retryable TransactionStateError (retried), the teardown failed the same way, and the old
+    attempt stayed OPEN with its staging for good. Now pre_commit fails at once (no retry) saying what to
+    do, the teardown ends the old attempt in the old table, and a clear of the whole run publishes into
+    the new table."""
+    dr = pipe.create_run(1)
+    pipe.drive(dr, until="t.pre_commit")
+    assert pipe.epochs() == {1: "OPEN"} and pipe.staged() != []
+    renamed = Pipeline(pipe.session, pipe.root, pipe.dag_id, sink="t2")  # the DAG file, parsed again
+    states = renamed.drive(dr)
+    assert states["pre_commit"] == "failed" and renamed.tries(dr, "pre_commit") == 1, states
+    assert states["abort"] == "success" and renamed.run_state(dr) == "failed", states
+    assert pipe.epochs() == {1: "ABORTED"} and pipe.staged() == []  # nothing of the old attempt is left
+    assert "renamed between attempts" in (renamed.note(dr) or "") and "Clear the whole run" in renamed.note(dr)
+    assert renamed.epochs() == {}
+    renamed.sdag.clear(task_ids=list(renamed.sdag.task_dict), run_id=dr.run_id, session=renamed.session)
+    renamed.session.commit()
+    assert set(renamed.drive(dr).values()) == {"success"}
+    assert renamed.epochs() == {1: "COMMITTED"} and renamed.rows() == JAN

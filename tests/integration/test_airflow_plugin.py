@@ -43,7 +43,7 @@ def test_report_link_points_at_the_run_report_page(reports):
     assert report_link("/elsewhere/x.html") == "/elsewhere/x.html"  # not under the reports root: unchanged
     key = SimpleNamespace(dag_id="pv_pipeline", run_id="manual__2026-01-02T00:00:00+00:00")
     assert ReportLink().get_link(None, ti_key=key) == \
-        "/eo/dags/pv_pipeline/runs/manual__2026-01-02T00%3A00%3A00%2B00%3A00"
+        "/dags/pv_pipeline/runs/manual__2026-01-02T00%3A00%3A00%2B00%3A00/plugin/eo-run-report"  # the run's tab
     assert any(isinstance(lk, ReportLink) for lk in ValidateOperator.operator_extra_links)
 
 

@@ -8,25 +8,27 @@ commit it). Every route refuses anonymous and unauthorized requests; logged-in u
 """
 from __future__ import annotations
 
-import json
+import http.server
 import os
-import subprocess
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
 
-from eo_testing import free_port, need
+from eo_testing import need
 from exactly_once.ids import Interval
 from protocol_helpers import write_output
+from ui_server import JWT_SECRET
 
 pytestmark = pytest.mark.airflow
 
 PIPELINE, SINK = "pv_pipeline", "app_pv"
 D1, D2, D3, D4 = "2026-01-01", "2026-01-02", "2026-01-03", "2026-01-04"
 PASSWORDS = {"admin": "admin-pw-for-tests", "viewer": "viewer-pw-for-tests"}
-JWT_SECRET = "eo-ui-test-jwt-secret-0123456789abcdef"
 
 
 # ------------------------------------------------------------------------------------------ the data
@@ -98,52 +100,25 @@ def build_table(root: Path, run_id: str) -> None:
 # ------------------------------------------------------------------------------------------ the server
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    from tools import ui as uiserver
+    from ui_server import api_server
 
     base = tmp_path_factory.mktemp("ui")
-    home, root = base / "airflow-home", base / "data"
-    home.mkdir()
-    (home / "passwords.json").write_text(json.dumps(PASSWORDS))
+    root = base / "data"
     os.environ["EO_UI_REPORTS"] = str(root / "reports")
     os.environ["EO_UI_LANDING"] = str(root / "landing" / "app_logs")
-    port = free_port()
-    env = uiserver.ui_env({
-        "AIRFLOW_HOME": str(home), "EO_DATA_ROOT": str(root),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET, "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}"})
-    env.pop("EO_REPORTS_DIR", None)
-    uiserver.prepare(env)
-    log = open(base / "api-server.log", "wb")
-    proc = subprocess.Popen(uiserver.api_server_command(port, "127.0.0.1"), env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    users = {u: (u, pw) for u, pw in PASSWORDS.items()}
     try:
-        client = httpx.Client(base_url=url, timeout=60)
-        deadline = time.time() + 180
-        while True:
-            try:
-                if client.get("/api/v2/monitor/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, (base / "api-server.log").read_text()[-3000:]
-            assert time.time() < deadline, "api-server did not start"
-            time.sleep(0.5)
-        tokens = {u: client.post("/auth/token", json={"username": u, "password": p}).json()["access_token"]
-                  for u, p in PASSWORDS.items()}
-        admin = {"Authorization": f"Bearer {tokens['admin']}"}
-        made = client.post(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin, json={
-            "logical_date": f"{D2}T12:00:00Z", "data_interval_start": f"{D2}T00:00:00Z",
-            "data_interval_end": f"{D3}T00:00:00Z"})
-        assert made.status_code == 200, made.text
-        run_id = made.json()["dag_run_id"]
-        build_table(root, run_id)
-        yield {"client": client, "url": url, "tokens": tokens, "run_id": run_id, "root": root, "base": base}
+        with api_server(base, root, users) as server:
+            client, tokens = server["client"], server["tokens"]
+            admin = {"Authorization": f"Bearer {tokens['admin']}"}
+            made = client.post(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin, json={
+                "logical_date": f"{D2}T12:00:00Z", "data_interval_start": f"{D2}T00:00:00Z",
+                "data_interval_end": f"{D3}T00:00:00Z"})
+            assert made.status_code == 200, made.text
+            run_id = made.json()["dag_run_id"]
+            build_table(root, run_id)
+            yield {**server, "run_id": run_id, "root": root}
     finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
         os.environ.pop("EO_UI_REPORTS", None)
         os.environ.pop("EO_UI_LANDING", None)
 
@@ -208,7 +183,7 @@ def test_logged_in_users_see_every_page_and_no_symlink_or_escape(ui):
         got = client.get(path, headers=cookie)
         assert got.status_code == 404 and "outside the reports root" not in got.text, path
     directory = browser_like.get("/eo/reports/data_docs", follow_redirects=True)
-    assert directory.status_code == 200 and directory.text == "<html>index</html>"
+    assert directory.status_code == 200 and directory.text.endswith("<html>index</html>")
 
 
 def test_table_page_explains_every_interval(ui):
@@ -246,6 +221,8 @@ def test_table_page_explains_every_interval(ui):
     for text in ("failed check: rejected_ratio 0.081 &gt; 0.05", "fenced by e2", "would commit it",
                  "Stale", "1 new (dt=2026-01-01/late.jsonl)", "/eo/reports/data_docs/validations/app_pv.counts/"):
         assert text in html, text
+    stale = html[html.index("Stale (their"):].split("</li>")[0]
+    assert D3 in stale and Interval.daily(D3).token not in stale  # dates, not tokens
 
 
 def test_run_report_shows_measured_values_next_to_limits(ui):
@@ -262,15 +239,18 @@ def test_run_report_shows_measured_values_next_to_limits(ui):
         link = f"/eo/reports/data_docs/validations/{suite}/{PIPELINE}.20260102T000000Z_20260103T000000Z.e000001/"
         assert link in html, suite
     other = client.get(f"/eo/dags/{PIPELINE}/runs/no-such-run", headers=headers)
-    assert other.status_code == 200 and "no such DAG run" in other.text
+    assert other.status_code == 200 and "Airflow has no DAG run with this id" in other.text
+    assert "began no transaction" not in other.text  # an unknown run: nothing is claimed about it
 
 
 def test_the_ui_lists_the_plugin_and_shows_the_table_page_in_chromium(ui, tmp_path):
     client = ui["client"]
     headers = {"Authorization": f"Bearer {ui['tokens']['admin']}"}
     plugins = client.get("/api/v2/plugins", headers=headers).json()["plugins"]
-    assert [p["name"] for p in plugins] == ["exactly_once"]          # no example plugins
-    routes_ = {v["url_route"] for v in plugins[0]["external_views"]}
+    by_name = {p["name"]: p for p in plugins}
+    # ours, and the OpenLineage provider's (installed with the [openlineage] extra); no example plugins
+    assert set(by_name) == {"exactly_once", "OpenLineageProviderPlugin"}
+    routes_ = {v["url_route"] for v in by_name["exactly_once"]["external_views"]}
     assert {"eo-tables", "eo-dag-tables", "eo-run-report"} <= routes_
     dags = client.get("/api/v2/dags", headers=headers).json()["dags"]
     assert sorted(d["dag_id"] for d in dags) == ["eo_rollback", "flights_hourly", "pv_pipeline", "pv_to_db"]  # no examples
@@ -293,3 +273,157 @@ def test_the_ui_lists_the_plugin_and_shows_the_table_page_in_chromium(ui, tmp_pa
     print(f"screenshots: {shot} {tmp_path / 'airflow-ui-nav.png'}")
     if os.environ.get("EO_KEEP_SCREENSHOT"):
         Path(os.environ["EO_KEEP_SCREENSHOT"]).write_bytes(shot.read_bytes())
+
+
+def _store_report_link(ui, run_id: str) -> str:
+    """What the validate task stores when it ends: ``ReportLink.get_link`` as the XCom the UI reads the
+    link from (put through Airflow's REST API here: the test runs no task)."""
+    from exactly_once.airflow.operators import ReportLink
+
+    link = ReportLink().get_link(None, ti_key=SimpleNamespace(dag_id=PIPELINE, run_id=run_id))
+    got = ui["client"].post(f"/api/v2/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/{SINK}.validate/xcomEntries",
+                            headers={"Authorization": f"Bearer {ui['tokens']['admin']}"},
+                            json={"key": ReportLink().xcom_key, "value": link})
+    assert got.status_code == 201, got.text
+    return link
+
+
+def _framing_page(report_url: str, control_url: str):
+    """A server on another origin (another port) whose page frames ``report_url`` and ``control_url``."""
+    body = f'<iframe name="report" src="{report_url}"></iframe><iframe name="control" src="{control_url}"></iframe>'
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+
+
+def test_the_quality_link_opens_the_report_inside_airflows_navigation(ui, tmp_path):
+    """A viewer logs in through Airflow's login, opens the validate task instance and follows its "Data
+    quality report" link: the run's page in Airflow's UI (navigation, breadcrumbs, the run's tabs) with the
+    plugin's report framed in it. Another origin cannot frame the report (frame-ancestors 'self')."""
+    from cdp import CHROMIUM, Browser
+
+    need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    url, run_id, client = ui["url"], ui["run_id"], ui["client"]
+    tab = f"/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/plugin/eo-run-report"
+    report = f"/eo/dags/{PIPELINE}/runs/{quote(run_id, safe='')}"
+    assert _store_report_link(ui, run_id) == tab
+    viewer = {"Authorization": f"Bearer {ui['tokens']['viewer']}"}
+    links = client.get(f"/api/v2/dags/{PIPELINE}/dagRuns/{run_id}/taskInstances/{SINK}.validate/links",
+                       headers=viewer).json()["extra_links"]
+    assert links == {"Data quality report": tab}
+    headers = client.get(report, headers=viewer).headers
+    assert "frame-ancestors 'self'" in headers["content-security-policy"] and headers["x-frame-options"] == "SAMEORIGIN"
+    task = f"{url}/dags/{PIPELINE}/runs/{quote(run_id, safe='')}/tasks/{SINK}.validate/details"
+    with Browser() as browser:
+        browser.open(task)                                              # no login yet: Airflow's login page
+        assert "VIOLATED" not in browser.wait_for_text("Sign in")
+        browser.fill("input[name=username]", "viewer")
+        browser.fill("input[name=password]", PASSWORDS["viewer"])
+        browser.evaluate("document.querySelector('button[type=submit]').click()")
+        browser.wait_for_text("Data quality report")                    # back on the task instance
+        browser.evaluate("[...document.querySelectorAll('a')].find(a => a.innerText.trim() == "
+                         "'Data quality report').click()")
+        browser.wait_for_text("VIOLATED")
+        browser.screenshot(tmp_path / "quality-link.png")
+        assert browser.evaluate("location.pathname") == tab
+        outside = browser.evaluate("document.body.innerText")            # Airflow's UI around the frame
+        anchors = browser.evaluate("Object.fromEntries([...document.querySelectorAll('a')]"
+                                   ".map(a => [a.innerText.trim(), a.getAttribute('href')]))")
+        assert anchors["Dags"] == "/dags" and anchors["Assets"] == "/assets" and anchors[PIPELINE] == f"/dags/{PIPELINE}"
+        assert anchors["Exactly-once report"] == unquote(tab)                        # the run's tabs, ours among them
+        assert anchors["Task Instances"] == f"/dags/{PIPELINE}/runs/{run_id}"
+        assert run_id in outside and "VIOLATED" not in outside
+        frame = browser.evaluate("(() => { const f = document.querySelector('iframe[title=\"Exactly-once report\"]');"
+                                 " return [f.getAttribute('src'), f.contentDocument.body.innerText] })()")
+        assert frame[0] == report and "failed check: rejected_ratio 0.081 > 0.05" in frame[1], frame
+
+        other = _framing_page(f"{url}{report}", f"{url}/api/v2/monitor/health")
+        threading.Thread(target=other.serve_forever, daemon=True).start()
+        try:
+            browser.open(f"http://127.0.0.1:{other.server_address[1]}/")
+            deadline, frames = time.time() + 30, {}
+            while time.time() < deadline and any(frames.get(name, {}).get("url", "") in ("", "about:blank")
+                                                 for name in ("report", "control")):   # until both have loaded
+                time.sleep(0.3)
+                tree = browser.call("Page.getFrameTree")["frameTree"]
+                frames = {f["frame"].get("name"): f["frame"] for f in tree.get("childFrames", [])}
+        finally:
+            other.shutdown()
+    assert frames["control"]["url"] == f"{url}/api/v2/monitor/health"       # Airflow's API: framable elsewhere
+    assert frames["report"]["url"].startswith("chrome-error:"), frames["report"]   # the report: refused
+    assert frames["report"]["unreachableUrl"] == f"{url}{report}"
+
+
+def test_the_tables_index_shows_each_tables_status(ui):
+    """Status from the log alone: D3 stale, D4 not committed (D1's late file is the table page's business)."""
+    headers = {"Authorization": f"Bearer {ui['tokens']['viewer']}"}
+    html = ui["client"].get("/eo/tables", headers=headers).text
+    assert "<th>status</th><th>last commit</th><th>stale intervals</th>" in html
+    row = html[html.index(f"/tables/{SINK}\""):].split("</tr>")[0]
+    cells = row.split("<td")
+    assert "needs attention</span>: " in cells[2] and "2 of 4 interval(s)</a> (1 stale, 1 not committed)" in cells[2]
+    assert f"/tables/{SINK}?state=attention" in cells[2], row
+    assert "/versions/20260102T000000Z_20260103T000000Z.e000003" in cells[3], row   # the reprocess of D2
+    assert cells[4] == " class=\"n\">1</td>", row
+
+
+def test_errors_are_pages_for_the_browser_and_json_for_the_api(ui):
+    client = ui["client"]
+    headers = {"Authorization": f"Bearer {ui['tokens']['admin']}"}
+    table = f"/eo/dags/{PIPELINE}/tables/{SINK}"
+    for path, params, code, text in ((f"/eo/dags/{PIPELINE}/tables/%3Cb%3Enope", {}, 404, "&lt;b&gt;nope"),
+                                     (table, {"since": "yesterday"}, 400, "YYYY-MM-DD"),
+                                     (table, {"limit": "1000"}, 422, "limit: "),
+                                     ("/eo/no-such-page", {}, 404, "Not Found"),
+                                     (f"{table}/versions/20260102T000000Z_20260101T000000Z.e000001", {}, 404,
+                                      "no version")):   # a reversed interval: not a 500
+        got = client.get(path, headers=headers, params=params)
+        assert got.status_code == code and got.headers["content-type"].startswith("text/html"), (path, got.text)
+        assert text in got.text and "<b>nope" not in got.text and "href=\"/eo/tables\"" in got.text, path
+        assert "frame-ancestors 'self'" in got.headers["content-security-policy"], path
+    api = f"/eo/api/dags/{PIPELINE}/tables"
+    for path, params, code in ((f"{api}/nope", {}, 404), (f"{api}/{SINK}", {"limit": "1000"}, 422)):
+        got = client.get(path, headers=headers, params=params)
+        assert got.status_code == code and "detail" in got.json(), (path, got.text)
+    runs = client.get(f"/eo/reports/runs/{PIPELINE}/", headers=headers)
+    assert runs.status_code in (302, 307) and runs.headers["location"] == f"/eo/dags/{PIPELINE}"
+    assert f"/tables/{SINK}\"" in client.get(runs.headers["location"], headers=headers).text
+
+
+def test_links_to_airflow_pages_work_inside_airflows_sandboxed_frame(ui):
+    """Issue 28: Airflow embeds the plugin's pages in an iframe sandboxed without allow-top-navigation, so a
+    plain ``target=_top`` link does nothing there. A click on the tables index's DAG link must take the UI
+    itself to the DAG's page (Airflow's navigation around it), not leave the frame where it was."""
+    from cdp import CHROMIUM, Browser
+
+    need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install -y chromium)")
+    frame = "document.querySelector('iframe')"
+    with Browser() as browser:
+        browser.cookie(ui["url"], "_token", ui["tokens"]["admin"])
+        browser.open(f"{ui['url']}/plugin/eo-tables")
+        deadline, found = time.time() + 60, None
+        while time.time() < deadline and not found:  # the frame's page has loaded and lists the DAG's link
+            found = browser.evaluate(f"(() => {{ const f = {frame}; const d = f && f.contentDocument;"
+                                     f" return d && [...d.querySelectorAll('a[target=_top]')]"
+                                     f".some(a => a.getAttribute('href') == '/dags/{PIPELINE}') }})()")
+            time.sleep(0.3)
+        assert found, browser.text()[:2000]
+        assert browser.evaluate(f"{frame}.getAttribute('sandbox')").split() and "allow-top-navigation" not in \
+            browser.evaluate(f"{frame}.getAttribute('sandbox')")          # Airflow's sandbox, as shipped
+        browser.evaluate(f"[...{frame}.contentDocument.querySelectorAll('a[target=_top]')]"
+                         f".find(a => a.getAttribute('href') == '/dags/{PIPELINE}').click()")
+        deadline = time.time() + 30
+        while time.time() < deadline and browser.evaluate("location.pathname") != f"/dags/{PIPELINE}":
+            time.sleep(0.3)
+        assert browser.evaluate("location.pathname") == f"/dags/{PIPELINE}"
+        browser.wait_for_text("Runs")  # Airflow's own DAG page rendered in place (its tabs), not our frame
+        assert browser.evaluate("document.querySelector('iframe') === null")

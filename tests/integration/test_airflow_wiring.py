@@ -267,6 +267,28 @@ def test_clearing_the_commit_task_reports_the_truth_and_never_retries(tmp_path, 
     assert not os.path.exists(sink.staging_dir(again))
 
 
+def begun_daily_with_output(tmp_path, cfg: PipelineConfig, run_id: str, xs: list[int]):
+    """A daily DAG of ``cfg`` whose begin task ran for 2013-01-01 (one landing file), with one Parquet
+    file of column ``x`` = ``xs`` staged as the write's output: ``(iv, sink, tasks, began, txn)``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from exactly_once.ids import TxnRef
+
+    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
+    landing.mkdir(parents=True)
+    (landing / "a.csv").write_text("x\n1\n")
+    with DAG("daily", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=START) as dag:
+        exactly_once_group(cfg)
+    iv, sink, tasks = Interval.daily("2013-01-01"), cfg.sink_handle(), dag.task_dict
+    began = tasks["t.begin"].execute(context(run_id, iv))
+    txn = TxnRef.from_dict(began["txn"])
+    out = os.path.join(sink.data_dir(txn), "dt=2013-01-01")
+    os.makedirs(out)
+    pq.write_table(pa.table({"x": xs}), os.path.join(out, "part-0.parquet"))
+    return iv, sink, tasks, began, txn
+
+
 @pytest.mark.parametrize("finisher", ["t.abort", "t.begin"])
 def test_a_publish_finished_by_the_teardown_or_the_next_begin_still_gets_its_asset_event_and_summary(
         tmp_path, monkeypatch, finisher):
@@ -277,22 +299,8 @@ def test_a_publish_finished_by_the_teardown_or_the_next_begin_still_gets_its_ass
     from airflow.sdk import Asset
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
-    from exactly_once.ids import TxnRef
-
-    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
-    landing.mkdir(parents=True)
-    (landing / "a.csv").write_text("x\n1\n")
     cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", reports=str(tmp_path / "reports"))
-    with DAG("daily", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=START) as dag:
-        exactly_once_group(cfg)
-    iv, sink, tasks = Interval.daily("2013-01-01"), cfg.sink_handle(), dag.task_dict
-    began = tasks["t.begin"].execute(context("scheduled", iv))
-    txn = TxnRef.from_dict(began["txn"])
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    out = os.path.join(sink.data_dir(txn), "dt=2013-01-01")
-    os.makedirs(out)
-    pq.write_table(pa.table({"x": [1, 2]}), os.path.join(out, "part-0.parquet"))
+    iv, sink, tasks, began, txn = begun_daily_with_output(tmp_path, cfg, "scheduled", [1, 2])
     sink.pre_commit(txn)
     sink.record_validation(txn, True, {})
     monkeypatch.setenv("EO_FAILPOINTS", "commit.before_publish=error")
@@ -315,3 +323,42 @@ def test_a_publish_finished_by_the_teardown_or_the_next_begin_still_gets_its_ass
     quiet["outlet_events"] = nothing = OutletEventAccessors()
     tasks["t.abort"].execute(quiet)  # already published: nothing to announce
     assert nothing[alias].asset_alias_events == [] and "eo_note" not in quiet["ti"].pushed
+
+
+def _suite_file(path: Any, expectations: list[dict[str, Any]]) -> str:
+    import json
+
+    path.write_text(json.dumps({"name": "t", "expectations": expectations, "meta": {}}))
+    return str(path)
+
+
+def test_a_broken_suite_is_refused_when_the_dag_is_built_naming_the_file_and_the_field(tmp_path):
+    """Issue 28: a suite in GX 0.x form (``expectation_type``) is a DAG import error naming the file and
+    the field, not a validate task that fails three retries later with a pydantic traceback."""
+    from exactly_once.errors import ConfigError
+
+    bad = _suite_file(tmp_path / "t.json", [{"expectation_type": "expect_column_values_to_not_be_null",
+                                            "kwargs": {"column": "x"}}])
+    with pytest.raises(ConfigError, match=r"t\.json: .*expectations\[0\]\.expectation_type: unknown field "
+                                          r"\(GX 1\.x calls it type\)"):
+        with hourly_dag("broken_suite"):
+            exactly_once_group(config(tmp_path, suite=bad))
+
+
+def test_a_suite_broken_after_the_dag_was_built_fails_validate_at_once_and_ends_the_transaction(tmp_path):
+    """The suite file was edited after the DAG was parsed: the validate task fails for good (no retry
+    can fix a file), naming the file and the field, and the transaction is aborted."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    suite = _suite_file(tmp_path / "t.json", [{"type": "expect_column_values_to_not_be_null",
+                                               "kwargs": {"column": "x"}}])
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", suite=suite)
+    iv, sink, tasks, began, txn = begun_daily_with_output(tmp_path, cfg, "run", [1])
+    sink.pre_commit(txn, extra={"counts": {"version": 1, "records_in": 1, "records_out": 1,
+                                           "rows_written": {"dt=2013-01-01": 1}}})
+    _suite_file(tmp_path / "t.json", [{"type": "expect_column_values_to_not_be_null", "kwarg": {"column": "x"}}])
+    with pytest.raises(AirflowFailException, match=r"ConfigError: .*t\.json: .*expectations\[0\]\.kwarg: "
+                                                   r"unknown field \(did you mean kwargs\?\)"):
+        tasks["t.validate"].execute(context("run", iv, **{"t.begin": began}))
+    assert sink.status(iv)[txn.epoch].state is State.ABORTED
+    assert not os.path.exists(sink.staging_dir(txn))

@@ -125,10 +125,49 @@ def test_backfill_section_under_the_scheduler(tmp_path):
     assert not port_open(int(sec["modes"]["connect"]["server"]["url"].rsplit(":", 1)[1]))
 
 
+@pytest.mark.airflow
+@pytest.mark.timeout(900)
+def test_batched_section_under_the_scheduler(tmp_path):
+    """The ``batched`` section's year deployment at 2 intervals (its month deployments skipped): ours
+    backfilled in ONE batch hosted by the first run's begin (the other run finishes at once), the naive
+    Connect DAG over the same days, both equal to the oracle and to each other row for row, the hosting
+    task split phase by phase from its log, nothing left running."""
+    problem = postgres_problem()
+    need(problem is None, problem or "")
+    res = _bench(tmp_path, "--only", "batched", "--backfill-batched", "2", "--backfill-month", "0",
+                 "--events", "300", timeout=850)
+    sec = res["sections"]["batched"]
+    assert set(sec["deployments"]) == {"year"} and sec["outputs_equal"], sec
+    dep = sec["deployments"]["year"]
+    assert dep["checks"]["ours_vs_naive"]["equal"] and dep["checks"]["ours_vs_naive"]["rows"] > 0, dep["checks"]
+    assert dep["warmup_seconds"] > 0
+    ours, naive = dep["variants"]["batched"], dep["variants"]["naive"]
+    assert ours["intervals"] == naive["intervals"] == 2 and ours["span"]["runs"] == 2
+    [host] = ours["batch"]  # one batch of both intervals, one Spark job
+    assert host["parsed"] and host["intervals"] == 2 and host["job_reported"] > 0, host
+    assert all(host[p] > 0 for p in ("write_job", "validate", "commit")), host
+    # the second run finished at once: its begin ran, its write never did (the batch's job wrote it)
+    assert "app_pv.begin" in ours["timings"]["tasks"] and "app_pv.write" not in ours["timings"]["tasks"], ours
+    assert ours["timings"]["per_interval"]["n"] == 1
+    assert ours["where_time_goes"]["total: created -> the last run's end"] > 0
+    assert set(naive["where_time_goes"]) >= {"task write"}
+    s = sec["summary"]
+    assert s["year_batched_seconds"] > 0 and s["year_naive_seconds"] > 0 and s["year_intervals"] == 2
+    import psycopg2
+
+    from tools.deployment import PG, marked_pids, port_open
+
+    with psycopg2.connect(dbname="postgres", connect_timeout=3, **PG) as conn, conn.cursor() as cur:
+        cur.execute("select 1 from pg_database where datname = %s", (dep["deployment"]["metadata_db"],))
+        assert cur.fetchall() == []
+    assert marked_pids(f"EO_DEPLOYMENT_ID={dep['deployment']['id']}".encode()) == set()
+    assert not port_open(int(sec["server"]["url"].rsplit(":", 1)[1]))
+
+
 def test_naive_baseline_dags_parse(tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 
-    for name in ("naive_pv", "naive_pv_connect"):
+    for name in ("naive_pv", "naive_pv_connect", "warmup_connect"):
         (tmp_path / f"{name}.py").symlink_to(ROOT / "bench" / "dags" / f"{name}.py")
     bag = DagBag(dag_folder=str(tmp_path))
     assert bag.import_errors == {}
@@ -136,6 +175,7 @@ def test_naive_baseline_dags_parse(tmp_path):
         dag = bag.dags[dag_id]
         assert [t.task_id for t in dag.tasks] == ["write"]
         assert type(dag.tasks[0]).__name__ == operator
+    assert type(bag.dags["bench_warmup"].timetable).__name__ == "NullTimetable"  # runs only when triggered
 
 
 def test_dbload_section_on_tiny_sizes(tmp_path):

@@ -51,3 +51,15 @@ def test_history_of_a_location_without_a_log_is_a_clear_error(table_url, capsys)
     assert main(["history", table_url + "-typo"]) == 2
     err = capsys.readouterr().err
     assert "no transaction log at" in err and "table directory itself" in err
+
+
+def test_history_names_the_version_that_replaced_each_one(table_url, capsys):
+    """e1 was replaced by e2 and e2 by e3: each says its own successor, not the newest version."""
+    sink = open_sink(table_url, pipeline="pv_pipeline", sink="app_pv", require_validation=True)
+    for rows in ([(1, "a")], [(2, "b")], [(3, "c")]):
+        _version(sink, DAY1, rows)
+
+    assert main(["history", table_url, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["epoch"], r["live"], r["reason"]) for r in rows] == [
+        (1, False, "superseded by e2"), (2, False, "superseded by e3"), (3, True, "")]

@@ -71,8 +71,16 @@ def land_four(root: Path) -> None:
 
 
 def archive_three(root: Path) -> None:
+    """An archiver moves three of the four files out of the landing zone."""
+    (root / "archive").mkdir(exist_ok=True)
     for name in ("a.csv", "b.csv", "c.csv"):
-        (root / "landing" / "s" / "2013-01" / name).unlink()
+        (root / "landing" / "s" / "2013-01" / name).rename(root / "archive" / name)
+
+
+def unarchive_three(root: Path) -> None:
+    """The archiver's move is undone: the very files are back (a move keeps their mtime)."""
+    for name in ("a.csv", "b.csv", "c.csv"):
+        (root / "archive" / name).rename(root / "landing" / "s" / "2013-01" / name)
 
 
 def run_interval(cfg: PipelineConfig, iv: Interval, *, refresh: bool = False, allow_shrinking: bool = False,
@@ -182,7 +190,7 @@ def test_a_failed_shrunk_reprocess_never_poisons_the_next_plain_rerun(tmp_path):
     write(began["spec"])
     run.pre_commit(bad)
     run.sink.record_validation(bad, False, {"note": "the gate failed"})  # ... then the worker died
-    land_four(tmp_path)  # the archiver's move is undone
+    unarchive_three(tmp_path)  # the archiver's move is undone
     again = run_interval(cfg, month(1))
     statuses = again["sink"].status(month(1))
     assert statuses[bad.epoch].state is State.ABORTED
@@ -236,3 +244,23 @@ def test_stateless_intervals_interleaved_like_parallel_runs(tmp_path):
             getattr(r, phase)(t)
     assert table(cfg) == {"2013-01": (1, 1), "2013-02": (2, 4)}
     assert all(st.state is State.COMMITTED for r in runs for st in r.sink.status(r.interval).values())
+
+
+def test_a_reprocess_that_finds_no_file_left_is_a_shrink_not_a_missing_input(tmp_path):
+    """Every file the committed version read is gone: the reprocess is refused as a shrink (naming
+    allow_shrinking), not as a missing input (which would suggest allow_empty); allowed, it publishes
+    the now empty interval."""
+    cfg = config(tmp_path)
+    land_four(tmp_path)
+    run_interval(cfg, month(1))
+    for name in ("a.csv", "b.csv", "c.csv", "d.csv"):
+        (tmp_path / "landing" / "s" / "2013-01" / name).unlink()
+    run = IntervalRun(cfg, month(1), storage_options={})
+    with pytest.raises(InputsShrankError, match=r"4 input file\(s\).*ALLOW_SHRINKING=1"):
+        run.begin(refresh_sources=True, run={"run_id": "reprocess"})
+    assert sorted(run.sink.status(month(1))) == [1] and table(cfg) == {"2013-01": (4, 15)}  # nothing began
+    done = run_interval(cfg, month(1), refresh=True, allow_shrinking=True)
+    assert len(done["sink"].status(month(1))[2].records["open"]["meta"]["dropped_inputs"]) == 4
+    assert table(cfg) == {"2013-01": (0, 0)}
+    with pytest.raises(NoInputError, match="allow_empty"):  # an interval never committed: a missing input
+        IntervalRun(cfg, month(2), storage_options={}).begin(refresh_sources=True)

@@ -18,7 +18,6 @@ import sys
 import textwrap
 import threading
 import time
-from contextlib import contextmanager
 
 import pytest
 
@@ -27,6 +26,7 @@ from exactly_once import liveness
 from exactly_once.contracts import JobSpec
 from exactly_once.inspection import interval_view
 from exactly_once.maintenance import gc
+from eo_testing import clock_off
 from protocol_helpers import (PLUGINS, assert_exact_version, commit_version, is_local, leftovers, make_rows,
                               open_sink, refresh, split, table_url, write_output)  # noqa: F401
 
@@ -34,17 +34,6 @@ IV = Interval.daily("2026-01-01")
 PART = f"dt={IV.day}"
 DAY = 24 * 3600.0
 STALE = 1.0  # seconds of the storage clock; S3's LastModified has a 1 s resolution
-
-
-@contextmanager
-def writer_clock(monkeypatch, skew: float):
-    """``time.time`` of the writer (this block only) runs ``skew`` seconds off; the storage's is real."""
-    real = time.time
-    monkeypatch.setattr(time, "time", lambda: real() + skew)
-    try:
-        yield
-    finally:
-        monkeypatch.setattr(time, "time", real)
 
 
 def life_paths(sink, txn):
@@ -86,21 +75,21 @@ def test_a_slow_writer_with_a_fresh_heartbeat_is_never_taken_over(table_url, mon
     """The write has run far longer than ``stale_after`` (its begin record is old on the storage clock)
     but its heartbeat is fresh: recover, gc and the dry run all leave it alone; it then commits."""
     sink = open_sink(table_url)
-    with writer_clock(monkeypatch, skew):
+    with clock_off(monkeypatch, skew):
         txn = sink.begin(IV)
     rows = make_rows("slow", 8)
     with liveness.heartbeat(sink, txn, every=3600) as beat:  # beats by hand below
-        with writer_clock(monkeypatch, skew):
+        with clock_off(monkeypatch, skew):
             write_output(sink, txn, {PART: split(rows, 2)})
         let_storage_time_pass(sink, txn, STALE)
-        with writer_clock(monkeypatch, skew):
+        with clock_off(monkeypatch, skew):
             beat.beat()  # the writer is alive
         other = open_sink(table_url)
         assert dry_run(other) == []
         assert other.recover(IV, stale_after=STALE) == []
         assert gc(other, min_age=0, stale_after=STALE)["recovered"] == []
         still_open(sink, txn)
-    with writer_clock(monkeypatch, skew):
+    with clock_off(monkeypatch, skew):
         sink.pre_commit(txn)
         sink.commit(txn)
     assert_exact_version(sink, PART, rows, txn)
@@ -110,11 +99,11 @@ def test_a_waiting_pre_committed_attempt_is_judged_by_its_last_record(table_url,
     """Validation is running (PRE_COMMITTED, no verdict yet, validation required): its pre_committed
     record is its latest sign of life, not its begin record."""
     sink = open_sink(table_url, require_validation=True)
-    with writer_clock(monkeypatch, -10 * DAY):
+    with clock_off(monkeypatch, -10 * DAY):
         txn = sink.begin(IV)
         write_output(sink, txn, {PART: [make_rows("v", 3)]})
     let_storage_time_pass(sink, txn, STALE)  # begin and the heartbeat-less write: long ago
-    with writer_clock(monkeypatch, -10 * DAY):
+    with clock_off(monkeypatch, -10 * DAY):
         sink.pre_commit(txn)  # a fresh record
     assert dry_run(sink) == [] and sink.recover(IV, stale_after=STALE) == []
     let_storage_time_pass(sink, txn, STALE)
@@ -178,7 +167,7 @@ def test_gc_beside_a_live_heartbeat_leaves_it_alone(table_url, monkeypatch):
     the write is touched; once it committed, the next gc removes its heartbeat."""
     sink = open_sink(table_url)
     commit_version(sink, IV, {PART: [make_rows("old", 2)]})
-    with writer_clock(monkeypatch, -10 * DAY):
+    with clock_off(monkeypatch, -10 * DAY):
         txn = sink.begin(IV)
     rows = make_rows("new", 6, start=50)
     with liveness.heartbeat(sink, txn, every=3600) as beat:

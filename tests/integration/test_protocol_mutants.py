@@ -33,10 +33,10 @@ def _sweep_anything(sink, min_age, now):
     return lambda version: True
 
 
-def _grace_from_own_publish(statuses, epoch):
+def _grace_from_own_publish(statuses, epoch, stamp):
     """Case 3 (gc grace starting at the wrong time): a version's grace counts from its own publish, not
     from when a newer version replaced it."""
-    return statuses[epoch].published_at
+    return stamp(epoch, "published")
 
 
 def _same_names(version, name):
@@ -44,7 +44,7 @@ def _same_names(version, name):
     return name
 
 
-def _compact_once_newer_committed(statuses, epoch, current, min_age, now):
+def _compact_once_newer_committed(statuses, epoch, current, min_age, clock, interval):
     """Case 6 (compaction racing a publish): an older epoch's manifest goes as soon as a newer epoch
     committed, before that one published."""
     return not current and any(e > epoch and s.state is State.COMMITTED for e, s in statuses.items())
@@ -64,7 +64,7 @@ MUTANTS = {
     "3 gc grace starts at publish": [(maintenance, "retired_at", _grace_from_own_publish)],
     "4 plain reader sees a mix": [(files_target, "published_name", _same_names)],
     "5 dependent commits on replaced state": [(ordering, "newer_than", lambda sink, reads: None),
-                                              (ordering, "fence_successors", lambda sink, txn: [])],
+                                              (ordering, "fence_successors", lambda sink, txn, decide: [])],
     "6 compaction racing a publish": [(maintenance, "compactable", _compact_once_newer_committed),
                                       (EpochStatus, "published_partitions", _partitions_from_manifest_only)],
 }

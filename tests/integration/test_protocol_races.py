@@ -17,7 +17,7 @@ from exactly_once import transaction as transaction_module
 from exactly_once import failpoints as failpoints_module
 from exactly_once import maintenance as maintenance_module
 from exactly_once import ordering as ordering_module
-from exactly_once.maintenance import garbage_judge, gc
+from exactly_once.maintenance import StorageClock, garbage_judge, gc
 from protocol_helpers import (assert_exact_version, commit_version, interleave, is_local, leftovers,
                               log_problems, make_rows, open_sink, split, table_url,  # noqa: F401
                               visible_rows, write_output)
@@ -98,7 +98,7 @@ def test_gc_beside_a_commit_never_sweeps_the_version_being_published(tmp_path, m
     for dirpath, dirnames, filenames in os.walk(sink.staging_dir(txn)):
         for name in dirnames + filenames + ["."]:
             os.utime(os.path.join(dirpath, name), (1_000_000, 1_000_000))  # written "long ago"
-    sweep = lambda: maintenance.target.sweep(garbage_judge(maintenance, 60, time.time()))  # noqa: E731
+    sweep = lambda: maintenance.target.sweep(garbage_judge(maintenance, 60, StorageClock(maintenance)))  # noqa: E731
     swept = interleave(monkeypatch, failpoints_module, "failpoint", lambda name: name == "commit.mid_publish",
                        sweep)
     sink.commit(txn)

@@ -97,13 +97,15 @@ FAILING = {
     "duplicate_key": (_set("data.app_id", ["a", "b", "b"]),
                       r"^expect_column_values_to_be_unique\(app_id\): 2 unexpected of 3 rows"),
     "too_many_malformed": (_more_malformed, r"^expect_column_values_to_be_between\(rejected_ratio\): "
-                                            r"observed 0\.1, expected >= 0 and <= 0\.05$"),
+                                            r"observed 0\.1, expected >= 0 and <= 0\.05 \(max_malformed_ratio = 0\.05: "
+                                            r"12 of 120 input records were rejected, a share of 0\.1;"),
     "lines_do_not_add_up": (_set("counts.records_in", 111), r"^expect_column_values_to_be_between"
                             r"\(completeness_gap\): observed 1, expected == 0$"),
     "page_views_do_not_add_up": (_set("counts.metrics", {"page_views": 8}),
                                  r"^expect_column_values_to_be_between\(page_views_gap\): observed -1"),
     "rows_written_wrong": (_set("counts.rows_written", {PART: 4}),
-                           r"^expect_column_values_to_be_between\(rows_written_gap\): observed 1"),
+                           r"^expect_column_values_to_be_between\(rows_written_gap\): observed 1, expected == 0 "
+                           r"\(rows_written per partition: dt=2024-01-02: job reported 4, staged 3\)$"),
     "unowned_partition": (_set("counts.rows_written", {PART: 3, "dt=2024-01-03": 0}),
                           r"^expect_column_values_to_be_between\(unowned_partitions\): observed 1"),
     "count_missing": (lambda s: s["counts"].pop("records_out"),
@@ -159,7 +161,9 @@ def test_malformed_threshold_is_configurable(tmp_path):
     strict = run(tmp_path, _more_malformed, name="strict")  # default 0.05
     assert not strict.passed
     assert strict.failures == ["expect_column_values_to_be_between(rejected_ratio): observed 0.1, "
-                               "expected >= 0 and <= 0.05"]
+                               "expected >= 0 and <= 0.05 (max_malformed_ratio = 0.05: 12 of 120 input records "
+                               "were rejected, a share of 0.1; fix the input, or raise the pipeline's "
+                               "max_malformed_ratio if this share is normal)"]
 
 
 def test_index_lists_every_run_across_intervals(tmp_path):
@@ -274,3 +278,65 @@ def test_report_renders_in_a_headless_browser(tmp_path):
     assert "Succeeded" in index and "Failed" in index
     if os.environ.get("EO_KEEP_SCREENSHOT"):
         shutil.copy(png, os.environ["EO_KEEP_SCREENSHOT"])
+
+
+def test_an_expectation_gx_refuses_is_a_config_error_naming_the_file_and_the_argument(tmp_path):
+    """Issue 28: GX's own (pydantic) refusal of an argument surfaced as a raw traceback without the
+    suite's file name, and was retried. It is a ConfigError (final) naming file, expectation and field."""
+    from exactly_once.errors import ConfigError
+
+    suite = tmp_path / "bad.json"
+    suite.write_text('{"name": "bad", "expectations": [{"type": "expect_column_values_to_be_between", '
+                     '"kwargs": {"column": "pv", "min_value": "zero", "max_value": 10}}]}')
+    args = stage(tmp_path / "bad", copy.deepcopy(GOOD))
+    with pytest.raises(ConfigError, match=r"bad\.json: expectations\[0\] \(expect_column_values_to_be_between\): "
+                                          r"kwargs\.min_value: "):
+        validate_staged(suite_path=str(suite), table="app_pv", report_root=str(tmp_path / "reports"),
+                        run_name="pv_pipeline.bad", **args)
+    assert not (tmp_path / "reports" / "index.html").exists()  # refused before any result was stored
+
+
+@pytest.mark.s3
+def test_a_fleet_shares_one_report_site_on_s3(tmp_path, s3_server, monkeypatch):
+    """Issue 29: validations on two workers that share no disk (each its own TMPDIR) publish into one Data
+    Docs site on S3: both runs' pages are there, the index lists both, the plugin's links and its reader
+    serve them (and refuse an escape). A local report root was each worker's own: the UI found a page only
+    on the machine that validated, and each worker's index listed its own runs (a URL root was refused)."""
+    from conftest import make_bucket
+
+    from exactly_once import reports
+    from exactly_once.airflow.files import read_url_under
+    from exactly_once.errors import UnsafeIdentifierError
+    from exactly_once.storage import storage_for
+
+    root = f"s3://{make_bucket(s3_server)}/reports"
+    monkeypatch.setenv("EO_REPORTS_DIR", root)
+    outcomes = []
+    for worker in ("a", "b"):
+        private = tmp_path / f"worker-{worker}"
+        (private / "tmp").mkdir(parents=True)
+        monkeypatch.setenv("TMPDIR", str(private / "tmp"))
+        import tempfile
+
+        monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR: the worker's own temp dir
+        outcomes.append(run(private, name=f"on{worker}", report_root=f"{root}/data_docs"))
+        assert not list((private / "tmp").iterdir()), "the private build dir is removed"
+    assert all(o.passed for o in outcomes)
+    store, base = storage_for(root)
+    for o in outcomes:
+        assert o.report_path.startswith(f"{root}/data_docs/validations/")
+        assert store.exists(o.report_path[len("s3://"):])
+        link = reports.report_link(o.report_path)
+        assert link.startswith("/eo/reports/data_docs/validations/")
+        page = read_url_under(root, link[len("/eo/reports/"):])
+        assert page.media_type == "text/html" and b"pv_pipeline.on" in page.content
+    index = read_url_under(root, "data_docs/").content.decode()
+    assert "Validation runs (8)" in index  # 4 suites x 2 workers
+    assert "pv_pipeline.ona" in index and "pv_pipeline.onb" in index
+    assert '<a href="expectations/app_pv.html">app_pv</a>' in index
+    assert read_url_under(root, "data_docs/validations").directory
+    for bad in ("../x", "data_docs/../../etc/passwd", "data_docs//index.html"):
+        with pytest.raises(UnsafeIdentifierError):
+            read_url_under(root, bad)
+    with pytest.raises(FileNotFoundError):
+        read_url_under(root, "data_docs/no-such.html")

@@ -4,17 +4,28 @@ The DAG is unchanged: only the ``spark_default`` connection points at the cluste
 spark-submit and the driver run in the Airflow task, executors on the workers). Everything the job
 reads and writes is under ``EO_DATA_ROOT``, which master, workers and driver all see here (one host).
 On separate hosts ``EO_DATA_ROOT`` must be shared storage (NFS, HDFS) or S3 through s3a.
+
+The write task ships the library to the cluster on ``--py-files`` (exactly_once.shipping). The first
+interval's driver is the Airflow task's own Python; the second's is a job-only venv (no Airflow, no
+exactly_once, no pyspark: ``PYSPARK_DRIVER_PYTHON``/``PYSPARK_PYTHON`` with ``SPARK_HOME``), which imports
+the library from the shipped zip (this test's Airflow finds the library through PYTHONPATH, which
+spark-submit hands on to the driver behind the zip: the runtime the job reports shows which copy ran).
+Spark refuses cluster deploy mode for Python applications on a
+standalone master, so client mode with a driver that has nothing but the job's own needs is the nearest
+this cluster gets to a driver on another host (docs/DEPLOYING.md, YARN and Kubernetes).
 """
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from cluster_helpers import standalone_cluster
+from cluster_helpers import SPARK_HOME, job_only_python, standalone_cluster
 from conftest import need
 from e2e.pv_checks import assert_clean, expected_rows, sink, visible_rows
 
@@ -22,7 +33,7 @@ from exactly_once.ids import Interval
 from tools.localrun import airflow_env, ensure_db, run_interval
 from tools.sample_data import generate
 
-pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(900)]
 DAYS = ["2026-01-01", "2026-01-02"]
 SUBMIT_NAME = "pv_pipeline-app_pv"  # SparkSubmitOperator's name=f"{pipeline}-{sink}"
 
@@ -74,7 +85,16 @@ def test_connection_form_resolves_to_the_standalone_master(monkeypatch):
     assert conn["deploy_mode"] == "client"
 
 
-def test_two_intervals_through_airflow_on_a_standalone_cluster(cluster, run_env, monkeypatch):
+def shipped_run(log: str) -> tuple[str, dict]:
+    """The zip the write task put on ``--py-files``, and the ``runtime`` the job reported (its JSON line)."""
+    (cmd,) = [line for line in log.splitlines() if "Spark-Submit cmd:" in line]
+    shipped = cmd.split("--py-files ", 1)[1].split()[0].split(",")[0]
+    (line,) = [line for line in log.splitlines() if '{"counts": ' in line]  # the task log wraps the line
+    job, _ = json.JSONDecoder().raw_decode(line[line.index('{"counts": '):])
+    return shipped, job["runtime"]
+
+
+def test_two_intervals_through_airflow_on_a_standalone_cluster(cluster, run_env, tmp_path, monkeypatch):
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     env = {**run_env, "AIRFLOW_CONN_SPARK_DEFAULT": spark_conn(cluster.port)}
@@ -82,17 +102,29 @@ def test_two_intervals_through_airflow_on_a_standalone_cluster(cluster, run_env,
     # the provider's own resolution of the connection the DAG's write task uses
     resolved = SparkSubmitHook(conn_id="spark_default")._connection
     assert (resolved["master"], resolved["deploy_mode"]) == (cluster.master_url, "client")
+    # the second interval's driver: a job-only venv, which cannot import Airflow or the library
+    job_python = job_only_python(tmp_path / "venvs")
+    for module in ("airflow", "exactly_once"):
+        probe = subprocess.run([job_python, "-I", "-c", f"import {module}"], capture_output=True)
+        assert probe.returncode != 0, f"the job-only venv imports {module}"
+    drivers = {DAYS[0]: str(Path(sys.executable)), DAYS[1]: str(job_python)}
 
     root = Path(run_env["EO_DATA_ROOT"])
     generate(str(root / "landing"), DAYS, events_per_day=200)
     for day in DAYS:
+        python = drivers[day]
         t0 = time.perf_counter()
-        res = run_interval("pv_pipeline", day, extra_env=env, timeout=150)
+        res = run_interval("pv_pipeline", day, timeout=400, extra_env={
+            **env, "PYSPARK_DRIVER_PYTHON": python, "PYSPARK_PYTHON": python, "SPARK_HOME": str(SPARK_HOME)})
         log = res.log_path.read_text(errors="replace")
         assert res.ok, f"{day} failed after {time.perf_counter() - t0:.0f}s; log tail:\n" + "\n".join(
             log.splitlines()[-60:])
         assert f"--master {cluster.master_url}" in log, "spark-submit did not target the cluster"
         assert f"--name {SUBMIT_NAME}" in log
+        # the driver ran the given Python, with the library from the zip the task shipped
+        shipped, runtime = shipped_run(log)
+        assert Path(shipped).name.startswith("exactly_once-") and shipped.endswith(".zip"), shipped
+        assert runtime == {"python": python, "exactly_once": f"{shipped}/exactly_once"}, runtime
 
     # the data: what a plain reader sees equals the independent reference, chained over both days
     assert visible_rows(root) == expected_rows(root, DAYS)

@@ -207,6 +207,67 @@ def test_same_transaction_name_in_two_tables_and_a_recreated_table(spark_connect
     assert all(r[2] == [] and r[3] == "unset" for r in rows), rows
 
 
+CACHING_JOB = '''
+from pyspark.sql import functions as F
+from exactly_once.contracts import Counts
+
+
+def compute(ctx):
+    df = ctx.read().persist()  # and never unpersisted: the cache outlives the session on a shared server
+    part = ctx.partitions[0]
+    n, total = df.agg(F.count("*"), F.sum(F.col("v").cast("long"))).first()
+    prev = ctx.read_prev_state("total long").first()
+    total += prev["total"] if prev else 0
+    ctx.spark.createDataFrame([(n, total)], "n long, total long").write.mode("overwrite").parquet(ctx.output_dir(part))
+    ctx.spark.createDataFrame([(total,)], "total long").write.mode("overwrite").parquet(ctx.state_dir)
+    files, size = ctx.input_stats()
+    return Counts(records_in=n, records_out=n, rows_written={part: 1}, input_files=files, input_bytes=size)
+'''
+
+
+def test_a_reprocess_never_reads_the_cache_an_earlier_attempt_left_on_the_server(spark_connect, tmp_path):
+    """Issue 25 class 9: a job that ``persist()``s its input and never unpersists it leaves the cached
+    plan in the server's cache, which every session of the long-lived server shares. January's landing
+    file is then corrected in place (same size) and January reprocessed: before, the reprocess read the
+    OLD cached rows, published the old total and reported no stale successor. Now every attempt starts
+    with the server's cache cleared: the new total is published and February is reported stale."""
+    from exactly_once.ids import TxnRef
+    from exactly_once.layout import Source
+    from exactly_once.pipeline import IntervalRun
+    from test_interval_runs import config, land, month, table
+
+    cfg = config(tmp_path, stateful=True, start="2013-01-01", sources=Source(
+        "s", format="csv", path="{start:%Y-%m}", options={"header": "true", "inferSchema": "true"}))
+    land(tmp_path, "2013-01", "a.csv", [1, 2])
+    land(tmp_path, "2013-02", "a.csv", [10])
+    job = tmp_path / "caching_job.py"
+    job.write_text(CACHING_JOB)
+
+    def run(m: int, reprocess: bool = False) -> dict:
+        interval = IntervalRun(cfg, month(m), storage_options={})
+        began = interval.begin(refresh_sources=reprocess)
+        txn = TxnRef.from_dict(began["txn"])
+        try:
+            run_connect(str(job), began["spec"], spark_connect)
+            interval.pre_commit(txn)
+            interval.validate(txn)
+            return interval.commit(txn)
+        finally:
+            interval.abort(txn)
+
+    run(1)
+    run(2)
+    assert table(cfg) == {"2013-01": (2, 3), "2013-02": (1, 13)}
+    landed = tmp_path / "landing" / "s" / "2013-01" / "a.csv"
+    before = landed.stat()
+    landed.write_text("v\n5\n6\n")  # corrected in place: same size, other values
+    os.utime(landed, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    assert landed.stat().st_size == before.st_size
+    summary = run(1, reprocess=True)
+    assert table(cfg) == {"2013-01": (2, 11), "2013-02": (1, 13)}
+    assert summary["stale_intervals"] == [month(2).token]
+
+
 def _write_attempt(job: str, spec_url: str, remote: str, attempt: int, args: tuple, out: str) -> None:
     """One write task attempt in its own process; its outcome (or error class) goes to ``out``."""
     try:

@@ -15,7 +15,7 @@ from eo_testing import need
 from target_helpers import REDIS_URL, gone, pv_rows, reachable, split, stage, txn
 
 from exactly_once import ConfigError, Interval, UnsafeIdentifierError
-from exactly_once.errors import TargetSchemaError, TargetUnavailableError
+from exactly_once.errors import OwnershipError, TargetSchemaError, TargetUnavailableError
 from exactly_once.targets import RedisTarget
 from exactly_once.targets import keyvalue as keyvalue_module
 
@@ -159,7 +159,7 @@ def test_key_values_with_separators_cannot_collide(r, ns, tmp_path):
 
 def test_another_sink_may_not_take_over_a_namespace(r, ns, tmp_path):
     target(ns).publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
-    with pytest.raises(ConfigError, match="belongs to one sink"):
+    with pytest.raises(OwnershipError, match="belongs to one sink"):
         target(ns).publish(txn(epoch=2, sink="other"), stage(tmp_path, {PART: [pv_rows("b", 2)]}))
 
 

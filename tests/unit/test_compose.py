@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 import os
 import re
 import shutil
@@ -39,8 +40,10 @@ SCHEMA = ROOT / "tests" / "data" / "compose-spec.json"
 
 AIRFLOW_SERVICES = ["airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
                     "airflow-triggerer"]
-MUST_HAVE_HEALTHCHECK = ["postgres", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                         "airflow-triggerer", "spark-master", "spark-worker", "minio"]
+CELERY_SERVICES = ["airflow-worker", "flower"]  # merge x-airflow-common too; the worker mounts no volume of state
+MUST_HAVE_HEALTHCHECK = ["postgres", "redis", "airflow-apiserver", "airflow-scheduler", "airflow-worker",
+                         "airflow-dag-processor", "airflow-triggerer", "flower", "spark-master", "spark-worker",
+                         "minio"]
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|FERNET|ACCESS_KEY|PRIVATE", re.I)
 # ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}; `$$` is a literal dollar.
 VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
@@ -157,18 +160,46 @@ def test_the_schema_rejects_a_broken_file(compose):
 
 
 def test_expected_services_exist(services):
-    for name in ["postgres", *AIRFLOW_SERVICES, "spark-master", "spark-worker", "minio", "minio-init"]:
+    for name in ["postgres", "redis", *AIRFLOW_SERVICES, *CELERY_SERVICES, "spark-master", "spark-worker", "minio",
+                 "minio-init"]:
         assert name in services, name
-    assert not {"redis", "airflow-worker", "flower"} & set(services), "LocalExecutor: no Celery/Redis"
     assert services["postgres"]["image"].startswith("postgres:16")
+    assert interpolate(services["redis"]["image"]).startswith("redis:7")
+    assert services["flower"]["profiles"] == ["flower"], "Flower is optional: only with --profile flower"
+
+
+def test_the_celery_executor_as_the_official_compose_file_runs_it(compose, services):
+    """Redis broker, PostgreSQL result backend, workers that wait for the api-server (task execution API),
+    two replicas that share no volume of state: only the code is mounted, the data root is on MinIO."""
+    env = {k: interpolate(v) for k, v in env_of(compose["x-airflow-common"]).items()}
+    assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert env["AIRFLOW__CELERY__BROKER_URL"] == "redis://:@redis:6379/0"
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql+psycopg2://")
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].endswith("@postgres:5432/airflow")
+    assert env["EO_DATA_ROOT"].startswith("s3://")
+    worker = services["airflow-worker"]
+    assert worker["command"] == "celery worker" and worker["deploy"]["replicas"] >= 2
+    assert "inspect ping" in " ".join(worker["healthcheck"]["test"])
+    assert env_of(worker)["DUMB_INIT_SETSID"] == "0"
+    assert worker["depends_on"]["airflow-apiserver"]["condition"] == "service_healthy"
+    assert worker["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert worker["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    assert "hostname" not in worker and "container_name" not in worker, "replicas need their own hostnames"
+    assert not worker.get("ports"), "replicas cannot share a host port"
+    code_mounts = {"./dags:/opt/airflow/dags",  # the library is the image's installed package, not mounted
+                   "./spark_jobs:/opt/airflow/spark_jobs", "./expectations:/opt/airflow/expectations"}
+    assert set(worker["volumes"]) == code_mounts, "a worker mounts code only: no shared disk of state"
+    assert services["flower"]["command"] == "celery flower" and host_ports(services["flower"]) == {5555}
+    for name in AIRFLOW_SERVICES + CELERY_SERVICES:  # every Airflow service reaches the broker
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy", name
 
 
 def test_every_airflow_service_uses_the_common_anchor(raw, compose, services):
     common = compose["x-airflow-common"]
     assert common["build"]["dockerfile"] == "docker/Dockerfile"
-    assert common["environment"]["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
+    assert common["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     blocks = re.split(r"\n  (?=[a-z][\w-]*:\n)", raw.split("\nservices:\n", 1)[1])
-    for name in AIRFLOW_SERVICES:
+    for name in AIRFLOW_SERVICES + CELERY_SERVICES:
         block = next(b for b in blocks if b.startswith(f"{name}:"))
         assert "<<: *airflow-common\n" in block, f"{name} does not merge x-airflow-common"
         svc = services[name]
@@ -176,7 +207,8 @@ def test_every_airflow_service_uses_the_common_anchor(raw, compose, services):
         env = env_of(svc)
         for key, value in env_of(common).items():
             assert env.get(key) == value, f"{name}: {key} differs from x-airflow-common"
-        assert svc["volumes"] == common["volumes"], name
+        if name != "airflow-worker":
+            assert svc["volumes"] == common["volumes"], name
     # The Spark services run the same image (same Python/PySpark as the driver in the scheduler).
     for name in ("spark-master", "spark-worker"):
         assert services[name]["image"] == common["image"], name
@@ -214,8 +246,9 @@ def test_healthchecks_and_start_order(services):
             assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
     assert services["minio-init"]["depends_on"]["minio"]["condition"] == "service_healthy"
     assert services["spark-worker"]["depends_on"]["spark-master"]["condition"] == "service_healthy"
-    sched = services["airflow-scheduler"]["depends_on"]
-    assert sched["minio-init"]["condition"] == "service_completed_successfully"
+    worker = services["airflow-worker"]["depends_on"]  # the tasks (and the Spark driver) run on the workers
+    assert worker["minio-init"]["condition"] == "service_completed_successfully"
+    assert worker["spark-master"]["condition"] == "service_healthy"
     # Every dependency exists; waiting for health needs a healthcheck; waiting for completion a one-shot.
     for name, svc in services.items():
         for dep, spec in (svc.get("depends_on") or {}).items():
@@ -249,10 +282,12 @@ def test_doc_services_table_matches(services):
 
 def test_doc_mounts_are_in_every_airflow_service(services):
     rows = doc_table("host path", "container path")
-    assert {code(r["host path"])[0] for r in rows} >= {"./dags", "./plugins", "./spark_jobs", "./expectations"}
+    assert {code(r["host path"])[0] for r in rows} >= {"./dags", "./spark_jobs", "./expectations"}
+    for name, svc in services.items():  # the library comes from the image's installed wheel
+        assert not [v for v in svc.get("volumes") or [] if str(v).startswith("./plugins")], name
     for row in rows:
         mount = f"{code(row['host path'])[0]}:{code(row['container path'])[0]}"
-        for name in AIRFLOW_SERVICES:
+        for name in AIRFLOW_SERVICES + ["airflow-worker"]:
             assert mount in services[name]["volumes"], f"{name} lacks mount {mount}"
 
 
@@ -275,19 +310,19 @@ def test_doc_connections_match_the_environment(services):
     assert s3["extra"]["endpoint_url"] == "http://minio:9000"
 
 
-def test_the_scheduler_forks_tasks_from_a_preloaded_server(services):
-    """The compose scheduler uses the settings the chaos run exercises under a real scheduler, and every
-    preloaded module exists here (``multiprocessing`` skips a misspelt one silently)."""
+def test_the_scheduler_settings_fit_the_celery_executor(services):
+    """The LocalExecutor's forkserver settings are gone with it (a Celery scheduler runs no task; the test
+    fleet preloads in the worker instead, and every preloaded module exists here - a misspelt one would be
+    skipped silently); hand-offs still wait for the scheduler's idle sleep (docs/DEPLOYING.md)."""
     import importlib.util
 
     from tools.localrun import SCHEDULER_PRELOAD, scheduler_env
 
     env = env_of(services["airflow-scheduler"])
-    assert {k: env.get(k) for k in scheduler_env()} == scheduler_env()
+    assert not set(scheduler_env()) & set(env)
     assert "great_expectations" in SCHEDULER_PRELOAD
     for module in SCHEDULER_PRELOAD:
         assert importlib.util.find_spec(module) is not None, module
-    # hand-offs between the pipeline's tasks wait for the scheduler's idle sleep (docs/DEPLOYING.md)
     assert float(env["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"]) <= 0.2
 
 
@@ -322,7 +357,16 @@ def test_dockerfile_installs_the_lock_a_jre_and_matching_s3a_jars():
     assert re.search(r"^FROM (python:3\.11|apache/airflow:3\.3\.2-python3\.11)", text, re.M)
     assert "openjdk-17-jre-headless" in text
     assert re.search(r"-r\s+\S*requirements\.lock", text) and "COPY requirements.lock" in text
-    assert re.search(r"pip install .*--no-deps -e", text), "the project itself is installed"
+    # the library is the package's wheel, built in a first stage and installed with its extras under the
+    # lock's versions - not the repository's copy (neither copied nor mounted)
+    assert re.search(r"^FROM \S+ AS dist$", text, re.M) and re.search(r"uv build --wheel", text)
+    assert "COPY --from=dist" in text
+    assert re.search(r"pip install .*-c /tmp/requirements/requirements\.lock", text)
+    assert re.search(r'"exactly-once-pipelines\[\$\{EO_EXTRAS\}\] @ file://', text)
+    extras = set(re.search(r"ARG EO_EXTRAS=(\S+)", text).group(1).split(","))
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras == declared.keys() - {"test"}, "the image installs every extra the package declares"
+    assert not re.search(r"^COPY (\.|plugins)\s", text, re.M) and " -e " not in text
     hadoop = re.search(r"ARG HADOOP_AWS_VERSION=(\S+)", text).group(1)
     sdk = re.search(r"ARG AWS_SDK_V2_VERSION=(\S+)", text).group(1)
     assert "hadoop-aws-${HADOOP_AWS_VERSION}.jar" in text and "bundle-${AWS_SDK_V2_VERSION}.jar" in text
@@ -348,7 +392,7 @@ def test_every_variable_is_defaulted_or_in_the_env_example(raw):
         name, op = m.group(1), m.group(2)
         assert op in (":-", "-") or name in example, f"${{{name}}} has no default and is not in .env.example"
     used = {m.group(1) for m in VAR.finditer(raw.replace("$$", ""))}
-    missing = used - set(example) - {"EO_IMAGE", "MINIO_IMAGE", "MC_IMAGE"}
+    missing = used - set(example) - {"EO_IMAGE", "MINIO_IMAGE", "MC_IMAGE", "REDIS_IMAGE"}
     assert not missing, f"variables not documented in docker/.env.example: {missing}"
     # The file interpolates with the example values as well as with the defaults.
     yaml.safe_load(interpolate(raw, example))

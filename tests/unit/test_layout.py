@@ -117,3 +117,14 @@ def test_contracts_round_trip_and_refuse_malformed_documents():
                        ({"metrics": {"staged_rows": 1}}, "taken by the counts frame")):
         with pytest.raises((ContractError, UnsafeIdentifierError), match=match):
             Counts.from_dict({**counts.to_dict(), **bad})
+
+
+def test_an_interval_reads_as_dates():
+    from datetime import datetime, timezone
+
+    from exactly_once.ids import Interval
+
+    utc = lambda *a: datetime(*a, tzinfo=timezone.utc)  # noqa: E731
+    assert Interval.daily("2026-01-04").label == "2026-01-04"
+    assert Interval(utc(2026, 1, 4, 5), utc(2026, 1, 4, 6)).label == "2026-01-04 05:00 - 06:00 UTC"
+    assert Interval(utc(2026, 1, 1), utc(2026, 2, 1)).label == "2026-01-01 00:00 - 2026-02-01 00:00 UTC"

@@ -7,7 +7,8 @@ the same checks Airflow's REST API does (``airflow.api_fastapi.core_api.security
   verified by the configured auth manager; none or an invalid one -> 401 / 403;
 * authorization: the auth manager's ``is_authorized_dag(GET, RUN, <dag>)`` - a table, its reports and
   its run pages belong to the pipeline's DAG; a page about no single DAG (the Data Docs index, static
-  assets) needs read access to every DAG (``DagDetails(id=None)``). Denied -> 403.
+  assets) needs read access to every DAG (``DagDetails(id=None)``). Denied -> 403;
+* actions (``actions``): edit access to the pipeline's DAG and trigger access to the DAG that runs them.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 from airflow.api_fastapi.core_api.security import GetUserDep, get_user
 
-__all__ = ["authorize_dag", "can_read_dag", "dag_of_report", "get_user", "GetUserDep"]
+__all__ = ["authorize_dag", "can_act", "can_read_dag", "dag_of_report", "get_user", "GetUserDep"]
 
 # A Data Docs run directory is named ``<pipeline>.<interval token>.e<epoch>`` (quality.validate_staged)
 _RUN_DIR = re.compile(r"(?P<dag>[A-Za-z0-9][A-Za-z0-9_.-]*)\.[0-9]{8}T[0-9]{6}Z_[0-9]{8}T[0-9]{6}Z\.e[0-9]{6,}")
@@ -33,6 +34,18 @@ def can_read_dag(user: GetUserDep, dag_id: str | None) -> bool:
     team = DagModel.get_team_name(dag_id) if dag_id else None
     return get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN,
                                                 details=DagDetails(id=dag_id, team_name=team), user=user)
+
+
+def can_act(user: GetUserDep, dag_id: str, run_dag: str) -> bool:
+    """Whether ``user`` may act on the tables of ``dag_id``: edit that DAG (``is_authorized_dag(PUT)``)
+    and trigger ``run_dag``, the DAG whose run carries the action out (``POST`` of its runs)."""
+    from airflow.models.dag import DagModel
+
+    manager = get_auth_manager()
+    team = DagModel.get_team_name(dag_id)
+    edit = manager.is_authorized_dag(method="PUT", details=DagDetails(id=dag_id, team_name=team), user=user)
+    return edit and manager.is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN, user=user,
+                                              details=DagDetails(id=run_dag, team_name=DagModel.get_team_name(run_dag)))
 
 
 def authorize_dag(user: GetUserDep, dag_id: str | None) -> None:

@@ -67,6 +67,26 @@ def read_under(root: str, rel: str, *, index: str = "index.html") -> Found:
     return Found(content=content, media_type=media)
 
 
+def read_url_under(url: str, rel: str, storage_options: dict | None = None, *,
+                   index: str = "index.html") -> Found:
+    """:func:`read_under` for a reports root on storage (``s3://...``): the same refusals of unsafe
+    paths (object stores have no symlinks), FileNotFoundError for anything missing."""
+    from ..storage import storage_for  # noqa: PLC0415 - only for a remote reports root
+
+    parts = components(rel)
+    if rel.endswith("/") or not parts:
+        parts.append(index)
+    store, base = storage_for(url, **(storage_options or {}))
+    key = store.join(base, *parts)
+    try:
+        content = store.read_bytes(key)
+    except (FileNotFoundError, IsADirectoryError):
+        if store.list_names(key):
+            return Found(directory=True)
+        raise FileNotFoundError(rel) from None
+    return Found(content=content, media_type=mimetypes.guess_type(parts[-1])[0] or "application/octet-stream")
+
+
 def _open_at(parent: int, name: str, flags: int) -> int:
     """Open ``name`` under directory fd ``parent``; a symlink (ELOOP) or anything else raises FileNotFoundError."""
     try:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from airflow.listeners import hookimpl
@@ -23,6 +24,25 @@ from ..reports import run_report_url
 log = logging.getLogger(__name__)
 NOTE_KEY = "eo_note"
 OURS = ("published ", "aborted", "fenced", "not published")   # a note starting so was written by us
+PHASE_NOTE_CHARS = 480  # one table's note; Airflow keeps 1,000 characters of a run's note
+RUN_NOTE_CHARS = 1000
+_CLAUSE = re.compile(r"(?<=[.;:]) |(?<= -) ")  # where a clause starts: after '. ', '; ', ': ', ' - '
+_ELIDED = " [...] "
+_MIN_HEAD = 40  # what happened: at least the error's name and the attempt
+
+
+def shorten(text: str, limit: int = PHASE_NOTE_CHARS) -> str:
+    """``text`` in at most ``limit`` characters. Messages end with what to do next, so the advice is
+    kept whole: the longest tail of ``text`` that starts a clause and fits is kept, and what comes first
+    (what happened) is shortened in the middle to make room."""
+    if len(text) <= limit:
+        return text
+    for m in _CLAUSE.finditer(text):
+        tail = text[m.start() + 1:]
+        room = limit - len(tail) - len(_ELIDED)
+        if room >= _MIN_HEAD:
+            return text[:room].rstrip() + _ELIDED + tail
+    return text[:limit - len(_ELIDED)].rstrip() + _ELIDED.rstrip()  # one clause longer than a note
 
 
 def report_url(dag_id: str, run_id: str) -> str:
@@ -48,12 +68,12 @@ def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
     from ..inspection import quality_of
 
     if isinstance(exc, FencedError):
-        return f"fenced: {exc}"[:300]
+        return shorten(f"fenced: {exc}")
     st = run.sink.status(txn.interval).get(txn.epoch) if txn is not None else None
     quality = quality_of(st) if st is not None else None
     if quality is not None and quality.passed is False:
-        return f"aborted: {quality.headline}"[:300]
-    return f"aborted: {type(exc).__name__}: {exc}"[:300]
+        return shorten(f"aborted: {quality.headline}")
+    return shorten(f"aborted: {type(exc).__name__}: {exc}")
 
 
 def discarded_note(run: Any, txn: Any) -> str:
@@ -65,24 +85,27 @@ def discarded_note(run: Any, txn: Any) -> str:
             f"write task with Downstream to publish a new version); {live}")
 
 
-def event_extra(context: Any, summary: dict[str, Any]) -> dict[str, Any]:
-    """The asset event's extra for a published version (``IntervalRun.commit``'s summary)."""
+def event_extra(context: Any, summary: dict[str, Any], interval: Any = None) -> dict[str, Any]:
+    """The asset event's extra for a published version (``IntervalRun.commit``'s summary) of the run's
+    interval, or of ``interval`` (a batch's host announcing the intervals no run of their own announces)."""
     ti = context["ti"]
+    start, end = (interval.start, interval.end) if interval is not None else \
+        (context["data_interval_start"], context["data_interval_end"])
     return {"version": summary.get("version"), "rows": summary.get("rows"), "files": summary.get("files"),
             "partitions": sorted(summary.get("partitions") or {}),
-            "interval": {"start": context["data_interval_start"].isoformat(),
-                         "end": context["data_interval_end"].isoformat()},
+            "interval": {"start": start.isoformat(), "end": end.isoformat()},
             "report_url": report_url(ti.dag_id, ti.run_id)}
 
 
-def announce(operator: Any, context: Any, summary: dict[str, Any]) -> None:
+def announce(operator: Any, context: Any, summary: dict[str, Any], interval: Any = None) -> None:
     """The table's asset event for a version that went live, through the task's AssetAlias outlet
     (an alias emits nothing unless an event is added: a task that published nothing announces nothing)."""
     from airflow.sdk import Asset, AssetAlias
 
     for outlet in operator.outlets or []:
         if isinstance(outlet, AssetAlias):
-            context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri), extra=event_extra(context, summary))
+            context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
+                                                 extra=event_extra(context, summary, interval))
 
 
 def on_commit(operator: Any, context: Any, summary: dict[str, Any]) -> None:
@@ -128,8 +151,9 @@ def run_note(dag_run: Any, session: Any) -> str | None:
     if not notes:
         return None
     if len(rows) == 1:
-        return notes[0]
-    return "; ".join(f"{x.task_id.rsplit('.', 1)[0]}: {n}" for x, n in zip(rows, notes))
+        return shorten(notes[0], RUN_NOTE_CHARS)
+    each = RUN_NOTE_CHARS // len(rows) - 2  # every table keeps its own advice
+    return "; ".join(shorten(f"{x.task_id.rsplit('.', 1)[0]}: {n}", each) for x, n in zip(rows, notes))
 
 
 def failed_tasks(dag_run: Any, session: Any) -> list[str]:

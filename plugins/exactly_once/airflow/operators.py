@@ -1,8 +1,9 @@
 """Thin Airflow operators: each one resolves the interval and the transaction, then calls one phase.
 
 The phases themselves live in :class:`exactly_once.pipeline.IntervalRun` (plain Python). Errors that a
-retry cannot fix - a fenced attempt, a failed quality gate, an aborted transaction - fail the task at
-once (``AirflowFailException``: no retries); everything else is retried with backoff.
+retry cannot fix (:data:`exactly_once.errors.FINAL`: a fenced attempt, a failed quality gate, an aborted
+transaction, a broken suite or configuration, ...) fail the task at once (``AirflowFailException``: no
+retries); everything else is retried with backoff.
 """
 from __future__ import annotations
 
@@ -11,20 +12,18 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
-from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
+from .compat import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from .. import settings
 from ..config import PipelineConfig
-from ..errors import (CommitWithoutWriteError, ConfigError, FencedError, InputChangedError, InputsShrankError,
-                      OwnershipError, PhaseNotRunError, PredecessorPendingError, TransactionAbortedError,
-                      UnsafeIdentifierError, ValidationFailedError)
+from ..errors import FINAL, PredecessorPendingError, SinkRenamedError, ValidationFailedError
 from ..ids import Interval, TxnRef
 from ..pipeline import IntervalRun
+from . import batching
 from .connections import storage_options
+from .lineage import PublishLineage
 
-# errors no retry can fix: the task fails at once (and ends its transaction)
-FINAL = (FencedError, TransactionAbortedError, ValidationFailedError, UnsafeIdentifierError, OwnershipError,
-         ConfigError, InputChangedError, InputsShrankError, CommitWithoutWriteError, PhaseNotRunError)
+# FINAL (errors.py): errors no retry can fix - the task fails at once (and ends its transaction)
 log = logging.getLogger(__name__)
 
 
@@ -37,7 +36,7 @@ def interval_of(context: Any) -> Interval:
     return Interval(start, end)
 
 
-class PhaseOperator(BaseOperator):
+class PhaseOperator(PublishLineage, BaseOperator):
     """Base of the phase operators: ``config`` names the pipeline, ``begin_task_id`` the full task id of
     the group's begin task (the txn's source; set by :func:`~exactly_once.airflow.exactly_once_group`
     from the group's real prefix, so it works in nested groups)."""
@@ -68,6 +67,7 @@ class PhaseOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         run = None
+        self.forget_published()
         try:
             run = self.run_for(context)
             return self.call(run, context)
@@ -80,29 +80,112 @@ class PhaseOperator(BaseOperator):
             if run is not None:
                 on_final_error(context, failed_note(run, txn, exc))
             if txn is not None and run is not None:
-                run.abort(txn)
+                try:
+                    run.abort(txn, table=began.get("table"))  # type: ignore[union-attr]
+                except SinkRenamedError as again:  # the task fails with its own error (the message says what to run)
+                    log.warning("could not end %s now: %s", txn.name, again)
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
 
     def call(self, run: IntervalRun, context: Any) -> Any:
         raise NotImplementedError
 
 
+ASKED_LABELS = ("reprocess", "rerun-stale")  # what a run of a pipeline's DAG can have been asked (table page)
+
+
+def _asked(context: Any, conf: dict[str, Any]) -> dict[str, Any]:
+    """Provenance of a run that was asked for: who triggered it (Airflow's record, not the conf) and what
+    (a label of :data:`ASKED_LABELS` only: a conf naming anything else, e.g. "rollback", is a reprocess)."""
+    by = getattr(context.get("dag_run"), "triggering_user_name", None)
+    action = None
+    if conf.get("reprocess"):
+        action = conf.get("eo_action") if conf.get("eo_action") in ASKED_LABELS else "reprocess"
+    if action and conf.get("allow_shrinking"):
+        action += " (allow shrinking)"
+    return {k: v for k, v in (("by", by), ("action", action)) if v}
+
+
+def sinks_asked(context: Any, conf: dict[str, Any]) -> list[str] | None:
+    """``conf.sinks``: the sinks whose exactly-once groups this run is for (the table page's reprocess and
+    re-run-stale name the table's sink); the other groups of the DAG skip. None (no ``sinks``): every
+    group runs - ``make run-interval REPROCESS=1``, the CLI. A malformed value, or one naming no group of
+    the DAG, fails the run at once."""
+    sinks = conf.get("sinks")
+    if sinks is None:
+        return None
+    sinks = [sinks] if isinstance(sinks, str) else sinks
+    if not isinstance(sinks, list) or not all(isinstance(x, str) for x in sinks):
+        raise AirflowFailException(f"conf sinks must be a list of sink names (e.g. [\"app_pv\"]), not {sinks!r}")
+    dag = context.get("dag")
+    groups = {t.config.sink for t in getattr(dag, "tasks", ()) if isinstance(t, BeginOperator)}
+    if groups and not groups & set(sinks):
+        raise AirflowFailException(f"conf sinks {sinks} names no exactly-once group of DAG {dag.dag_id}; its "
+                                   f"sinks are {', '.join(sorted(groups))}")
+    return sinks
+
+
+def may_reprocess(context: Any, dag_id: str) -> None:
+    """A reprocess asked through the run's conf (REST API, CLI, the table page) needs the right the table
+    page asks for: a triggering user who is an Airflow login must be allowed to edit the DAG
+    (``owners.user_may_edit``, as ``eo_rollback`` checks; with the DAG's team, ``dag_run.team_name``, under
+    multi_team). A run without a triggering user (scheduled, a backfill) is not asked by anyone and
+    passes; so does one whose user is no login (``airflow dags test`` - ``make run-interval REPROCESS=1``
+    - or ``airflow dags trigger``): it was made from a shell with the metadata DB at hand, which no API
+    permission governs. (Airflow does not give a task the run's ``triggered_by``, which would tell a
+    shell's run from a REST one; the user's name is what there is.)"""
+    from .owners import UNKNOWN_TEAM, known_user, user_may_edit
+
+    dag_run = context.get("dag_run")
+    by = getattr(dag_run, "triggering_user_name", None)
+    team = getattr(dag_run, "team_name", UNKNOWN_TEAM)
+    if by is not None and known_user(by) and not user_may_edit(by, dag_id, team):
+        raise AirflowFailException(f"PermissionDeniedError: user {by!r} (who triggered this run with conf "
+                                   f"reprocess) may not edit DAG {dag_id!r}: a reprocess replaces a committed "
+                                   "version, ask someone with edit access to that DAG to trigger it")
+
+
 class BeginOperator(PhaseOperator):
     """Setup task: recover, allocate the epoch, freeze the sources (``conf.reprocess`` re-freezes;
-    ``conf.allow_shrinking`` lets that reprocess read fewer files than the committed version did)."""
+    ``conf.allow_shrinking`` lets that reprocess read fewer files than the committed version did). With
+    ``conf.sinks`` only those sinks' groups run: this one is skipped (and so its tasks) if not among them.
+
+    In a backfill of a pipeline with ``max_batch > 1`` it first hosts, waits for or finds a batch that
+    publishes its interval with others in one write job (:mod:`exactly_once.airflow.batching`), on the
+    group's Spark settings ``batch_write``; a run whose interval a batch published finishes here."""
 
     phase = "begin"
     ui_color = "#d9f2d9"
 
+    def __init__(self, *, batch_write: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.batch_write = batch_write
+
+    def write_batch(self, batch_url: str, attempt: int) -> None:
+        """The batch's write job (spark-submit or Spark Connect, as the write task would run it)."""
+        from .write import write_batch  # noqa: PLC0415 - the Spark provider only where a batch is hosted
+
+        if not self.batch_write:
+            raise AirflowFailException(f"{self.task_id}: no Spark settings for a batch (build the group with "
+                                       "exactly_once_group)")
+        write_batch(self.batch_write, batch_url, attempt)
+
     def call(self, run: IntervalRun, context: Any) -> Any:
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}
         ti = context["ti"]
-        announce_finished(self, context, run.finish_publishes())
+        sinks = sinks_asked(context, conf)
+        if sinks is not None and run.config.sink not in sinks:
+            raise AirflowSkipException(f"this run is for {', '.join(sinks)} (conf sinks), not {run.config.sink}: "
+                                       "this group does nothing")
+        reprocess = bool(conf.get("reprocess"))
+        if reprocess:
+            may_reprocess(context, ti.dag_id)
+        announce_finished(self, context, run, run.finish_publishes())
+        if batching.mode(self, context):  # finished at once, waiting, or a single run from here on
+            batching.before_begin(self, run, context, reprocess=reprocess)
         try:
-            return run.begin(refresh_sources=bool(conf.get("reprocess")),
-                             allow_shrinking=bool(conf.get("allow_shrinking")),
+            return run.begin(refresh_sources=reprocess, allow_shrinking=bool(conf.get("allow_shrinking")),
                              run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id,
-                                  "task_id": ti.task_id})
+                                  "task_id": ti.task_id, **_asked(context, conf)})
         except PredecessorPendingError as exc:
             if predecessor_running(context, run.interval):
                 self.wait_for_predecessor(exc, context)
@@ -126,8 +209,12 @@ class BeginOperator(PhaseOperator):
                                    "EO_PREDECESSOR_TIMEOUT_SECONDS sets how long)") from exc
 
 
-def announce_finished(operator: PhaseOperator, context: Any, summaries: list[dict[str, Any]]) -> None:
-    """A publish this task finished (the commit task died after deciding) gets its asset event and note."""
+def announce_finished(operator: PhaseOperator, context: Any, run: IntervalRun,
+                      summaries: list[dict[str, Any]]) -> None:
+    """A publish this task finished (the commit task died after deciding) gets its asset event, note and
+    lineage."""
+    for summary in summaries:
+        operator.published(run, summary)
     if summaries:
         from .notes import on_finished_publish  # noqa: PLC0415
 
@@ -157,14 +244,15 @@ class PreCommitOperator(PhaseOperator):
 
 
 class ReportLink(BaseOperatorLink):
-    """"Data quality report" button on the validate task: the plugin's report page of the run."""
+    """"Data quality report" button on the validate task: the run's "Exactly-once report" tab, i.e. the
+    plugin's report page of the run (its interval's values, limits, all suites) inside Airflow's UI."""
 
     name = "Data quality report"
 
     def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        from ..reports import run_report_url  # noqa: PLC0415 - the run's page: values, limits, all suites
+        from ..reports import run_report_view_url  # noqa: PLC0415
 
-        return run_report_url(ti_key.dag_id, ti_key.run_id) if ti_key is not None else ""
+        return run_report_view_url(ti_key.dag_id, ti_key.run_id) if ti_key is not None else ""
 
 
 class ValidateOperator(PhaseOperator):
@@ -198,6 +286,7 @@ class CommitOperator(PhaseOperator):
 
         summary = run.commit(self.txn(context))
         if not summary.get("already_committed"):
+            self.published(run, summary)  # its lineage, even should the task fail after this
             on_commit(self, context, summary)
         return summary
 
@@ -219,13 +308,17 @@ class AbortOperator(PhaseOperator):
 
     def call(self, run: IntervalRun, context: Any) -> Any:
         began = self.began(context)
-        announce_finished(self, context, run.finish_publishes())
+        announce_finished(self, context, run, run.finish_publishes())
         if began:
             self.interrupt_writes(run, TxnRef.from_dict(began["txn"]))
         if not began:
             done = run.abort_unhanded(context["ti"].run_id)
+            if batching.mode(self, context):  # a batch this run's begin hosted and gave up
+                done += batching.end_hosted(run, context)
             return done or "nothing to abort"
         txn = self.txn(context)
+        if run.renamed(txn):  # begun for a sink the configuration no longer names: end it where it lives
+            return run.abort(txn, table=began.get("table"))
         discards = run.undecided_output(txn)  # a write nobody committed (a clear without Downstream, ...)
         state = run.abort(txn)
         if discards and state == "ABORTED":

@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from ..reports import URL_PREFIX
+from ..reports import RUN_REPORT_ROUTE, URL_PREFIX
 from .notes import RunNotes
 from .operators import ReportLink
 
@@ -40,7 +40,7 @@ class ExactlyOncePlugin(AirflowPlugin):
         {"name": "Tables", "href": f"{URL_PREFIX}/dags/{{DAG_ID}}", "url_route": "eo-dag-tables",
          "destination": "dag"},
         {"name": "Exactly-once report", "href": f"{URL_PREFIX}/dags/{{DAG_ID}}/runs/{{RUN_ID}}",
-         "url_route": "eo-run-report", "destination": "dag_run"},
+         "url_route": RUN_REPORT_ROUTE, "destination": "dag_run"},  # the validate task's report link opens it
         {"name": "Data quality reports", "href": f"{URL_PREFIX}/reports/data_docs/index.html",
          "url_route": "eo-data-docs", "destination": "nav", "category": "browse"},
     ]

@@ -1,39 +1,90 @@
-"""Rollback from Airflow: a thin operator over :func:`exactly_once.rollback.rollback` (see dags/eo_rollback.py)."""
+"""Rollback and recovery from Airflow: a thin operator over :func:`exactly_once.rollback.rollback` and
+``recover`` (see dags/eo_rollback.py).
+
+Only a table a DAG of the DAGs folder declares can be acted on, and only by a user who may edit that
+DAG: the run's *triggering user* (set by Airflow, not by the run's conf) is checked against the auth
+manager (:mod:`exactly_once.airflow.owners`). A refusal fails the task at once, without retries.
+The new epoch's begin records who asked and through which run (``meta.run``), which the table page and
+``eo history`` show.
+
+One DAG run rolls back once: the run (``<dag_id>/<run_id>``) is the rollback's ``request``, so a retry
+after a kill, or a clear of a finished run, returns the epoch that run committed ("already", nothing
+rolled back again) - see :func:`exactly_once.rollback.rollback`. Under Airflow's ``[core] multi_team``
+the task refuses (:func:`~exactly_once.airflow.owners.owning_table`): it cannot learn the owning DAG's team.
+"""
 from __future__ import annotations
 
 import logging
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from .compat import AirflowFailException
 
-from ..errors import ExactlyOnceError
+from .. import settings
+from ..errors import ExactlyOnceError, PermissionDeniedError
 from ..rollback import describe, find_interval, parse_version, rollback
 from ..transaction import TwoPhaseCommitSink
 from .connections import storage_options
+from .owners import owning_table
 
 log = logging.getLogger(__name__)
+ACTIONS = ("rollback", "recover")
+
+
+def provenance(context: Any, action: str, **what: Any) -> dict[str, Any]:
+    """``meta.run`` of an epoch an action begins: the Airflow run, who triggered it, what was asked."""
+    dag_run, ti = context.get("dag_run"), context.get("ti")
+    return {"run_id": getattr(dag_run, "run_id", None), "dag_id": getattr(dag_run, "dag_id", None),
+            "task_id": getattr(ti, "task_id", None), "by": getattr(dag_run, "triggering_user_name", None),
+            "action": action, **what}
+
+
+def request_of(context: Any) -> str | None:
+    """The rollback's idempotency key: this DAG run (``<dag_id>/<run_id>``), None outside a run."""
+    dag_run = context.get("dag_run")
+    run_id = getattr(dag_run, "run_id", None)
+    return f"{getattr(dag_run, 'dag_id', None)}/{run_id}" if run_id else None
 
 
 class RollbackOperator(BaseOperator):
-    """Make version ``to_version`` of the interval starting at ``interval_start`` of the table at
-    ``table_url`` live again, through the protocol. Templated, so a DAG passes its params in."""
+    """``action="rollback"``: make version ``to_version`` of the interval starting at ``interval_start``
+    of the table at ``table_url`` live again, through the protocol. ``action="recover"``: bring every
+    transaction of the table to a final state now (``eo recover``). Templated, so a DAG passes its params in."""
 
-    template_fields: Sequence[str] = ("table_url", "interval_start", "to_version")
+    template_fields: Sequence[str] = ("table_url", "interval_start", "to_version", "action")
     ui_color = "#f3e5f5"
 
-    def __init__(self, *, table_url: str, interval_start: str, to_version: str,
+    def __init__(self, *, table_url: str, interval_start: str = "", to_version: str = "", action: str = "rollback",
                  storage_conn_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.table_url, self.interval_start, self.to_version = table_url, interval_start, to_version
-        self.storage_conn_id = storage_conn_id
+        self.action, self.storage_conn_id = action, storage_conn_id
 
     def execute(self, context: Any) -> dict[str, Any]:
+        action = (self.action or "rollback").strip()
+        if action not in ACTIONS:
+            raise AirflowFailException(f"unknown action {action!r}: use one of {', '.join(ACTIONS)}")
+        user = getattr(context.get("dag_run"), "triggering_user_name", None)
         try:
+            table = owning_table(self.table_url, user)
             sink = TwoPhaseCommitSink.open(self.table_url, storage_options=storage_options(self.storage_conn_id),
-                                           require_validation=True)
-            result = describe(rollback(sink, find_interval(sink, self.interval_start), parse_version(self.to_version)))
-        except ExactlyOnceError as exc:  # no retry can fix a wrong version, a gc'ed one, an unknown table
+                                           require_validation=True, target_url=settings.target_url())
+            if (sink.pipeline, sink.sink) != table.key:
+                raise PermissionDeniedError(f"the table at {table.describe()} is owned by {sink.pipeline}/{sink.sink}, "
+                                            f"not by {table.pipeline}/{table.sink} that declares it: fix the DAG")
+            if action == "recover":
+                result: dict[str, Any] = {"recover": sink.recover(), "by": user}
+            else:
+                interval = find_interval(sink, self.interval_start)
+                version = parse_version(self.to_version, interval)
+                meta = {"run": provenance(context, "rollback", to=f"e{version}")}
+                result = describe(rollback(sink, interval, version, meta=meta, request=request_of(context)))
+                if result.get("already"):
+                    result["note"] = (f"this run rolled {interval.token} back already as {result['version']}: "
+                                      "nothing was done again (a retry or a clear never rolls back twice; "
+                                      "trigger a new rollback to do it again)")
+                    log.warning("%s", result["note"])
+        except ExactlyOnceError as exc:  # no retry can fix a refusal, a wrong version, a gc'ed one, an unknown table
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
-        log.info("rollback: %s", result)
+        log.info("%s: %s", action, result)
         return result

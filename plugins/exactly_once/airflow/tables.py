@@ -67,18 +67,17 @@ def _stamp(folder: str) -> tuple[Any, ...]:
 
 def declared_configs(folder: str) -> list[PipelineConfig]:
     """The PipelineConfig of every phase operator of every DAG in ``folder`` (one per table)."""
-    from airflow.dag_processing.dagbag import DagBag
+    from .compat import dag_bag_class
 
-    from .operators import PhaseOperator
-
-    bag = DagBag(dag_folder=folder, load_op_links=False)  # only the folder: never the example DAGs
+    bag = dag_bag_class()(dag_folder=folder, load_op_links=False)  # only the folder: never the example DAGs
     for path, error in bag.import_errors.items():
         log.warning("DAG file %s does not import; its tables are not shown: %s", path, error.splitlines()[-1:])
     found: dict[tuple[str, str], PipelineConfig] = {}
     for dag in bag.dags.values():
         for task in dag.tasks:
+            # a phase operator, known by its phase and PipelineConfig: the operators sit above this module
             cfg = getattr(task, "config", None)
-            if isinstance(task, PhaseOperator) and isinstance(cfg, PipelineConfig):
+            if getattr(task, "phase", "") and isinstance(cfg, PipelineConfig):
                 found.setdefault((cfg.pipeline, cfg.sink), cfg)
     return list(found.values())
 

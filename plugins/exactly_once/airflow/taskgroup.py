@@ -14,7 +14,8 @@ plus the pipeline's ``spark_conf``. Every task retries with exponential backoff.
 
 At DAG build time the group refuses (LayoutError) a timetable without real data intervals, a partition
 template under which two scheduled intervals would own one partition, and a second group writing the
-same table in the DAG.
+same table in the DAG, and an expectation suite file that is not a valid suite (ConfigError naming the
+file and the field: :func:`exactly_once.suites.check_suites`).
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from airflow.sdk import AssetAlias, TaskGroup
 from ..config import PipelineConfig
 from ..errors import LayoutError
 from ..layout import timetable_intervals
+from ..suites import check_suites
+from .compat import exponential_backoff
 from .operators import AbortOperator, BeginOperator, CommitOperator, PreCommitOperator, ValidateOperator
 from .write import WriteOperator
 
@@ -42,13 +45,14 @@ def retry_args(retries: int | None = None, delay_seconds: float | None = None) -
     """Retries with exponential backoff; ``EO_RETRIES`` / ``EO_RETRY_DELAY_SECONDS`` override (tests)."""
     retries = int(os.environ.get("EO_RETRIES", retries if retries is not None else 3))
     delay = float(os.environ.get("EO_RETRY_DELAY_SECONDS", delay_seconds if delay_seconds is not None else 30))
-    return {"retries": retries, "retry_delay": timedelta(seconds=delay), "retry_exponential_backoff": 2.0,
+    return {"retries": retries, "retry_delay": timedelta(seconds=delay), "retry_exponential_backoff": exponential_backoff(),
             "max_retry_delay": timedelta(minutes=30)}
 
 
 def spark_env() -> dict[str, str]:
-    """Environment for spark-submit: the same Python for driver and executors, and the failpoints."""
-    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    """Environment for spark-submit: the Python of driver and executors (as the environment sets them,
+    else this interpreter; the write task resolves them again when it runs), and the failpoints."""
+    env = {k: os.environ.get(k) or sys.executable for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     for key in ("EO_FAILPOINTS", "EO_FAILPOINTS_STATE", "EO_S3_ENDPOINT_URL", "EO_SPARK_REMOTE"):
         if os.environ.get(key):
             env[key] = os.environ[key]
@@ -82,6 +86,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
                        retries: int | None = None, retry_delay_seconds: float | None = None) -> TaskGroup:
     """Build the two-phase-commit task group for ``config``'s sink and return it."""
     gid = group_id or config.sink
+    check_suites(config.suite)  # a broken suite file is a DAG import error naming the file and field
     retry = retry_args(retries, retry_delay_seconds)
     conf = {**SPARK_DEFAULTS, **config.spark_conf, **(spark_conf or {})}  # type: ignore[dict-item]
     with TaskGroup(group_id=gid, tooltip=f"exactly-once publish of {config.sink}") as group:
@@ -94,7 +99,10 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         # would emit an event on every success of its task.
         finishers = {"outlets": [AssetAlias(f"exactly_once:{config.pipeline}/{config.sink}")],
                      "asset_uri": _asset_uri(config)}
-        begin = BeginOperator(task_id="begin", **finishers, **common)
+        batch_write = {"application": config.application, "conn_id": spark_conn_id, "conf": conf,
+                       "env_vars": spark_env(), "name": f"{config.pipeline}-{config.sink}-batch",
+                       "application_args": list(config.application_args)} if config.batched else None
+        begin = BeginOperator(task_id="begin", batch_write=batch_write, **finishers, **common)
         write = WriteOperator(
             task_id="write", application=config.application, conn_id=spark_conn_id,
             name=f"{config.pipeline}-{config.sink}", conf=conf, env_vars=spark_env(),

@@ -16,7 +16,10 @@ from .connections import storage_options
 from ..errors import ExactlyOnceError
 from ..ids import Interval, parse_txn_name
 from ..inspection import EpochView, IntervalView, interval_view, intervals
+from ..rollback import rollback_refusal
 from ..run_report import Measure, measures
+from ..transaction import TwoPhaseCommitSink
+from ..txlog import State
 from .tables import TableRef
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,7 @@ class IntervalRow:
     stale: bool = False
     late: dict[str, list[str]] | None = None   # None: not known (no landing declared)
     late_error: str = ""
+    refusals: dict[int, str] = field(default_factory=dict)  # committed, not live: why a rollback to it is refused
 
     @property
     def needs_attention(self) -> bool:
@@ -98,7 +102,8 @@ def table_page(table: TableRef, filters: Filters) -> TablePage:
     stale = _stale(table, sink, every)
     rows = []
     for iv in reversed([iv for iv in every if filters.keeps(iv)]):
-        row = _with_late(table, IntervalRow(interval_view(sink, iv), stale=_is_stale(iv, stale)))
+        view = interval_view(sink, iv)
+        row = _with_late(table, IntervalRow(view, stale=_is_stale(iv, stale), refusals=_refusals(sink, view)))
         if row.matches(filters.state):
             rows.append(row)
         if len(rows) >= filters.limit:
@@ -106,8 +111,70 @@ def table_page(table: TableRef, filters: Filters) -> TablePage:
     return TablePage(table, filters, rows, len(every), stale)
 
 
+def _refusals(sink: TwoPhaseCommitSink, view: IntervalView) -> dict[int, str]:
+    """Why each earlier committed version of the interval cannot be rolled back to (the page offers
+    only the rollbacks that would go ahead)."""
+    if view.live is None:
+        return {}
+    out = {}
+    for e in view.epochs:
+        if e.state is State.COMMITTED and e.epoch != view.live.epoch:
+            why = rollback_refusal(sink, view.interval, e.epoch)
+            if why:
+                out[e.epoch] = why
+    return out
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """One line of the tables index: what the log alone says (no recover dry run, no landing listing)."""
+
+    table: TableRef
+    intervals: int = 0
+    stale: int = 0
+    uncommitted: int = 0                 # no live version, or an attempt still open or pre-committed
+    last_commit: EpochView | None = None
+    error: str = ""
+
+    @property
+    def attention(self) -> int:
+        """Intervals an on-call engineer must look at (stale or not committed; late files: see the table page)."""
+        return self.stale + self.uncommitted
+
+
+def table_status(table: TableRef) -> TableStatus:
+    """The index line of ``table``: one status read per interval plus the stale check of the table page."""
+    try:
+        sink = table.handle()
+        every = intervals(sink)
+        stale = _stale(table, sink, every)
+        uncommitted, last = 0, None
+        for iv in every:
+            view = interval_view(sink, iv, with_recover=False)
+            if not _is_stale(iv, stale) and (view.live is None or any(e.state.value in ("OPEN", "PRE_COMMITTED")
+                                                                      for e in view.epochs)):
+                uncommitted += 1
+            for e in view.epochs:
+                if e.state.value == "COMMITTED" and (last is None or (e.ended_at or 0) > (last.ended_at or 0)):
+                    last = e
+        return TableStatus(table, len(every), len(stale), uncommitted, last)
+    except (ExactlyOnceError, OSError) as exc:
+        return TableStatus(table, error=f"cannot read the transaction log: {exc}")
+
+
 def _is_stale(iv: Interval, stale: list[str]) -> bool:
     return iv.token in stale or iv.day in stale
+
+
+def logged_intervals(table: TableRef) -> list[Interval]:
+    """The intervals the table's log knows: the only ones an action may roll back or reprocess."""
+    return intervals(table.handle())
+
+
+def stale_of(table: TableRef) -> list[str]:
+    """The stale intervals of ``table`` (tokens, oldest first): what the re-run action re-runs."""
+    sink = table.handle()
+    return _stale(table, sink, intervals(sink))
 
 
 def _stale(table: TableRef, sink: Any, every: list[Interval]) -> list[str]:
@@ -160,9 +227,13 @@ def _report(table: TableRef, view: IntervalView, epoch: EpochView) -> VersionRep
 def version_page(table: TableRef, version: str) -> VersionReport | None:
     """The transaction named ``version`` (``<interval token>.e<epoch>``) of ``table``; None if unknown."""
     parsed = parse_txn_name(version)
-    if parsed is None:
+    try:
+        interval = Interval.from_token(parsed[0]) if parsed else None
+    except ExactlyOnceError:   # well-formed but not an interval (reversed, empty)
+        interval = None
+    if interval is None:
         return None
-    view = interval_view(table.handle(), Interval.from_token(parsed[0]), with_recover=False)
+    view = interval_view(table.handle(), interval, with_recover=False)
     epoch = next((e for e in view.epochs if e.epoch == parsed[1]), None)
     return _report(table, view, epoch) if epoch else None
 
@@ -183,7 +254,9 @@ def run_page(dag_id: str, run_id: str, tables: list[TableRef]) -> RunPage:
     """The transactions DAG run ``run_id`` began (found by the run id the begin task recorded)."""
     interval = _run_interval(dag_id, run_id)
     if interval is None:
-        return RunPage(dag_id, run_id, None, [], tables, error="no such DAG run with a data interval")
+        # unknown to Airflow (deleted, or never made): claim nothing about what it began
+        return RunPage(dag_id, run_id, None, [], [], error="Airflow has no DAG run with this id and a data interval "
+                       "(a deleted run, or a wrong link); the table pages list every version and the run that made it")
     reports, untouched = [], []
     for table in tables:
         try:

@@ -2,41 +2,64 @@
 
 Routes (all GET; HTML unless said otherwise)::
 
-    /eo/tables                                   the tables the user may see
+    /eo/tables                                   the tables the user may see, each with its status
     /eo/dags/<dag_id>                            the tables of one pipeline (the DAG page's "Tables" tab)
     /eo/dags/<dag_id>/tables/<sink>              one table: intervals x epochs, filters ?state=&since=&until=
     /eo/dags/<dag_id>/tables/<sink>/versions/<v> one transaction: measured values next to the limits
     /eo/dags/<dag_id>/runs/<run_id>              what one DAG run did (the validate task's report link)
     /eo/api/dags/<dag_id>/tables/<sink>          the table page as JSON
-    /eo/reports/<path>                           Data Docs and run summaries (files; no symlinks, no escape)
+    /eo/reports/<path>                           Data Docs and run summaries (files; no symlinks, no escape);
+                                                 ``runs/<dag_id>/`` redirects to the DAG's tables
+    /eo/dags/<dag_id>/tables/<sink>/actions/<a>  GET: what action <a> will do and a confirmation form;
+                                                 POST (the form): trigger its DAG run(s) (see ``actions``)
 
 Every request is authenticated first (an app-wide dependency on Airflow's ``get_user``: no or a bad
 token -> 401/403), including paths that do not exist (a catch-all route answers 404 only after
 authentication); there is no ``/docs`` or ``/openapi.json``. Each route then asks the auth manager
-whether the user may read the DAG the data belongs to (403 otherwise).
+whether the user may read the DAG the data belongs to (403 otherwise). Errors are pages (escaped
+message, a link back to the tables) except under ``/eo/api/``, where they stay ``{"detail": ...}``.
 """
 from __future__ import annotations
 
 import logging
 import os
 
-from fastapi import Depends, FastAPI, HTTPException, Query, status
+from urllib.parse import parse_qs, quote
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from .. import settings
 from ..errors import UnsafeIdentifierError
 from ..reports import URL_PREFIX, reports_root
-from . import pages
-from .auth import GetUserDep, authorize_dag, can_read_dag, dag_of_report, get_user
-from .files import read_under
+from . import actions, pages
+from .auth import GetUserDep, authorize_dag, can_act, can_read_dag, dag_of_report, get_user
+from .datadocs import CSP, offline_html
+from .connections import storage_options
+from .files import read_under, read_url_under
+from .owners import multi_team
 from .tables import TableRef, find_table, known_tables, tables_of
-from .views import Filters, page_json, run_page, table_page, version_page
+from .views import (Filters, logged_intervals, page_json, run_page, stale_of, table_page, table_status,
+                    version_page)
 
 log = logging.getLogger(__name__)
 NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+# the plugin's own pages: inline style, one fixed script (pages.TOP_LINKS, by its hash), forms only to this
+# server, framed only by Airflow's UI
+PAGE_CSP = (f"default-src 'none'; style-src 'unsafe-inline'; script-src {pages.TOP_LINKS_HASH}; img-src 'self' data:; "
+            "form-action 'self'; base-uri 'none'; frame-ancestors 'self'")
+# framed by Airflow's UI (same origin: the plugin's tabs and menu entries), by no other site; X-Frame-Options
+# says the same as frame-ancestors for browsers that predate it
+SAME_ORIGIN_FRAMES = {"X-Frame-Options": "SAMEORIGIN"}
+PAGE_HEADERS = {**NO_STORE, **SAME_ORIGIN_FRAMES, "Content-Security-Policy": PAGE_CSP}
 
 
 def _html(text: str) -> HTMLResponse:
-    return HTMLResponse(text, headers=NO_STORE)
+    return HTMLResponse(text, headers=PAGE_HEADERS)
 
 
 def _table(user: GetUserDep, dag_id: str, sink: str) -> TableRef:
@@ -54,10 +77,81 @@ def _filters(state: str | None, since: str | None, until: str | None, limit: int
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
 
 
+def _asked(user: GetUserDep, table: TableRef, action: str, form: dict[str, str]) -> actions.Request:
+    """The action asked of ``table``, once the user is known to be allowed it (403) and it makes sense (400)."""
+    if action not in actions.ACTIONS:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no action {action!r}")
+    run_dag = actions.ROLLBACK_DAG if action in ("rollback", "recover") else table.pipeline
+    if run_dag == actions.ROLLBACK_DAG and multi_team():
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{run_dag} refuses every table under Airflow's "
+                            "[core] multi_team (a task cannot learn another DAG's team to check your rights): "
+                            f"use `eo {action} <table-url>` from a shell with access to the storage")
+    if not can_act(user, table.pipeline, run_dag):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"{user.get_name()} may not edit DAG {table.pipeline!r} "
+                            f"or trigger {run_dag!r}: ask someone with edit access to that DAG")
+    try:
+        req = actions.parse(action, table, form, stale_of(table) if action == "rerun-stale" else [])
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+    if req.interval is not None and req.interval not in logged_intervals(table):
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{table.sink} has no interval {req.interval.token} in its "
+                            "log: only an interval the table has can be rolled back or reprocessed")
+    return req
+
+
+def _act(user: GetUserDep, dag_id: str, sink: str, action: str, form: dict[str, str]) -> HTMLResponse:
+    table = _table(user, dag_id, sink)
+    req = _asked(user, table, action, form)
+    if not actions.token_ok(form.get("token", ""), user.get_name(), req):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "the form's token is missing, wrong, expired or not for "
+                            "this request: open the action from the table page and confirm it there")
+    if form.get("confirm") != "yes":
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "not confirmed: tick the confirmation and submit again")
+    try:
+        run_ids = actions.trigger(req, user.get_name(), form["token"])
+    except actions.TokenUsedError as exc:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
+    except Exception as exc:  # the DAG is not serialized, a run id clash: say so, trigger nothing more
+        log.exception("action %s on %s/%s failed", action, dag_id, sink)
+        return failed_page(req, exc)
+    return _html(pages.action_done_html(req, user.get_name(), run_ids))
+
+
+def failed_page(req: actions.Request, exc: Exception) -> HTMLResponse:
+    """409: the run(s) could not be created; the page carries the same CSP as every page of the plugin."""
+    return HTMLResponse(pages.action_failed_html(req, f"{type(exc).__name__}: {exc}"), status_code=409,
+                        headers=PAGE_HEADERS)
+
+
+def _is_api(request: Request) -> bool:
+    """Whether ``request`` is for a JSON route (``/eo/api/...``): its errors stay JSON."""
+    path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+    rel = path[len(root):] if root and path.startswith(root) else path
+    return rel.startswith("/api/")
+
+
+def error_response(request: Request, code: int, detail: object, headers: dict[str, str] | None = None) -> Response:
+    """An error as ``{"detail": ...}`` for the JSON routes, as a page (same CSP as every page) for the others."""
+    extra = dict(headers or {})
+    if _is_api(request):
+        return JSONResponse({"detail": detail}, status_code=code, headers={**NO_STORE, **extra})
+    if isinstance(detail, list):  # a validation error: one line per bad parameter
+        detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())[1:])}: {e.get('msg', '')}" for e in detail)
+    return HTMLResponse(pages.error_html(code, str(detail)), status_code=code, headers={**PAGE_HEADERS, **extra})
+
+
 def create_app() -> FastAPI:
     """The app; authentication is a dependency of the app itself, so no route can forget it."""
     app = FastAPI(title="exactly-once", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(get_user)])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return error_response(request, exc.status_code, exc.detail, getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_parameters(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(request, status.HTTP_422_UNPROCESSABLE_ENTITY, jsonable_encoder(exc.errors()))
 
     @app.get("/", include_in_schema=False)
     def home() -> RedirectResponse:
@@ -68,18 +162,20 @@ def create_app() -> FastAPI:
         every = known_tables()
         allowed = {p: can_read_dag(user, p) for p in {t.pipeline for t in every}}
         mine = [t for t in every if allowed[t.pipeline]]
-        return _html(pages.index_page(mine, len(every) - len(mine)))
+        return _html(pages.index_page([table_status(t) for t in mine], len(every) - len(mine)))
 
     @app.get("/dags/{dag_id}", response_class=HTMLResponse)
     def dag_tables(dag_id: str, user: GetUserDep) -> HTMLResponse:
         authorize_dag(user, dag_id)
-        return _html(pages.index_page(tables_of(dag_id), 0))
+        mine = tables_of(dag_id)
+        return _html(pages.index_page([table_status(t) for t in mine], 0) if mine else pages.no_group_html(dag_id))
 
     @app.get("/dags/{dag_id}/tables/{sink}", response_class=HTMLResponse)
     def table(dag_id: str, sink: str, user: GetUserDep, state: str | None = None, since: str | None = None,
               until: str | None = None, limit: int | None = Query(None, ge=1, le=500)) -> HTMLResponse:
         found = _table(user, dag_id, sink)
-        return _html(pages.table_html(table_page(found, _filters(state, since, until, limit))))
+        may = can_act(user, dag_id, dag_id) and can_act(user, dag_id, actions.ROLLBACK_DAG)
+        return _html(pages.table_html(table_page(found, _filters(state, since, until, limit)), can_act=may))
 
     @app.get("/api/dags/{dag_id}/tables/{sink}")
     def table_json(dag_id: str, sink: str, user: GetUserDep, state: str | None = None, since: str | None = None,
@@ -97,23 +193,46 @@ def create_app() -> FastAPI:
     @app.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
     def run(dag_id: str, run_id: str, user: GetUserDep) -> HTMLResponse:
         authorize_dag(user, dag_id)
-        return _html(pages.run_html(run_page(dag_id, run_id, tables_of(dag_id))))
+        mine = tables_of(dag_id)
+        return _html(pages.run_html(run_page(dag_id, run_id, mine)) if mine else pages.no_group_html(dag_id))
+
+    @app.get("/dags/{dag_id}/tables/{sink}/actions/{action}", response_class=HTMLResponse)
+    def confirm(dag_id: str, sink: str, action: str, request: Request, user: GetUserDep) -> HTMLResponse:
+        table = _table(user, dag_id, sink)
+        req = _asked(user, table, action, dict(request.query_params))
+        return _html(pages.confirm_html(req, actions.form_token(user.get_name(), req)))
+
+    @app.post("/dags/{dag_id}/tables/{sink}/actions/{action}", response_class=HTMLResponse)
+    async def act(dag_id: str, sink: str, action: str, request: Request, user: GetUserDep) -> HTMLResponse:
+        if not actions.same_origin(request.headers, request.url.scheme):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site request refused: actions are posted from "
+                                "the table page of this server")
+        form = {k: v[-1] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
+        return await run_in_threadpool(_act, user, dag_id, sink, action, form)
 
     @app.get("/reports/{path:path}")
     def report_file(path: str, user: GetUserDep) -> Response:
         authorize_dag(user, dag_of_report(path))
+        parts = path.strip("/").split("/")
+        if len(parts) == 2 and parts[0] == "runs":  # a DAG's run summaries: its tables list every run
+            return RedirectResponse(f"{URL_PREFIX}/dags/{quote(parts[1], safe='')}")
         try:
-            found = read_under(reports_root(), path)
+            root = reports_root()
+            found = read_url_under(root, path, storage_options(settings.storage_conn_id())) \
+                if "://" in root else read_under(root, path)
         except (FileNotFoundError, UnsafeIdentifierError, NotADirectoryError, IsADirectoryError):
             raise HTTPException(status.HTTP_404_NOT_FOUND, "Not Found") from None
         if found.directory:
             return RedirectResponse(f"{path.rstrip('/').rsplit('/', 1)[-1]}/")  # relative: keeps the mount prefix
-        return Response(found.content, media_type=found.media_type, headers=NO_STORE)
+        content = offline_html(found.content) if found.media_type == "text/html" else found.content
+        return Response(content, media_type=found.media_type,
+                        headers={**NO_STORE, **SAME_ORIGIN_FRAMES, "Content-Security-Policy": CSP})
 
     @app.api_route("/{rest:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
                    include_in_schema=False)
     def not_found(rest: str) -> Response:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "Not Found")  # only after authentication
 
-    os.makedirs(reports_root(), exist_ok=True)
+    if "://" not in reports_root():
+        os.makedirs(reports_root(), exist_ok=True)
     return app

@@ -12,7 +12,13 @@ At run time it picks the path, with no DAG change:
   ``SparkConnectLostError`` after ``EO_SPARK_CONNECT_RETRY_SECONDS``. Before it starts, the
   queries of earlier attempts of the same transaction still running on the server (a client killed
   mid-write) are interrupted, so nothing but this attempt writes into the staging dir;
-* otherwise ``spark-submit`` as before (``local[*]`` or a cluster master).
+* otherwise ``spark-submit`` as before (``local[*]`` or a cluster master). Unless the master is
+  ``local``, the library rides along on ``--py-files`` (:mod:`exactly_once.shipping`): the driver and
+  the executors need neither Airflow nor the package installed. The driver's and executors' Python is
+  the task environment's ``PYSPARK_DRIVER_PYTHON`` / ``PYSPARK_PYTHON`` (default: the task's own
+  interpreter); in cluster deploy mode the cluster's (``spark.pyspark.python`` in the Spark conf), never
+  the Airflow worker's path. A standalone master with cluster deploy mode is refused (ConfigError):
+  Spark runs Python drivers on a standalone cluster in client mode only.
 
 Either way the task keeps its transaction's heartbeat fresh while the job runs
 (:mod:`exactly_once.liveness`): ``recover``/``gc`` never take over a write that is still alive.
@@ -35,11 +41,13 @@ from ..errors import ConfigError, ExactlyOnceError
 from ..ids import TxnRef
 from ..liveness import write_heartbeat
 from ..pipeline import IntervalRun
+from ..shipping import library_zip, needs_shipping
 from ..storage import redact, storage_for
 from .connections import storage_options
 
 log = logging.getLogger(__name__)
 REMOTE_ENV = "EO_SPARK_REMOTE"
+PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 
 
 def spark_remote(conn_id: str | None) -> str | None:
@@ -67,8 +75,9 @@ def spark_remote(conn_id: str | None) -> str | None:
     return None
 
 
-def load_compute(application: str) -> Callable[..., Any]:
-    """The ``compute(ctx)`` of the job script ``application`` (imported from its file, once per process)."""
+def load_compute(application: str, function: str = "compute") -> Callable[..., Any]:
+    """The ``compute(ctx)`` (or another ``function``: ``compute_batch(batch)``) of the job script
+    ``application`` (imported from its file, once per process)."""
     path = Path(application).resolve()
     name = f"eo_job_{path.stem}_{abs(hash(str(path))):x}"
     module = sys.modules.get(name)
@@ -83,10 +92,10 @@ def load_compute(application: str) -> Callable[..., Any]:
         except BaseException:
             sys.modules.pop(name, None)
             raise
-    compute = getattr(module, "compute", None)
+    compute = getattr(module, function, None)
     if not callable(compute):
-        raise ConfigError(f"{application} has no compute(ctx) function: the Spark Connect path calls it "
-                          "(see docs/JOB_API.md)")
+        raise ConfigError(f"{application} has no {function}() function: the Spark Connect path calls it "
+                          "(see docs/JOB_API.md)" + ("; or set the pipeline's max_batch=1" if function != "compute" else ""))
     return compute
 
 
@@ -110,6 +119,47 @@ def run_connect(application: str, spec_url: str, remote: str, *, attempt: int = 
             stop_session(spark)
     log.info("wrote %s over Spark Connect %s in %.1f s", spec.txn, redact(remote), time.perf_counter() - t0)
     return {"txn": spec.txn, "counts": counts.to_dict(), "spark": "connect"}
+
+
+def run_connect_batch(application: str, batch_url: str, remote: str, *, attempt: int = 1,
+                      args: tuple[str, ...] = ()) -> dict[str, Any]:
+    """:func:`run_connect` for a batch (``compute_batch`` over the batch spec at ``batch_url``): one
+    session tagged with the batch, earlier attempts' queries of the same batch interrupted first."""
+    from ..connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
+    from ..contracts import BatchSpec
+    from ..job import execute_batch
+
+    store, key = storage_for(batch_url)
+    batch = BatchSpec.from_json(store.read_bytes(key))
+    compute_batch = load_compute(application, "compute_batch")
+    interrupt_writes(remote, batch.batch_id, range(1, attempt), scope=batch.scratch_dir)
+    t0 = time.perf_counter()
+    with connect_mode(), lost_as_error(remote):
+        spark = connect_session(remote, batch.batch_id, attempt, scope=batch.scratch_dir)
+        try:
+            counts = execute_batch(compute_batch, spark, batch, args)
+        finally:
+            stop_session(spark)
+    log.info("wrote batch %s (%d intervals) over Spark Connect %s in %.1f s", batch.batch_id, len(counts),
+             redact(remote), time.perf_counter() - t0)
+    return {"batch": batch.batch_id, "intervals": len(counts), "spark": "connect"}
+
+
+def write_batch(settings: dict[str, Any], batch_url: str, attempt: int) -> None:
+    """A batch's write job on the group's Spark settings (``application``, ``conn_id``, ``conf``,
+    ``env_vars``, ``name``, ``application_args``): a Spark Connect client when configuration says so
+    (:func:`spark_remote`), else ``spark-submit <application> --batch <url> <application_args...>``."""
+    remote = spark_remote(settings["conn_id"])
+    args = tuple(settings.get("application_args") or ())
+    if remote is not None:
+        run_connect_batch(settings["application"], batch_url, remote, attempt=attempt, args=args)
+        return
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    hook = SparkSubmitHook(conf=dict(settings.get("conf") or {}), conn_id=settings["conn_id"],
+                           name=settings.get("name") or "exactly-once-batch", env_vars=dict(settings.get("env_vars") or {}),
+                           application_args=["--batch", batch_url, *args])
+    hook.submit(settings["application"])
 
 
 def interrupt_dead_writes(run: IntervalRun, txn: TxnRef, remote: str, attempts: int) -> list[str]:
@@ -136,8 +186,34 @@ class WriteOperator(SparkSubmitOperator):
     def _run(self, args: list[str], context: Any) -> Any:
         remote = spark_remote(self._conn_id)
         if remote is None:
+            self._prepare_submit()
             return super().execute(context)
         if len(args) < 2 or args[0] != "--spec":
             raise ConfigError(f"the write task's arguments must start with --spec <url>, got {args[:1]}")
         return run_connect(self.application, args[1], remote, attempt=int(context["ti"].try_number or 1),
                            args=tuple(args[2:]))
+
+    def _prepare_submit(self) -> None:
+        """Fit the spark-submit to where its driver runs (module docstring): the connection as the
+        Spark provider resolves it, the Python variables, and the library on ``--py-files``."""
+        resolved = self._get_hook()._connection  # the provider's own reading of the connection
+        master, deploy = str(resolved.get("master") or ""), resolved.get("deploy_mode")
+        if master.startswith("spark://") and deploy == "cluster":
+            raise ConfigError(f"the Spark connection {self._conn_id} asks for cluster deploy mode on the "
+                              f"standalone master {master}: Spark runs Python applications there in client "
+                              "mode only. Set its deploy-mode to client (the driver runs in this task; "
+                              "docs/DEPLOYING.md) or use YARN or Kubernetes for cluster mode")
+        self.env_vars = submit_env(self.env_vars, cluster=deploy == "cluster")
+        if needs_shipping(master, deploy):
+            shipped = str(library_zip())
+            self.py_files = ",".join([shipped, *[p for p in (self.py_files or "").split(",") if p]])
+        self._hook = None  # built again by execute, with the above
+
+
+def submit_env(env_vars: dict[str, Any] | None, *, cluster: bool) -> dict[str, Any]:
+    """spark-submit's environment: the Python variables as this task's environment sets them (else
+    its own interpreter); none in cluster deploy mode, where the driver's host is not this one."""
+    env = {k: v for k, v in (env_vars or {}).items() if k not in PYTHON_ENV}
+    if not cluster:
+        env.update({k: os.environ.get(k) or sys.executable for k in PYTHON_ENV})
+    return env

@@ -42,6 +42,21 @@ def check_table_format(table_format: str) -> str:
     return table_format
 
 
+def target_from_binding(binding: dict | None, url: str | None = None) -> PublishTarget | None:
+    """The database / Redis target an owner record binds (``{kind, location, spec}``), rebuilt for tools
+    that address a table by URL (``eo recover|gc|rollback``); None for files and Delta (the table format
+    rebuilds those). ``url``: a target URL with credentials for the same server (``EO_TARGET_URL``)."""
+    kind = (binding or {}).get("kind")
+    if kind in ("database", "redis"):
+        cls = DatabaseTarget if kind == "database" else RedisTarget
+        return cls.from_spec(binding["spec"], url)  # type: ignore[index,union-attr]
+    if kind not in (None, "files", "delta"):
+        raise ConfigError(f"the table's target is a {kind} ({binding.get('location')}) that tools cannot rebuild "
+                          "from the owner record; run recover/gc/rollback with a sink built as the pipeline "
+                          "builds it")
+    return None
+
+
 def target_for(storage: Storage, table: str, home: str, table_format: str, pipeline: str,
                sink: str) -> PublishTarget:
     """The target that publishes a table of ``table_format`` (``files`` or ``delta``)."""
@@ -52,6 +67,6 @@ def target_for(storage: Storage, table: str, home: str, table_format: str, pipel
     return files_target(storage, table, home)
 
 
-__all__ = ["TABLE_FORMATS", "check_table_format", "target_for",
+__all__ = ["TABLE_FORMATS", "check_table_format", "target_for", "target_from_binding",
            "ALREADY", "PUBLISHED", "SUPERSEDED", "DatabaseTarget", "PublishTarget", "RedisTarget", "StagedFile",
            "StagedVersion", "files_target"]

@@ -19,6 +19,7 @@ from typing import IO, Any, Callable, Iterator, Mapping
 from ..errors import UnsafeIdentifierError
 from ..ids import Interval, TxnRef, check_partition
 from ..manifest import ManifestFile
+from ..ownership import Owner, check_location, claim_location
 
 PUBLISHED, ALREADY, SUPERSEDED = "published", "already", "superseded"
 Opener = Callable[[str, str], IO[bytes]]
@@ -109,7 +110,24 @@ class PublishTarget(ABC):
     def describe(self) -> str:
         """One line for logs; never contains a credential."""
 
+    def binding(self) -> dict[str, Any]:
+        """What the sink's owner record binds: ``{kind, location, spec}`` - the kind of target, where it
+        publishes (never a credential) and, for targets that tools rebuild from the record (``eo recover``),
+        the arguments to do so (:func:`~exactly_once.targets.target_from_binding`). A sink configured with
+        another kind or location than the bound one is refused."""
+        return {"kind": type(self).__name__, "location": self.describe()}
+
+    def claim(self, owner: Owner) -> "PublishTarget":
+        """Bind the target's location to ``owner`` before anything is decided, and return the target
+        that publishes as ``owner`` (its markers carry the owner; a marker or claim of another owner is
+        refused with OwnershipError, never taken for "already published"). OwnershipError if another
+        owner holds the location. Targets without a claim of their own return themselves."""
+        return self
+
     publishes_in_place = False  # True: the sealed staged files become the live files (they are not removed)
+    # True: the target replaces rows in place (databases, Redis), so the protocol keeps each published
+    # version's sealed staged files in its checkpoint (gc: after the grace period) for rollback
+    keeps_staged_copies = False
 
     def staging_dir(self, txn: TxnRef) -> str | None:
         """Where ``txn``'s writer stages, if the target wants it somewhere of its own (a Delta table: in
@@ -134,8 +152,9 @@ class PublishTarget(ABC):
 
     def stored_files(self, partition: str, version: str, names: list[str]) -> dict[str, str] | None:
         """Storage paths of a published ``version``'s files of ``partition`` (by their staged ``names``),
-        or None if the target keeps no copy of it any more (gc removed it, or the target keeps none:
-        databases and Redis replace rows in place). Rollback republishes from these."""
+        or None if the target keeps no copy of it (gc removed it, or the target keeps none: databases and
+        Redis replace rows in place - the protocol keeps their staged files, see ``keeps_staged_copies``).
+        Rollback republishes from these."""
         return None
 
     def sweep(self, garbage: Callable[[str], bool]) -> list[str]:
@@ -143,6 +162,14 @@ class PublishTarget(ABC):
         protocol decides that from the log); never data the target did not write. Returns what went.
         Targets that replace an interval's rows inside the publish itself have nothing to sweep."""
         return []
+
+
+def refused_after_decision(txn: TxnRef, target: PublishTarget, url: str, exc: Exception) -> Exception:
+    """The error of a publish refused after the decision (the target changed since its check): the same
+    type as ``exc``, saying that nothing is lost and which command finishes the publish once fixed."""
+    return type(exc)(f"{txn.name} is COMMITTED, but {target.describe()} refused its publish: {exc} -- nothing "
+                     f"of it is live and its staged files are kept; fix the target, then run `eo recover {url}` "
+                     "(or retry the commit) to finish the publish. Other intervals are not blocked.")
 
 
 def outcome(partitions: Mapping[str, Any], verdict: str) -> dict[str, str]:
@@ -165,11 +192,34 @@ def check_identifier(name: str, what: str = "identifier") -> str:
     return name
 
 
-class FilesTarget(PublishTarget):
+class LocationOwned:
+    """A target at a storage location (files, Delta): ``<table>/_eo_owner.json`` names its owner."""
+
+    storage: Any
+    table: str
+    owner: Owner | None = None
+    kind = "files"
+
+    def binding(self) -> dict[str, Any]:
+        return {"kind": self.kind, "location": self.storage.url(self.table)}
+
+    def claim(self, owner: Owner) -> Any:
+        claim_location(self.storage, self.table, owner, self.kind)
+        self.owner = owner
+        return self
+
+    def check_owner(self) -> None:
+        """Before a publish: OwnershipError if the location is bound to another owner than ours."""
+        if self.owner is not None:
+            check_location(self.storage, self.table, self.owner)
+
+
+class FilesTarget(LocationOwned, PublishTarget):
     """A target that publishes files partition by partition and tracks the live version per partition
     (local and S3 files); subclasses implement ``_publish_partition`` and ``live_version``."""
 
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        self.check_owner()
         return {part: self._publish_partition(txn, staged, part, files) for part, files in staged.partitions.items()}
 
     @abstractmethod

@@ -22,19 +22,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, TargetSchemaError, TargetUnavailableError
+from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
+from ..ownership import Owner
+from . import db_claims
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome, \
     partition_values
-from .endpoint import Endpoint, redact, resolve, where
+from .endpoint import Endpoint, redact, resolve, same_database, where, without_password
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
 logger = logging.getLogger(__name__)
@@ -51,6 +54,7 @@ class Marker:
     pipeline: str | None
     sink: str | None
     partitions: tuple[str, ...]
+    owner: str | None = None  # the owner id (None: written before owner ids)
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class DatabaseTarget(PublishTarget):
     retries: int = 2
     batch_rows: int = 65536
     create_sql: str | None = None
+    owner: Owner | None = field(default=None, repr=False, compare=False)  # set by claim()
+    keeps_staged_copies = True  # rows are replaced in place: rollback republishes the kept staged files
 
     def __post_init__(self) -> None:
         split_table(self.table, "table")
@@ -114,16 +120,87 @@ class DatabaseTarget(PublishTarget):
         """The resolved connection (reads the Airflow connection each time: it may be rotated)."""
         return resolve(self.conn_id, self.url, DB_DIALECTS)
 
+    # ------------------------------------------------------------------ ownership
+    SPEC = ("table", "conn_id", "mode", "key_columns", "interval_column", "partition_columns", "commit_table",
+            "retries", "batch_rows", "create_sql")
+
+    def binding(self) -> dict[str, Any]:
+        """``{kind: database, location, spec}``; the spec's URL has no password (see :meth:`from_spec`)."""
+        ep = self.endpoint()
+        spec = {k: getattr(self, k) for k in self.SPEC}
+        spec["key_columns"] = list(self.key_columns)
+        if self.url:
+            spec["url"] = without_password(self.url)
+        return {"kind": "database", "spec": spec, "location": f"{ep.dialect}://{ep.host}:{ep.port}/"
+                f"{ep.database or ''} table {self.table} (markers in {self.commit_table})",
+                "tunable": ["conn_id", "url", "retries", "batch_rows", "create_sql"]}  # may change after binding
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], url: str | None = None) -> "DatabaseTarget":
+        """The target a binding's ``spec`` describes. Credentials are never in it: they come from the
+        Airflow connection (``conn_id``), from ``url`` (e.g. ``EO_TARGET_URL``: it must point at the same
+        database) or from the driver's environment (PostgreSQL: ``PGPASSWORD``, ``~/.pgpass``)."""
+        kwargs = {k: v for k, v in spec.items() if k in cls.SPEC or k == "url"}
+        kwargs["key_columns"] = tuple(kwargs.get("key_columns") or ())
+        if url and kwargs.get("url"):
+            kwargs["url"] = same_database(kwargs["url"], url, DB_DIALECTS)
+        return cls(**kwargs)
+
+    def claim(self, owner: Owner) -> "DatabaseTarget":
+        """Insert (or find) this table's claim row for ``owner`` (:mod:`.db_claims`); OwnershipError if
+        another owner holds the table. Returns the target that publishes as ``owner``."""
+        def body(conn: Any) -> None:
+            cur = conn.cursor()
+            claims, key = self._ensure_commit_table(conn, cur)
+            db_claims.claim_table(self.dialect, cur, claims, key, self.commit_table, owner)
+            db_claims.claim(self.dialect, cur, self.commit_table, self.table, owner)
+            conn.commit()
+
+        self._with_retries(f"claim {self.table} for {owner.pipeline}/{owner.sink}", body)
+        return replace(self, owner=owner)
+
+    def _ensure_commit_table(self, conn: Any, cur: Any) -> tuple[str, str]:
+        """Create the commit table and the table claims' table if missing (each in its own transaction);
+        returns where this table's table claim lives and its key (:func:`.db_claims.claims_table`)."""
+        d = self.dialect
+        self._ensure_table(conn, cur, self.commit_table, d.commit_table_ddl(d.table(self.commit_table)))
+        db_claims.ensure_owner_columns(d, conn, cur, self.commit_table)
+        claims, key = db_claims.claims_table(d, cur, self.table)
+        self._ensure_table(conn, cur, claims, db_claims.claims_table_ddl(d, claims))
+        return claims, key
+
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
         """Load ``staged`` as the live version of ``txn.interval`` in one database transaction with its marker.
 
         Returns per partition ``published`` / ``already`` / ``superseded`` (see :class:`PublishTarget`).
-        Raises TargetSchemaError (nothing published: the table does not fit the rows), ConfigError (the
-        marker belongs to another sink, a privilege is missing) or TargetUnavailableError (the database
+        Raises TargetSchemaError (nothing published: the table does not fit the rows), OwnershipError (the
+        table's claim or marker belongs to another owner), ConfigError (a privilege is missing) or TargetUnavailableError (the database
         could not be reached or broke off ``retries + 1`` times; publishing again is safe).
         """
         verdict = self._with_retries(f"publish {txn.name}", lambda conn: self._publish_once(conn, txn, staged))
         return outcome(staged.partitions, verdict)
+
+    def check(self, txn: TxnRef, staged: StagedVersion) -> None:
+        """Before the decision, a dry run of the publish: the same load (the delete of the interval's
+        previous rows, the bulk load, the upsert, the interval check) in a database transaction that is
+        always rolled back. Whatever the database would refuse - a missing table or column, a type, a
+        NULL, a duplicate key, a constraint, rows outside the interval - aborts the transaction
+        (TargetSchemaError) instead of leaving it COMMITTED and unpublishable. The price: the rows are
+        loaded twice. TargetUnavailableError (nothing decided: commit again) if the database is down."""
+        self._with_retries(f"check {txn.name}", lambda conn: self._dry_run(conn, txn, staged))
+
+    def _dry_run(self, conn: Any, txn: TxnRef, staged: StagedVersion) -> None:
+        d, cur = self.dialect, conn.cursor()
+        if self.create_sql:
+            self._ensure_table(conn, cur, self.table, self.create_sql)
+        marker = self._peek_marker(cur, txn.interval)
+        if marker.epoch < txn.epoch:  # else already or superseded: the publish will load nothing
+            try:
+                if marker.epoch == 0 and d.table_info(cur, self.commit_table) is not None:
+                    self._refuse_overlap(cur, d, txn)
+                self._load(cur, d, txn, staged, marker)
+            finally:
+                conn.rollback()
 
     def live_epoch(self, interval: Interval) -> int | None:
         """The epoch the marker says is live for ``interval`` (None: never published here)."""
@@ -138,29 +215,43 @@ class DatabaseTarget(PublishTarget):
         d = self.dialect
         cur = conn.cursor()
         # DDL first, each in its own transaction (MySQL commits DDL implicitly: never inside ours)
-        self._ensure_table(conn, cur, self.commit_table, d.commit_table_ddl(d.table(self.commit_table)))
+        claims, key = self._ensure_commit_table(conn, cur)
         if self.create_sql:
             self._ensure_table(conn, cur, self.table, self.create_sql)
+        if self.owner is not None:  # the table's claims are ours (the sink claimed them before deciding)
+            db_claims.claim_table(d, cur, claims, key, self.commit_table, self.owner)
+            db_claims.check(d, cur, self.commit_table, self.table, self.owner)
         marker = self._lock_marker(cur, txn.interval)
+        if marker.epoch and not db_claims.same_owner(self.owner, marker.owner, marker.pipeline, marker.sink,
+                                                     txn.pipeline, txn.sink):
+            raise OwnershipError(f"{self.table} is published by pipeline {marker.pipeline!r} (sink {marker.sink!r}, "
+                                 f"owner id {marker.owner or 'unknown'}), not {txn.pipeline}/{txn.sink}: a table "
+                                 "belongs to one sink (its epochs are that sink's); publish into another table")
         if marker.epoch >= txn.epoch:
             conn.rollback()
             verdict = ALREADY if marker.epoch == txn.epoch else SUPERSEDED
             logger.info("%s: %s (marker at epoch %d) in %s", txn.name, verdict, marker.epoch, self.describe())
             return verdict
-        if marker.pipeline and (marker.pipeline, marker.sink) != (txn.pipeline, txn.sink):
-            raise ConfigError(f"{self.table} is published by {marker.pipeline}/{marker.sink}, not "
-                              f"{txn.pipeline}/{txn.sink}: a table belongs to one sink (its epochs are that "
-                              f"sink's); use another table or commit_table")
+        if marker.epoch == 0:
+            self._refuse_overlap(cur, d, txn, lock=True)
         rows = self._load(cur, d, txn, staged, marker)
         parts = sorted(staged.partitions)
-        cur.execute(f"UPDATE {d.table(self.commit_table)} SET epoch = %s, pipeline = %s, sink = %s, "
+        cur.execute(f"UPDATE {d.table(self.commit_table)} SET epoch = %s, pipeline = %s, sink = %s, owner = %s, "
                     "partitions = %s, rows_loaded = %s, committed_at = %s WHERE target = %s AND interval_token = %s",
-                    (txn.epoch, txn.pipeline, txn.sink, json.dumps(parts), rows, self._ts(d, datetime.now(timezone.utc)),
-                     self.table, txn.interval.token))
+                    (txn.epoch, txn.pipeline, txn.sink, self.owner.id if self.owner else None, json.dumps(parts),
+                     rows, self._ts(d, datetime.now(timezone.utc)), self.table, txn.interval.token))
         failpoint("commit.mid_publish")  # loaded, marker set, not committed: a crash here rolls both back
         conn.commit()
         logger.info("%s: published %d rows (%d partitions) into %s", txn.name, rows, len(parts), self.describe())
         return PUBLISHED
+
+    def _refuse_overlap(self, cur: Any, d: Dialect, txn: TxnRef, lock: bool = False) -> None:
+        """replace by ``interval_column``: refuse an interval overlapping a published one
+        (:func:`.db_claims.refuse_overlap`)."""
+        if self.mode == "replace" and self.interval_column:
+            db_claims.refuse_overlap(d, cur, self.commit_table, self.table, txn.name, txn.interval,
+                                     (self._ts(d, txn.interval.start), self._ts(d, txn.interval.end)),
+                                     self.interval_column, lock)
 
     def _ensure_table(self, conn: Any, cur: Any, name: str, ddl: str) -> None:
         """Run ``ddl`` if table ``name`` does not exist, in its own transaction; a concurrent creator may win."""
@@ -182,21 +273,38 @@ class DatabaseTarget(PublishTarget):
         ct = d.table(self.commit_table)
         cur.execute(d.marker_insert_sql(ct), (self.table, interval.token, self._ts(d, interval.start),
                                               self._ts(d, interval.end)))
-        cur.execute(f"SELECT epoch, pipeline, sink, partitions FROM {ct} WHERE target = %s AND interval_token = %s "
-                    "FOR UPDATE", (self.table, interval.token))
-        epoch, pipeline, sink, parts = cur.fetchone()
-        return Marker(int(epoch), pipeline, sink, tuple(json.loads(parts) if parts else ()))
+        cur.execute(f"SELECT epoch, pipeline, sink, partitions, owner FROM {ct} WHERE target = %s AND "
+                    "interval_token = %s FOR UPDATE", (self.table, interval.token))
+        epoch, pipeline, sink, parts, owner = cur.fetchone()
+        return Marker(int(epoch), pipeline, sink, tuple(json.loads(parts) if parts else ()), owner)
+
+    def _peek_marker(self, cur: Any, interval: Interval) -> Marker:
+        """The marker of ``interval`` without locking it (epoch 0 if there is none)."""
+        d = self.dialect
+        if d.table_info(cur, self.commit_table) is None:
+            return Marker(0, None, None, ())
+        cur.execute(f"SELECT epoch, pipeline, sink, partitions FROM {d.table(self.commit_table)} WHERE target = %s "
+                    "AND interval_token = %s", (self.table, interval.token))
+        row = cur.fetchone()
+        return Marker(int(row[0]), row[1], row[2], tuple(json.loads(row[3]) if row[3] else ())) if row \
+            else Marker(0, None, None, ())
 
     def _read_marker(self, conn: Any, interval: Interval) -> int | None:
         d = self.dialect
         cur = conn.cursor()
-        if d.table_info(cur, self.commit_table) is None:
+        info = d.table_info(cur, self.commit_table)
+        if info is None:
             return None
-        cur.execute(f"SELECT epoch FROM {d.table(self.commit_table)} WHERE target = %s AND interval_token = %s",
-                    (self.table, interval.token))
+        owned = all(info.column(c, d.case_insensitive_columns) for c in db_claims.OWNER_COLUMNS)
+        cur.execute(f"SELECT epoch, pipeline, sink, {'owner' if owned else 'NULL'} FROM {d.table(self.commit_table)} "
+                    "WHERE target = %s AND interval_token = %s", (self.table, interval.token))
         row = cur.fetchone()
         conn.rollback()
-        return int(row[0]) if row and int(row[0]) > 0 else None
+        if not row or int(row[0]) <= 0:
+            return None
+        if self.owner is not None and not db_claims.same_owner(self.owner, row[3], row[1], row[2]):
+            return None  # another owner's marker: our version of the interval is not live
+        return int(row[0])
 
     # ------------------------------------------------------------------ the load
     def _load(self, cur: Any, d: Dialect, txn: TxnRef, staged: StagedVersion, marker: Marker) -> int:
@@ -212,7 +320,12 @@ class DatabaseTarget(PublishTarget):
         if not cols:
             return 0
         counted = [0]
-        batches = self._batches(staged, d, file_cols, part_cols, counted)
+        check = self.interval_column if self.mode == "replace" else None
+        in_file = next((c for c in file_cols if check and (c == check or (
+            d.case_insensitive_columns and c.lower() == check.lower()))), None)
+        unchecked = [bool(check) and in_file is None]
+        batches = self._batches(staged, d, file_cols, part_cols, counted,
+                                (in_file, txn, unchecked) if in_file else None)
         if self.mode == "replace":
             loaded = d.load(cur, table_sql, cols, batches)
         else:
@@ -222,7 +335,23 @@ class DatabaseTarget(PublishTarget):
             cur.execute(d.upsert_sql(table_sql, stage, cols, keys))
         if loaded != counted[0]:
             raise TargetSchemaError(f"{txn.name}: the database loaded {loaded} of {counted[0]} staged rows")
+        if unchecked[0]:  # the staged column is not a date/time: the database compares (see _check_inside)
+            self._check_inside(cur, d, info, txn, counted[0])
         return counted[0]
+
+    def _check_inside(self, cur: Any, d: Dialect, info: TableInfo, txn: TxnRef, loaded: int) -> None:
+        """Fallback of :meth:`_outside` (an ``interval_column`` that is a partition key or not a date/time
+        in the staged files): the table's rows in the interval are at least the loaded ones. Counts every
+        writer's rows, so a concurrent writer's row can mask one of ours (docs/TARGETS.md, Known limits)."""
+        col = d.quote(self._table_columns(info, d, [self.interval_column or ""])[0])
+        cur.execute(f"SELECT count(*) FROM {d.table(self.table)} WHERE {col} >= %s AND {col} < %s",
+                    (self._ts(d, txn.interval.start), self._ts(d, txn.interval.end)))
+        inside = int(cur.fetchone()[0])
+        if inside < loaded:
+            raise TargetSchemaError(
+                f"{txn.name}: {loaded - inside} of {loaded} staged row(s) have {self.interval_column} outside "
+                f"the interval [{txn.interval.start.isoformat()}, {txn.interval.end.isoformat()}) or NULL; a "
+                "reprocess replaces only the interval's rows, so they would double. Filter them in the job")
 
     def _staged_columns(self, staged: StagedVersion) -> tuple[list[str], list[str]]:
         """(columns of the staged files, partition keys to add as columns), from the first file."""
@@ -274,8 +403,28 @@ class DatabaseTarget(PublishTarget):
             cur.execute(f"DELETE FROM {table_sql} WHERE " + " AND ".join(f"{d.quote(c)} = %s" for c in cols),
                         tuple(values.values()))
 
+    def _outside(self, batch: pa.RecordBatch, check: tuple[str, TxnRef, list[bool]]) -> None:
+        """TargetSchemaError if a staged row's ``interval_column`` is outside the interval or NULL: a
+        reprocess deletes only the interval's rows, so it would stay and be loaded again beside its copy.
+        Checked on our rows before they are loaded (another writer's rows cannot mask one)."""
+        col, txn, unchecked = check
+        values = batch.column(col)
+        if not (pa.types.is_timestamp(values.type) or pa.types.is_date(values.type)):
+            unchecked[0] = True
+            return
+        ts = values.cast(pa.timestamp("us", tz="UTC"))
+        iv = txn.interval
+        inside = pc.and_(pc.greater_equal(ts, pa.scalar(iv.start, ts.type)), pc.less(ts, pa.scalar(iv.end, ts.type)))
+        outside = batch.num_rows - (pc.sum(pc.fill_null(inside, False)).as_py() or 0)
+        if outside:
+            raise TargetSchemaError(
+                f"{txn.name}: {outside} staged row(s) have {self.interval_column} outside the interval "
+                f"[{iv.start.isoformat()}, {iv.end.isoformat()}) or NULL; a reprocess replaces only the "
+                "interval's rows, so they would double. Filter them in the job")
+
     def _batches(self, staged: StagedVersion, d: Dialect, file_cols: list[str], part_cols: list[str],
-                 counted: list[int]) -> Iterator[pa.RecordBatch]:
+                 counted: list[int], check: tuple[str, TxnRef, list[bool]] | None = None
+                 ) -> Iterator[pa.RecordBatch]:
         names = [*file_cols, *part_cols]
         for part, f in staged.files():
             values = partition_values(part)
@@ -288,6 +437,8 @@ class DatabaseTarget(PublishTarget):
                 for b in pf.iter_batches(batch_size=self.batch_rows, columns=file_cols):
                     arrays = [b.column(c) for c in file_cols]
                     arrays += [pa.repeat(pa.scalar(values[k], pa.string()), b.num_rows) for k in part_cols]
+                    if check:
+                        self._outside(b, check)
                     counted[0] += b.num_rows
                     yield d.prepare(pa.RecordBatch.from_arrays(arrays, names=names))
 
@@ -315,8 +466,8 @@ class DatabaseTarget(PublishTarget):
                 if kind is None:
                     if isinstance(exc, TargetSchemaError):
                         raise TargetSchemaError(f"{what} into {self.describe()}: {exc}; the transaction rolled "
-                                                "back, nothing was published; fix the table or the job's output, "
-                                                "then commit again") from None
+                                                "back, nothing was published; fix the table or the job's output"
+                                                ) from None
                     raise
                 raise self._error(what, exc, kind, ep) from None
             finally:
@@ -328,7 +479,7 @@ class DatabaseTarget(PublishTarget):
         where = f"{what} into {self.describe()}"
         if kind == "schema":
             return TargetSchemaError(f"{where}: the database refused the rows: {msg}. The transaction rolled back, "
-                                     "nothing was published; fix the table or the job's output, then commit again")
+                                     "nothing was published; fix the table or the job's output")
         if kind == "permission":
             return ConfigError(f"{where}: the database user lacks a privilege: {msg}. Grant it (MySQL: also "
                                "local_infile=ON on the server for LOAD DATA LOCAL) and commit again")

@@ -12,19 +12,23 @@ nothing: it is one Delta commit, O(1) requests whatever the file count, carrying
 
 * ``txn{appId=exactly-once/<pipeline>/<sink>/<interval>, version=<epoch>}`` - the target's marker:
   an app version at or above the epoch means ``already`` / ``superseded``, which also resolves the lost
-  acknowledgement (table committed, our log not told);
-* ``remove`` of every live file of the interval and ``add`` of the new ones (replace the interval).
+  acknowledgement (table committed, our log not told); a marker another engine expired is replaced by the
+  newest epoch whose ``<txn>/`` dir holds a live file (:meth:`DeltaTarget._live_epoch`);
+* ``remove`` of every live file of the interval and ``add`` of the new ones (replace the interval). The
+  interval's files are found by their partition values, so files another engine rewrote (OPTIMIZE,
+  DELETE, UPDATE: new names outside our ``<txn>/`` dirs) go too (:meth:`DeltaTarget.interval_files`).
 
-On S3 the commit does not list the sealed files to check them against the manifest (locally the
-seal's ``rename(2)`` makes that check exact and cheap): at 10,000 files that listing was 3 of the 4 s
-of a commit on the loopback S3 server, and it guarded nothing the decision needs. The staged files of
-a transaction are deleted only after our log decided it: ``abort``, ``recover`` and ``begin`` (which
-recovers older epochs before a new one starts) decide ABORTED before deleting, gc sweeps a version
-only once a newer epoch published, and a superseded publish deletes after its own COMMITTED decision.
-So a file missing before the decision means an abort decided first; the commit's exclusive decision
-then returns ABORTED and nothing is published (a schema read that finds a file gone is treated the
-same way). A same-name rewrite by a late writer could follow any listing (nothing seals an S3
-prefix), and files it adds are never published: the add actions are the manifest's files and sizes.
+Before the decision the commit checks the sealed files against the manifest: locally after the seal's
+``rename(2)``, byte for byte (sha256); on S3 by one LIST per 1,000 files, comparing sizes and ETags, so
+a same-size rewrite after pre_commit aborts the transaction (what commits is what the gate read). That
+LIST is the commit's only per-file cost on S3 (at 10,000 files on the loopback S3 server, 3 of a
+commit's 4 s; 10 requests on AWS). A rewrite after the decision is not seen: nothing seals an S3 prefix,
+so keep other writers out of the table's prefix (IAM). The staged files of a transaction are deleted
+only after our log decided it (and gc sweeps a committed version only once a newer epoch has been
+published for the grace period; a superseded publish deletes nothing: another finisher of its epoch may
+have made it live a moment ago), so a file missing before the decision means an abort decided first; the
+commit's exclusive decision then returns ABORTED and nothing is published. Files a late writer adds
+are never published: the add actions are the manifest's files and sizes.
 Tests: ``test_abort_or_gc_racing_a_commit_publishes_nothing``.
 
 The commit is attempted once per snapshot read (``max_commit_retries=0``): a lost race for the log
@@ -36,6 +40,7 @@ import logging
 import posixpath
 import time
 from typing import Any, Callable
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,11 +49,13 @@ from .. import failpoints
 from ..errors import StorageError, TargetSchemaError
 from ..ids import Interval, TxnRef, parse_txn_name
 from ..storage import Storage
-from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, outcome, partition_values
+from .base import (ALREADY, PUBLISHED, SUPERSEDED, LocationOwned, PublishTarget, StagedVersion, outcome,
+                   partition_values)
 
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20  # lost races for the next log entry before giving up (each one re-reads the table)
 CHECKPOINT_EVERY = 100  # delta.checkpointInterval: a checkpoint every 100 versions
+CLOCK_PROBE = "_eo_clock"  # <table>/_eo_clock: the storage's "now" (a "_" name: Delta readers and VACUUM skip it)
 
 
 def delta_storage_options(storage: Storage) -> tuple[str, dict[str, str]]:
@@ -76,9 +83,17 @@ def delta_type(t: pa.DataType) -> pa.DataType:
         return pa.timestamp("us", tz="UTC")
     return t
 
+# Writer features a delta-rs commit of add/remove actions honours (the rules of the last three are checked
+# by ``check_layout``'s other clauses); any other one is refused before the decision.
+WRITABLE_FEATURES = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns",
+                               "timestampNtz", "variantType", "variantType-preview"})
 
-class DeltaTarget(PublishTarget):
-    """Publishes ``pipeline``/``sink`` into the Delta table at ``table`` on ``storage``."""
+class DeltaTarget(LocationOwned, PublishTarget):
+    """Publishes ``pipeline``/``sink`` into the Delta table at ``table`` on ``storage``; once claimed
+    (:meth:`claim`), only as the owner that ``<table>/_eo_owner.json`` names (Delta's VACUUM and readers
+    skip ``_`` names)."""
+
+    kind = "delta"
 
     def __init__(self, storage: Storage, table: str, *, pipeline: str, sink: str,
                  checkpoint_every: int = CHECKPOINT_EVERY) -> None:
@@ -106,16 +121,33 @@ class DeltaTarget(PublishTarget):
 
     @staticmethod
     def live_actions(dt: Any) -> list[dict[str, Any]]:
-        """Every live file of snapshot ``dt``: ``{path, size_bytes, partition.<key>...}``."""
-        return pa.table(dt.get_add_actions(flatten=True)).to_pylist() if dt is not None else []
+        """Every live file of snapshot ``dt``: ``{path, size_bytes, partition.<key>...}``. ``path`` is the
+        file's path relative to the table: the log holds it URI-encoded (``%3A``, ``%20``), and delta-rs
+        encodes a path given to an action again, so a remove must name the decoded path."""
+        if dt is None:
+            return []
+        return [{**a, "path": unquote(a["path"])} for a in pa.table(dt.get_add_actions(flatten=True)).to_pylist()]
 
     def live_epoch(self, interval: Interval) -> int | None:
-        dt = self.snapshot()
-        return dt.transaction_version(self.txn_application(interval)) if dt is not None else None
+        return self._live_epoch(self.snapshot(), interval)
+
+    def _live_epoch(self, dt: Any, interval: Interval) -> int | None:
+        """The epoch of ``interval`` live in snapshot ``dt``: its ``txn`` marker, else (another engine
+        expired the marker: ``delta.setTransactionRetentionDuration``, then a checkpoint) the newest
+        epoch of the interval whose ``<txn>/`` dir holds a live file - a second marker no retention
+        expires (only a commit of that epoch makes those files live). None: nothing of ours is live."""
+        if dt is None:
+            return None
+        marker = dt.transaction_version(self.txn_application(interval))
+        if marker is not None:
+            return marker
+        dirs = self._interval_dirs({a["path"].split("/", 1)[0] for a in self.live_actions(dt)}, interval)
+        return max((parsed[1] for d in dirs if (parsed := parse_txn_name(d))), default=None)
 
     def live_version(self, partition: str) -> str | None:
         versions = {a["path"].split("/", 1)[0] for a in self.live_actions(self.snapshot())
                     if ("/" + a["path"].rpartition("/")[0]).endswith("/" + partition)}
+        versions = {v for v in versions if parse_txn_name(v)}  # not files another engine rewrote (OPTIMIZE)
         return max(versions) if versions else None
 
     def live_files(self, partition: str) -> list[str]:
@@ -148,9 +180,10 @@ class DeltaTarget(PublishTarget):
 
     # ------------------------------------------------------------------ publishing
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
+        self.check_owner()  # another owner's app transaction at our epoch is never "already"
         app = self.txn_application(txn.interval)
         dt = self.snapshot()
-        done = self._settled(dt, app, txn)
+        done = self._settled(dt, txn)
         if done:
             return outcome(staged.partitions, done)
         base = self._in_table(txn, staged)
@@ -158,7 +191,7 @@ class DeltaTarget(PublishTarget):
         schema = self.staged_schema(txn, staged, base)
         for attempt in range(COMMIT_TRIES):
             dt = dt if attempt == 0 else self.snapshot()  # a lost race re-reads the table
-            done = self._settled(dt, app, txn)
+            done = self._settled(dt, txn)
             if done:
                 break
             if self._commit(dt, app, txn, staged, schema, base):
@@ -166,12 +199,12 @@ class DeltaTarget(PublishTarget):
                 break
         else:
             raise StorageError(f"{self.describe()}: lost the race for the next log entry {COMMIT_TRIES} times")
-        if done == SUPERSEDED:  # a newer epoch is live: our files can never become live
-            self.storage.remove_tree(self.storage.join(self.table, txn.name))
+        # SUPERSEDED: a newer epoch is live, but ours may have been live until a moment ago (another
+        # finisher of this epoch published it): its files go only through gc's sweep, after the grace
         return outcome(staged.partitions, done)
 
-    def _settled(self, dt: Any, app: str, txn: TxnRef) -> str | None:
-        live = dt.transaction_version(app) if dt is not None else None
+    def _settled(self, dt: Any, txn: TxnRef) -> str | None:
+        live = self._live_epoch(dt, txn.interval)
         if live is None or live < txn.epoch:
             return None
         return ALREADY if live == txn.epoch else SUPERSEDED
@@ -207,11 +240,38 @@ class DeltaTarget(PublishTarget):
             self.storage.copy_files(todo)  # type: ignore[attr-defined]
 
     def check(self, txn: TxnRef, staged: StagedVersion) -> None:
-        """Before the decision: the staged columns must fit the table's (new columns are fine: they
-        widen it at publish). TargetSchemaError otherwise."""
+        """Before the decision: the staged columns must fit the table's (TargetSchemaError otherwise),
+        and the table is widened by the new ones here, not at publish (a table that does not exist yet
+        is created here, without files: an empty version 0). A column, once in the table, keeps its type,
+        so a version that passed this check still fits at publish whatever other intervals commit in
+        between; only an outside writer changing a column's type can refuse it later (then the publish
+        names the way out: fix the table, ``eo recover``)."""
+        schema = self.staged_schema(txn, staged)  # also refuses files that disagree on a column's type
         dt = self.snapshot()
-        if dt is not None and self._settled(dt, self.txn_application(txn.interval), txn) is None:
-            self.clashes(pa.schema(dt.schema().to_arrow()), self.staged_schema(txn, staged), txn)
+        if dt is None and schema is None and not staged.partitions:
+            return  # an empty version and no table yet: nothing to check, nothing to create (see _commit)
+        dt = dt or self._create(staged, schema)
+        if self._settled(dt, txn) is None:
+            self.check_schema(dt, schema, txn)
+            self.check_layout(dt, staged, txn)
+            self.check_not_null(dt, staged, txn)
+
+    def _create(self, staged: StagedVersion, schema: pa.Schema | None) -> Any:
+        """Create the table, without files, with ``schema`` (partition keys as strings if None); a
+        concurrent creator may win (its table is then judged like any other). Returns the snapshot."""
+        from deltalake import Schema
+        from deltalake.transaction import create_table_with_add_actions
+
+        keys = sorted({k for p in staged.partitions for k in partition_values(p)})
+        fields = schema or pa.schema([(k, pa.string()) for k in keys])
+        try:
+            create_table_with_add_actions(self.uri, Schema.from_arrow(fields), [], mode="error", partition_by=keys,
+                                          configuration={"delta.checkpointInterval": str(self.checkpoint_every)},
+                                          storage_options=self.options)
+        except Exception as exc:
+            if not (type(exc).__name__ == "TableAlreadyExistsError" or "already exists" in str(exc)):
+                raise
+        return self.snapshot()
 
     def staged_schema(self, txn: TxnRef, staged: StagedVersion, base: str | None = None) -> pa.Schema | None:
         """The Arrow schema of the version (one file per partition read - below ``<table>/<base>`` if
@@ -245,17 +305,20 @@ class DeltaTarget(PublishTarget):
         from deltalake.transaction import (AddAction, CommitProperties, PostCommitHookProperties,
                                            RemoveAction, Transaction, create_table_with_add_actions)
 
-        now = int(time.time() * 1000)
+        now = self._now_ms()
         keys = sorted({k for p in staged.partitions for k in partition_values(p)})
         values = {part: partition_values(part) for part in staged.partitions}  # once per partition
         adds = [AddAction(f"{base}/{part}/{f.name}", f.size, values[part], now, True,
                           '{"numRecords": %d}' % f.rows if f.rows is not None else "{}")
                 for part, f in staged.files()]
         props = CommitProperties(max_commit_retries=0, app_transactions=[Transaction(app, txn.epoch, now)],
-                                 custom_metadata={"exactly_once.txn": txn.name})
+                                 custom_metadata={"exactly_once.txn": txn.name, **(
+                                     {"exactly_once.owner": self.owner.id} if self.owner else {})})
         hooks = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
         try:
-            if dt is None:
+            if dt is None and not adds and not keys:
+                return True  # an empty first version: no table to create (it has no column), nothing to show
+            if dt is None:  # only a target used on its own, without check(): the sink's check creates it
                 fields = schema or pa.schema([(k, pa.string()) for k in keys])
                 create_table_with_add_actions(self.uri, Schema.from_arrow(fields), adds, mode="error",
                                               partition_by=keys, configuration={
@@ -263,23 +326,104 @@ class DeltaTarget(PublishTarget):
                                               storage_options=self.options, commit_properties=props,
                                               post_commithook_properties=hooks)
                 return True
+            self.check_layout(dt, staged, txn)
             table_schema = self.check_schema(dt, schema, txn)
-            live = self.live_actions(dt)
-            ours = self._interval_dirs({a["path"].split("/", 1)[0] for a in live}, txn.interval)
-            removes = [RemoveAction(a["path"], True, now, a["size_bytes"],
-                                    {k[len("partition."):]: v for k, v in a.items() if k.startswith("partition.")})
-                       for a in live if a["path"].split("/", 1)[0] in ours]
+            removes = [RemoveAction(a["path"], True, now, a["size_bytes"], self._values(a))
+                       for a in self.interval_files(dt, staged, txn.interval)]
             dt.create_write_transaction(removes + adds, "append", Schema.from_arrow(table_schema),
                                         partition_by=dt.metadata().partition_columns,
                                         commit_properties=props, post_commithook_properties=hooks)
             return True
         except CommitFailedError as exc:
+            if dt is not None and not self.storage.exists(self.storage.join(
+                    self.table, "_delta_log", f"{dt.version() + 1:020d}.json")):  # nobody took the entry
+                raise TargetSchemaError(f"{self.describe()} refused the commit of {txn.name}: {exc}. Nothing was "
+                                        "published; undo the table change that refuses it, then run "
+                                        "`eo recover`") from exc
             log.info("%s: lost the race for the next Delta log entry (%s); re-reading", txn.name, exc)
             return False
         except Exception as exc:
             if type(exc).__name__ == "TableAlreadyExistsError" or "already exists" in str(exc):
                 return False  # another first publisher created the table
             raise
+
+    def _now_ms(self) -> int:
+        """The time stamped on a commit's actions, in ms: the later of this process's clock and the
+        storage's (the timestamp the storage gives ``<table>/_eo_clock`` written now). A ``remove``
+        action's deletionTimestamp is where VACUUM's retention starts (and the ``txn`` marker's
+        lastUpdated where its expiry does): from a slow publisher clock alone, a VACUUM with Delta's
+        default 7 days deleted a version superseded a moment ago, under a reader pinned to it."""
+        probe = self.storage.join(self.table, CLOCK_PROBE)
+        self.storage.makedirs(self.table)
+        self.storage.write_atomic(probe, b"")
+        return int(max(time.time(), self.storage.modified_at(probe)) * 1000)
+
+    def interval_files(self, dt: Any, staged: StagedVersion, interval: Interval) -> list[dict[str, Any]]:
+        """The live files of snapshot ``dt`` (its add actions) that hold ``interval``'s rows, wherever they
+        live now: every file whose partition values are one of the interval's partitions (``staged``
+        lists them all: the new version's, and the ones its older versions published), and every file in
+        one of the interval's ``<txn>/`` dirs. Another engine's OPTIMIZE, DELETE or UPDATE rewrites our
+        files under new names outside our dirs; their partition values still say whose rows they hold,
+        because a partition belongs to one interval (the sink's partition claims) and :meth:`check_layout`
+        refuses a table whose partitioning no longer matches the sink's. The caller commits the removes
+        on ``dt`` itself (``max_commit_retries=0``): if anyone committed since ``dt`` was read, the commit
+        fails and the removes are computed again on the newer snapshot - never a stale list."""
+        owned = {tuple(sorted(partition_values(p).items())) for p in staged.partitions}
+        live = self.live_actions(dt)
+        dirs = self._interval_dirs({a["path"].split("/", 1)[0] for a in live}, interval)
+        return [a for a in live if tuple(sorted(self._values(a).items())) in owned
+                or a["path"].split("/", 1)[0] in dirs]
+
+    @staticmethod
+    def _values(action: dict[str, Any]) -> dict[str, str | None]:
+        """A flattened add action's partition values, as strings (how Delta's log stores them)."""
+        return {k[len("partition."):]: None if v is None else str(v) for k, v in action.items()
+                if k.startswith("partition.")}
+
+    def check_layout(self, dt: Any, staged: StagedVersion, txn: TxnRef) -> None:
+        """TargetSchemaError, with nothing changed, if another engine changed the table so that this
+        publish would not be exact or would break the table's own rules:
+
+        * re-partitioned: its files may mix several intervals' rows and cannot be removed whole;
+        * deletion vectors: a file's live rows are the file minus its vector, which a ``remove`` by path
+          does not name;
+        * ``delta.appendOnly``: replacing the interval removes files;
+        * ``delta.setTransactionRetentionDuration``: the ``txn`` marker would expire;
+        * writer features delta-rs cannot commit to (rowTracking, domainMetadata, identityColumns, ...: not
+          in ``WRITABLE_FEATURES``): its commit would be refused after the decision;
+        * CHECK constraints, invariants, generated columns: a commit of staged files (add actions) is not
+          checked against them, so rows breaking them would be published.
+        """
+        keys = sorted({k for p in staged.partitions for k in partition_values(p)})
+        meta = dt.metadata()
+        config = meta.configuration or {}
+        rules = sorted(k[len("delta.constraints."):] for k in config if k.startswith("delta.constraints."))
+        rules += sorted(f.name for f in dt.schema().fields
+                        if {"delta.invariants", "delta.generationExpression"} & set(f.metadata or {}))
+        problems = []
+        if keys and sorted(meta.partition_columns) != keys:
+            problems.append(f"it is partitioned by {sorted(meta.partition_columns)}, {txn.name} by {keys} (so "
+                            "its files may mix several intervals' rows): restore the partitioning or write a "
+                            "new table")
+        features = set(dt.protocol().writer_features or ())
+        if unknown := sorted(features - WRITABLE_FEATURES - {"deletionVectors"}):
+            problems.append(f"it has the writer features {unknown}, which the Delta writer here (delta-rs) "
+                            "cannot commit to: publish into a table without them")
+        if "deletionVectors" in features:
+            problems.append("it has the writer feature deletionVectors (a remove by path does not name a "
+                            "file's vector): disable them and purge (REORG TABLE ... APPLY (PURGE))")
+        if str(config.get("delta.appendOnly", "")).lower() == "true":
+            problems.append("it is delta.appendOnly (replacing an interval removes files): unset it")
+        if config.get("delta.setTransactionRetentionDuration"):
+            problems.append("it sets delta.setTransactionRetentionDuration (our txn marker would expire, and "
+                            "with it what says an epoch is live): unset it")
+        if rules:
+            problems.append(f"it has constraints, invariants or generated columns {rules}, which a commit of "
+                            "staged files does not check: drop them, or check them in the job and the gate")
+        if problems:
+            raise TargetSchemaError(f"another writer changed {self.describe()}; {txn.name} cannot replace its "
+                                    f"interval there: {'; '.join(problems)}. Nothing was published; fix the "
+                                    "table, then re-run the interval (or `eo recover` a decided one)")
 
     @staticmethod
     def _interval_dirs(dirs: set[str], interval: Interval) -> set[str]:
@@ -305,6 +449,30 @@ class DeltaTarget(PublishTarget):
             dt.update_incremental()
             table = pa.schema(dt.schema().to_arrow())
         return table
+
+    def check_not_null(self, dt: Any, staged: StagedVersion, txn: TxnRef) -> None:
+        """TargetSchemaError if the table declares a column NOT NULL (another engine made it) and a staged
+        file lacks it or holds nulls in it (Parquet footer statistics; a file without them is refused too):
+        a commit of add actions is not checked against it. Reads footers only for tables with such columns."""
+        keys = dt.metadata().partition_columns
+        required = [f.name for f in dt.schema().fields if not f.nullable and f.name not in keys]
+        bad: list[str] = []
+        for part, f in staged.files() if required else ():
+            with staged.open(part, f.name) as fh:
+                meta = pq.ParquetFile(fh).metadata
+            cols = {meta.row_group(0).column(j).path_in_schema: j for j in range(meta.num_columns)} \
+                if meta.num_row_groups else {}
+            for name in required:
+                j = cols.get(name)
+                stats = [meta.row_group(g).column(j).statistics for g in range(meta.num_row_groups)] \
+                    if j is not None else []
+                if meta.num_rows and (j is None or any(st is None or not st.has_null_count or st.null_count
+                                                       for st in stats)):
+                    bad.append(f"{part}/{f.name}: {name}")
+        if bad:
+            raise TargetSchemaError(f"{txn.name} does not fit {self.describe()}: the table declares NOT NULL "
+                                    f"columns that staged files lack or hold nulls in ({'; '.join(bad[:5])}). "
+                                    "Nothing was published; fill the columns in the job, or drop NOT NULL")
 
     def clashes(self, table: pa.Schema, staged: pa.Schema | None, txn: TxnRef) -> None:
         """TargetSchemaError if a staged column's type differs from the table's."""

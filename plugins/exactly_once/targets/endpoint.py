@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigError
 
@@ -123,3 +123,24 @@ def resolve(conn_id: str | None, url: str | None, expect: tuple[str, ...]) -> En
     if bool(conn_id) == bool(url):
         raise ConfigError("give exactly one of conn_id (an Airflow connection) or url")
     return from_airflow(conn_id, expect) if conn_id else from_url(url or "", expect)
+
+
+def without_password(url: str) -> str:
+    """``url`` with the password removed (``postgresql://u:pw@h/db`` -> ``postgresql://u@h/db``): what an
+    owner record may keep of a target URL."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo, hostport = parts.netloc.rsplit("@", 1)
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}@{hostport}" if user else hostport))
+
+
+def same_database(bound: str, given: str, expect: tuple[str, ...]) -> str:
+    """``given`` (a URL with credentials, e.g. from ``EO_TARGET_URL``) if it points where the ``bound``
+    URL (from an owner record, without password) does; ConfigError otherwise."""
+    a, b = from_url(bound, expect), from_url(given, expect)
+    if (a.dialect, a.host, a.port, a.database) != (b.dialect, b.host, b.port, b.database):
+        raise ConfigError(f"the target URL given ({b.describe()}) is not the bound target ({a.describe()}); "
+                          "give the URL of the bound target (EO_TARGET_URL), or none")
+    return given

@@ -5,7 +5,11 @@ Every staged row becomes one Redis string: key ``<namespace>:<partition>:<key va
 row's other columns as a JSON object. Per interval, two bookkeeping keys sit beside the data:
 
 * ``<namespace>:_eo:marker:<interval>`` - a hash: the live ``epoch``, its ``pipeline``/``sink``, ``rows``;
-* ``<namespace>:_eo:keys:<interval>``   - a set: the data keys of the live version.
+* ``<namespace>:_eo:keys:<interval>``   - a set: the data keys of the live version;
+
+and one for the namespace: ``<namespace>:_eo:owner``, the owner (pipeline, sink, owner id, log location)
+that claimed it at its first begin (``SET NX``, before anything was decided). A publish refuses a claim or
+a marker of another owner (OwnershipError) instead of taking its epoch for "already published".
 
 A publish WATCHes both, reads the marker (equal epoch: ``already``; newer: ``superseded``), then in ONE
 ``MULTI``/``EXEC`` deletes the keys of the previous version that the new one no longer has, writes every
@@ -20,18 +24,19 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterator
 from urllib.parse import quote
 
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, TargetSchemaError, TargetUnavailableError
+from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
+from ..ownership import Owner, refuse_other_owner
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome
-from .endpoint import Endpoint, redact, resolve, where
+from .endpoint import Endpoint, redact, resolve, same_database, where, without_password
 
 logger = logging.getLogger(__name__)
 CHUNK = 10_000  # keys per MSET / SADD / DEL inside the transaction
@@ -65,6 +70,8 @@ class RedisTarget(PublishTarget):
     url: str | None = field(default=None, repr=False)
     value_columns: tuple[str, ...] = ()
     max_conflicts: int = 20
+    owner: Owner | None = field(default=None, repr=False, compare=False)  # set by claim()
+    keeps_staged_copies = True  # keys are replaced in place: rollback republishes the kept staged files
 
     def __post_init__(self) -> None:
         check_identifier(self.namespace, "namespace")
@@ -81,6 +88,76 @@ class RedisTarget(PublishTarget):
     def describe(self) -> str:
         return f"redis target {where(self.conn_id, self.url, ('redis',))} namespace {self.namespace}"
 
+    # ------------------------------------------------------------------ ownership
+    SPEC = ("namespace", "conn_id", "max_conflicts")
+
+    def binding(self) -> dict[str, Any]:
+        """``{kind: redis, location, spec}``; the spec's URL has no password (see :meth:`from_spec`)."""
+        ep = self.endpoint()
+        spec: dict[str, Any] = {k: getattr(self, k) for k in self.SPEC}
+        spec.update(key_columns=list(self.key_columns), value_columns=list(self.value_columns))
+        if self.url:
+            spec["url"] = without_password(self.url)
+        return {"kind": "redis", "spec": spec, "tunable": ["conn_id", "url", "max_conflicts"],
+                "location": f"redis://{ep.host}:{ep.port}/{ep.database or 0} namespace {self.namespace}"}
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], url: str | None = None) -> "RedisTarget":
+        """The target a binding's ``spec`` describes; credentials as for :meth:`DatabaseTarget.from_spec`
+        (the Airflow connection, or ``url`` pointing at the same server)."""
+        kwargs = {k: v for k, v in spec.items() if k in cls.SPEC or k == "url"}
+        kwargs.update(key_columns=tuple(spec.get("key_columns") or ()),
+                      value_columns=tuple(spec.get("value_columns") or ()))
+        if url and kwargs.get("url"):
+            kwargs["url"] = same_database(kwargs["url"], url, ("redis",))
+        return cls(**kwargs)
+
+    def owner_key(self) -> str:
+        return f"{self.namespace}:_eo:owner"
+
+    def claim(self, owner: Owner) -> "RedisTarget":
+        """Claim the namespace for ``owner`` (``SET NX``); OwnershipError if another owner holds it, or if
+        markers of another owner are in it (written before claims existed)."""
+        import redis
+
+        ep = self.endpoint()
+        try:
+            client = self._client(ep)
+            try:
+                if not client.exists(self.owner_key()):
+                    for key in client.scan_iter(match=f"{self.namespace}:_eo:marker:*", count=1000):
+                        self._refuse_foreign(client.hgetall(key), owner, None)
+                client.set(self.owner_key(), json.dumps(owner.to_dict()), nx=True)
+                self._refuse_foreign_claim(client.get(self.owner_key()), owner)
+            finally:
+                client.close()
+        except redis.RedisError as exc:
+            raise TargetUnavailableError(f"claim {self.describe()}: {redact(exc, *ep.secrets())[:500]}; "
+                                         "nothing was decided, retry") from None
+        return replace(self, owner=owner)
+
+    def _refuse_foreign_claim(self, raw: Any, owner: Owner) -> None:
+        if raw:
+            holder = json.loads(raw)
+            refuse_other_owner(f"the redis namespace {self.namespace}", Owner.of(holder, holder.get("home", "?")),
+                               owner)
+
+    def _refuse_foreign(self, marker: dict[bytes, bytes], owner: Owner | None, txn: TxnRef | None) -> None:
+        """OwnershipError if ``marker`` (a marker hash) was set by another owner than ours."""
+        if not marker or int(marker.get(b"epoch", 0)) <= 0:
+            return
+        got = {k: marker.get(k.encode(), b"").decode() or None for k in ("owner", "pipeline", "sink")}
+        if owner is not None and got["owner"]:
+            ours = got["owner"] == owner.id
+        else:
+            ours = (got["pipeline"], got["sink"]) == ((owner.pipeline, owner.sink) if owner else
+                                                      (txn.pipeline, txn.sink) if txn else (None, None))
+        if not ours:
+            raise OwnershipError(f"namespace {self.namespace} is published by pipeline {got['pipeline']!r} (sink "
+                                 f"{got['sink']!r}, owner id {got['owner'] or 'unknown'}), not "
+                                 f"{owner.describe() if owner else f'{txn.pipeline}/{txn.sink}' if txn else '?'}: "
+                                 "a namespace belongs to one sink; give each pipeline its own namespace")
+
     def marker_key(self, interval: Interval) -> str:
         return f"{self.namespace}:_eo:marker:{interval.token}"
 
@@ -96,8 +173,8 @@ class RedisTarget(PublishTarget):
         """Write ``staged`` as the live version of ``txn.interval`` in one MULTI/EXEC with its marker.
 
         Returns per partition ``published`` / ``already`` / ``superseded``. Raises TargetSchemaError
-        (a missing key column, duplicate keys: nothing written), ConfigError (the marker belongs to
-        another sink) or TargetUnavailableError (Redis unreachable or the publish kept losing the race;
+        (a missing key column, duplicate keys: nothing written), OwnershipError (the namespace or its
+        marker belongs to another owner) or TargetUnavailableError (Redis unreachable or the publish kept losing the race;
         publishing again is safe).
         """
         import redis
@@ -115,6 +192,12 @@ class RedisTarget(PublishTarget):
                                          "applied (MULTI/EXEC); publishing again is safe") from None
         return outcome(staged.partitions, verdict)
 
+    def check(self, txn: TxnRef, staged: StagedVersion) -> None:
+        """Before the decision: every staged row must make a key (key and value columns present, no NULL
+        key column, no duplicate key); TargetSchemaError otherwise. Redis stores any value, so nothing
+        about the server can refuse a publish that passed this check."""
+        self._values(staged)
+
     def live_epoch(self, interval: Interval) -> int | None:
         import redis
 
@@ -122,13 +205,18 @@ class RedisTarget(PublishTarget):
         try:
             client = self._client(ep)
             try:
-                epoch = client.hget(self.marker_key(interval), "epoch")
+                marker = client.hgetall(self.marker_key(interval))
             finally:
                 client.close()
         except redis.RedisError as exc:
             raise TargetUnavailableError(f"read the marker of {interval.token} from {self.describe()}: "
                                          f"{redact(exc, *ep.secrets())[:500]}") from None
-        return int(epoch) if epoch else None
+        if self.owner is not None:
+            try:
+                self._refuse_foreign(marker, self.owner, None)
+            except OwnershipError:
+                return None  # another owner's marker: our version of the interval is not live
+        return int(marker[b"epoch"]) if marker.get(b"epoch") else None
 
     # ------------------------------------------------------------------ internals
     def _client(self, ep: Endpoint) -> Any:
@@ -149,17 +237,16 @@ class RedisTarget(PublishTarget):
         for _ in range(self.max_conflicts):
             with client.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(marker, keyset)
+                    pipe.watch(marker, keyset, self.owner_key())
+                    if self.owner is not None:
+                        self._refuse_foreign_claim(pipe.get(self.owner_key()), self.owner)
                     live = pipe.hgetall(marker)
+                    self._refuse_foreign(live, self.owner, txn)  # never "already" on another owner's epoch
                     epoch = int(live.get(b"epoch", 0))
                     if epoch >= txn.epoch:
                         verdict = ALREADY if epoch == txn.epoch else SUPERSEDED
                         logger.info("%s: %s (marker at epoch %d) in %s", txn.name, verdict, epoch, self.describe())
                         return verdict
-                    owner = (live.get(b"pipeline", b"").decode(), live.get(b"sink", b"").decode())
-                    if live and owner != (txn.pipeline, txn.sink):
-                        raise ConfigError(f"namespace {self.namespace} is published by {owner[0]}/{owner[1]}, not "
-                                          f"{txn.pipeline}/{txn.sink}: a namespace belongs to one sink")
                     if values is None:
                         values = self._values(staged)
                     stale = sorted({k.decode() for k in pipe.smembers(keyset)} - values.keys())
@@ -172,6 +259,7 @@ class RedisTarget(PublishTarget):
                     for chunk in _chunks(sorted(values)):
                         pipe.sadd(keyset, *chunk)
                     pipe.hset(marker, mapping={"epoch": txn.epoch, "pipeline": txn.pipeline, "sink": txn.sink,
+                                               **({"owner": self.owner.id} if self.owner else {}),
                                                "rows": len(values),
                                                "committed_at": datetime.now(timezone.utc).isoformat()})
                     failpoint("commit.mid_publish")  # queued, not sent: a crash here writes nothing

@@ -4,8 +4,10 @@ S3 has no rename, so a partition is published in two steps: copy the sealed file
 prefix under per-version names (``<txn>--<name>``), then switch the partition's ``_MANIFEST.json`` to
 them with one conditional PUT (``If-Match`` the ETag read before, ``If-None-Match: *`` for the first
 version). The switch re-reads the manifest first and never replaces a newer epoch's. Files of
-superseded versions stay until gc finds, in the log, that a newer version has been published for the
-grace period, so an exact reader that resolved the old manifest can finish. What readers see:
+superseded versions - also the copies of a late finisher that finds itself superseded: another finisher
+of its epoch may have made those very files live a moment ago - stay until gc finds, in the log, that a
+newer version has been published for the grace period, so an exact reader that resolved the old
+manifest can finish. What readers see:
 
 * exact readers (the manifest, :meth:`S3FilesTarget.live_files`) see one complete version;
 * listing readers see the live files plus, while a publish copies or during the grace period,
@@ -95,8 +97,7 @@ class S3FilesTarget(FilesTarget):
         for _ in range(SWITCH_TRIES):
             now, etag = self.read_manifest(live)  # a newer version may have gone live while we copied
             if now and supersedes(now["version"], version):
-                self._drop_copies(live, version)
-                return "superseded"
+                return "superseded"  # our copies stay for gc: another finisher may have made them live
             if now == target or self.storage.put_conditional(self.storage.join(live, MANIFEST),
                                                              to_json(target), if_match=etag):
                 break
@@ -104,13 +105,6 @@ class S3FilesTarget(FilesTarget):
             raise StorageError(f"the manifest of s3://{live} kept changing during {SWITCH_TRIES} switches")
         self.storage.write_atomic(self.storage.join(live, SUCCESS), b"")  # Hadoop's marker: empty
         return "published" if todo or not current else "already"
-
-    def _drop_copies(self, live: str, version: str) -> None:
-        """A superseded publisher removes the copies it made: they can never become live."""
-        mine = [self.storage.join(live, e.rel) for e in self.storage.walk_files(live)
-                if "/" not in e.rel and version_of(e.rel) == version]
-        for path in mine:
-            self.storage.remove_tree(path)
 
     def live_version(self, partition: str) -> str | None:
         m, _ = self.read_manifest(self.storage.join(self.table, partition))

@@ -79,15 +79,22 @@ class Dialect(ABC):
     ts_type, text_type, table_options = "timestamptz", "text", ""
 
     def commit_table_ddl(self, table_sql: str) -> str:
-        """CREATE TABLE IF NOT EXISTS of the commit table (one marker row per target table and interval)."""
+        """CREATE TABLE IF NOT EXISTS of the commit table (one marker row per target table and interval, and
+        a claim row per target table: :mod:`.db_claims`)."""
         ts = self.ts_type
         return (f"CREATE TABLE IF NOT EXISTS {table_sql} (target varchar(255) NOT NULL, "
                 "interval_token varchar(64) NOT NULL, epoch bigint NOT NULL, pipeline varchar(128), "
                 f"sink varchar(128), interval_start {ts}, interval_end {ts}, partitions {self.text_type}, "
-                f"rows_loaded bigint, committed_at {ts}, PRIMARY KEY (target, interval_token)){self.table_options}")
+                f"rows_loaded bigint, committed_at {ts}, owner varchar(64), owner_home {self.text_type}, "
+                f"PRIMARY KEY (target, interval_token)){self.table_options}")
 
     @abstractmethod
     def table_info(self, cur: Any, name: str) -> TableInfo | None: """None if there is no such table."""
+
+    @abstractmethod
+    def identity(self, cur: Any, name: str) -> tuple[str, str]:
+        """(schema, table): the table ``name`` denotes, whatever its spelling (``t`` or ``public.t``); a
+        missing table is where an unqualified name would create it (the current schema / database)."""
 
     @abstractmethod
     def marker_insert_sql(self, table_sql: str) -> str:
@@ -242,6 +249,16 @@ class Postgres(Dialect):
                     "i.indisunique AND i.indpred IS NULL GROUP BY i.indexrelid", (reg,))
         return TableInfo(cols, tuple(frozenset(r[0]) for r in cur.fetchall()))
 
+    def identity(self, cur: Any, name: str) -> tuple[str, str]:
+        cur.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE c.oid = to_regclass(%s)", (self.table(name),))
+        row = cur.fetchone()
+        if row is None:
+            schema, table = split_table(name)
+            cur.execute("SELECT current_schema()")
+            row = (schema or cur.fetchone()[0], table)
+        return row[0], row[1]
+
     def marker_insert_sql(self, table_sql: str) -> str:
         return (f"INSERT INTO {table_sql} (target, interval_token, epoch, interval_start, interval_end) "
                 "VALUES (%s, %s, 0, %s, %s) ON CONFLICT (target, interval_token) DO NOTHING")
@@ -315,6 +332,16 @@ class MySQL(Dialect):
         conn.commit()
         return conn
 
+
+    def identity(self, cur: Any, name: str) -> tuple[str, str]:
+        schema, table = split_table(name)
+        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
+                    "COALESCE(%s, DATABASE()) AND TABLE_NAME = %s", (schema, table))
+        row = cur.fetchone()
+        if row is None:
+            cur.execute("SELECT COALESCE(%s, DATABASE())", (schema,))
+            row = (cur.fetchone()[0], table)
+        return row[0], row[1]
 
     def table_info(self, cur: Any, name: str) -> TableInfo | None:
         schema, table = split_table(name)

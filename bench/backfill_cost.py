@@ -1,0 +1,219 @@
+"""Section ``batched`` (issue 26): what a backfill of ``pv_pipeline`` costs against its number of intervals
+(one, a month, a year), three ways, under the real scheduler, all over one Spark Connect server, on the same
+landing data:
+
+* **batched** - ``pv_pipeline`` as shipped (``max_batch`` 366): the backfill's first run's ``begin`` hosts
+  ONE Spark job for every interval, each interval still its own transaction; the other runs finish at once;
+* **per interval** - the same DAG with ``EO_PV_MAX_BATCH=1``: six tasks and one job per interval;
+* **naive** - ``bench/dags/naive_pv_connect.py``: one PySparkOperator task per interval.
+
+Three deployments (:class:`tools.deployment.Deployment`: a fresh PostgreSQL metadata DB, api-server,
+scheduler with the LocalExecutor, dag-processor, a fresh data root each), in this order:
+
+* ``month``: ours batched over the last M days, then the naive DAG over the same days;
+* ``month-per-interval``: ours with ``EO_PV_MAX_BATCH=1`` over the same M days;
+* ``year``: ours batched over the last Y days, then the naive DAG over the same days.
+
+Every range ends yesterday (unpausing a ``catchup=False`` DAG then schedules nothing the backfill lacks);
+``pv_pipeline`` starts at the range's first day (``EO_PV_START``). Before anything is timed each deployment
+runs ``bench/dags/warmup_connect.py`` once (the forkserver's first fork, a worker's first parse, the Connect
+server's first queries). Each backfill is one ``airflow backfill create --max-active-runs 1``, timed end to
+end: from the bench calling it until the bench sees every run final (polled every second:
+``wall_seconds``), and in the metadata DB from the backfill's ``created_at`` to its last run's end
+(``span``). Per-interval medians: :func:`bench.backfill_metrics.timings` (a backfill's first run excluded).
+A batched backfill's hosting run is split phase by phase from its log (:mod:`bench.batch_metrics`).
+Outputs: ours' published ``app_pv`` table vs the naive DAG's outputs of the same deployment and vs the test
+oracle (``tests/reference_pv.py``), row for row, every day.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from contextlib import ExitStack
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.backfill_metrics import naive_rows, oracle_rows, ours_rows, same_rows, timings, where_time_goes
+from bench.batch_metrics import backfill_runs, batch_phases, host_logs, newest_backfill, span, where_batch_time_goes
+from bench.common import ROOT, loadavg, say
+
+from tools import spark_connect
+from tools.deployment import FINAL, Deployment, free_port, postgres_problem
+from tools.sample_data import generate
+
+OURS, NAIVE, WARMUP = "pv_pipeline", "naive_pv_connect", "bench_warmup"
+
+
+def _wait(deploy: Deployment, dag_id: str, backfill_id: int, days: list[str], timeout: float) -> None:
+    """Until every run of the backfill is final (polled every second); raise if one failed."""
+    end, seen = time.time() + timeout, -1
+    while True:
+        runs = backfill_runs(deploy, backfill_id)
+        done = sum(s in FINAL for s in runs.values())
+        if done != seen and (done == len(days) or done % 25 == 0):
+            seen = done
+            say(f"  {dag_id}: {done}/{len(days)} intervals done (load {loadavg()})")
+        if len(runs) == len(days) and done == len(days):
+            break
+        if time.time() > end:
+            raise TimeoutError(f"{dag_id} backfill not done after {timeout:.0f}s: {runs}")
+        deploy.check_alive()
+        time.sleep(1)
+    if failed := sorted(d for d, s in runs.items() if s != "success"):
+        raise RuntimeError(f"{dag_id} runs failed for {failed}; task logs under {deploy.run_dir}/airflow-home/logs")
+
+
+def _warm_up(deploy: Deployment, landing_day: Path) -> float:
+    """Run the warm-up DAG once (triggered, then unpaused: it has no schedule); its wall seconds."""
+    t0 = time.perf_counter()
+    deploy.airflow("warmup", ["dags", "trigger", WARMUP, "--conf", json.dumps({"landing": str(landing_day)})])
+    deploy.airflow("warmup", ["dags", "unpause", WARMUP])
+    deploy.wait("the warm-up run", lambda: bool(deploy.db.query(
+        "select 1 from dag_run where dag_id = %s and state in ('success', 'failed')", (WARMUP,))), 600)
+    if deploy.db.query("select 1 from dag_run where dag_id = %s and state = 'failed'", (WARMUP,)):
+        raise RuntimeError(f"the warm-up run failed; task logs under {deploy.run_dir}/airflow-home/logs")
+    return round(time.perf_counter() - t0, 1)
+
+
+def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeout: float,
+             batched: bool) -> dict[str, Any]:
+    """One backfill of ``days``, timed end to end (module docstring)."""
+    say(f"{label}: backfill of {dag_id}, {len(days)} intervals {days[0]} .. {days[-1]}")
+    load0 = loadavg()
+    t0 = time.perf_counter()
+    deploy.backfill(dag_id, days[0], days[-1])
+    backfill_id = newest_backfill(deploy, dag_id)
+    assert backfill_id is not None, f"no backfill of {dag_id} in the metadata DB"
+    _wait(deploy, dag_id, backfill_id, days, timeout)
+    wall = round(time.perf_counter() - t0, 1)
+    tim = timings(deploy, dag_id, backfill_id)
+    sp = span(deploy, backfill_id)
+    res: dict[str, Any] = {"dag": dag_id, "batched": batched, "intervals": len(days), "days": [days[0], days[-1]],
+                           "wall_seconds": wall, "span": sp, "timings": tim, "loadavg": [load0, loadavg()]}
+    if batched:
+        hosts = [batch_phases(p) for p in host_logs(deploy.run_dir / "airflow-home", dag_id)]
+        res["batch"] = hosts
+        res["where_time_goes"] = where_batch_time_goes(sp, hosts, tim)
+    elif tim["intervals"]:
+        res["where_time_goes"] = where_time_goes(tim)
+    say(f"  {label}: {dag_id} {len(days)} intervals in {wall:.0f}s end to end ({wall / 60:.1f} min; "
+        f"metadata DB {sp['created_to_last_end']:.0f}s)")
+    return res
+
+
+def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
+                plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
+                idle_sleep: float | None) -> dict[str, Any]:
+    """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``."""
+    run_dir = work / f"cost-{name}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    folder = run_dir / "dags"
+    folder.mkdir(parents=True)
+    (folder / "pv_pipeline.py").symlink_to(ROOT / "dags" / "pv_pipeline.py")
+    for dag in (NAIVE, "warmup_connect"):
+        (folder / f"{dag}.py").symlink_to(ROOT / "bench" / "dags" / f"{dag}.py")
+    (run_dir / "data").mkdir()
+    (run_dir / "data" / "landing").symlink_to(landing)
+    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0",
+                "EO_PV_MAX_BATCH": str(max_batch), "EO_SPARK_REMOTE": server.url,
+                "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
+                    {"conn_type": "spark_connect", "host": "127.0.0.1", "port": server.port})}
+    if idle_sleep is not None:
+        settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
+    res: dict[str, Any] = {"intervals": len(days), "days": [days[0], days[-1]], "max_batch": max_batch,
+                           "scheduler_idle_sleep_time": idle_sleep if idle_sleep is not None else 1.0,
+                           "variants": {}}
+    with Deployment(run_dir, purpose="bench", settings=settings, log=say) as deploy:
+        res["deployment"] = {"id": deploy.id, "metadata_db": deploy.db.name}
+        deploy.start([OURS, NAIVE, WARMUP])
+        res["warmup_seconds"] = _warm_up(deploy, landing / "app_logs" / f"dt={days[0]}")
+        for label, dag_id, batched in plan:
+            res["variants"][label] = _variant(deploy, f"{name}: {label}", dag_id, days,
+                                              timeout_per_interval * len(days) + 600, batched)
+    oracle = oracle_rows(landing, days)
+    checks: dict[str, Any] = {}
+    ours = ours_rows(run_dir / "data") if any(d == OURS for _, d, _ in plan) else None
+    if ours is not None:
+        checks["ours_vs_oracle"] = same_rows(ours, oracle, days)
+    if any(d == NAIVE for _, d, _ in plan):
+        naive = naive_rows(run_dir / "data", days)
+        checks["naive_vs_oracle"] = same_rows(naive, oracle, days)
+        if ours is not None:
+            checks["ours_vs_naive"] = same_rows(ours, naive, days)
+    res["checks"] = {k: {"equal": v[0], "rows": v[1]} for k, v in checks.items()}
+    res["outputs_equal"] = all(v[0] for v in checks.values())
+    say(f"  {name}: outputs {res['checks']}")
+    return res
+
+
+def _summary(dep: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers (seconds, ratios) from the deployments' results."""
+    out: dict[str, Any] = {}
+
+    def var(d: str, v: str) -> dict[str, Any] | None:
+        return dep.get(d, {}).get("variants", {}).get(v)
+
+    for scope in ("year", "month"):
+        b, n = var(scope, "batched"), var(scope, "naive")
+        if b is not None:
+            out[f"{scope}_batched_seconds"] = b["wall_seconds"]
+            out[f"{scope}_intervals"] = b["intervals"]
+        if n is not None:
+            out[f"{scope}_naive_seconds"] = n["wall_seconds"]
+            out[f"{scope}_naive_per_interval_median"] = n["timings"]["per_interval"]["median"]
+        if b is not None and n is not None:
+            out[f"{scope}_naive_over_batched"] = round(n["wall_seconds"] / b["wall_seconds"], 2)
+    p = var("month-per-interval", "per-interval")
+    if p is not None:
+        out["month_per_interval_seconds"] = p["wall_seconds"]
+        out["per_interval_median"] = p["timings"]["per_interval"]["median"]
+        if var("month", "batched") is not None:
+            out["month_per_interval_over_batched"] = round(p["wall_seconds"] / out["month_batched_seconds"], 2)
+        naive = out.get("month_naive_per_interval_median") or out.get("year_naive_per_interval_median")
+        if naive and out["per_interval_median"] is not None:
+            out["single_interval_ratio"] = round(out["per_interval_median"] / naive, 2)
+    return out
+
+
+def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
+                    idle_sleep: float | None = None) -> dict[str, Any]:
+    """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
+    skips them); see the module docstring."""
+    if problem := postgres_problem():
+        raise SystemExit(f"the batched section needs PostgreSQL: {problem}")
+    if year < 2 or month < 0 or month == 1:  # a backfill's per-interval figures need a run after its first
+        raise SystemExit(f"--backfill-batched must be >= 2 and --backfill-month 0 or >= 2, not {year}, {month}")
+    n = max(year, month)
+    today = datetime.now(timezone.utc).date()
+    days = [(today - timedelta(days=n - i)).isoformat() for i in range(n)]  # the last one is yesterday
+    landing = work / "cost-landing"
+    shutil.rmtree(landing, ignore_errors=True)
+    say(f"batched: generating {n} days x {events:,} events")
+    generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
+    res: dict[str, Any] = {"events_per_interval": events, "deployments": {}, "loadavg": [loadavg()]}
+    with ExitStack() as stack:
+        server = spark_connect.Server(free_port(), work / "cost-spark-connect")
+        t0 = time.perf_counter()
+        url = spark_connect.start(server)
+        stack.callback(spark_connect.stop, server)
+        res["server"] = {"url": url, "master": server.master, "start_seconds": round(time.perf_counter() - t0, 1)}
+        plans = []
+        if month:
+            plans += [("month", days[-month:], [("batched", OURS, True), ("naive", NAIVE, False)], 366),
+                      ("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1)]
+        plans.append(("year", days[-year:], [("batched", OURS, True), ("naive", NAIVE, False)], 366))
+        for name, span_days, plan, max_batch in plans:
+            try:
+                res["deployments"][name] = _deployment(work, name, landing, server, span_days, plan, max_batch,
+                                                       timeout_per_interval, idle_sleep)
+            except Exception as exc:  # noqa: BLE001 - the other deployments' figures still count
+                say(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
+                res["deployments"][name] = {"intervals": len(span_days), "error": f"{type(exc).__name__}: {exc}",
+                                            "variants": {}, "checks": {}, "outputs_equal": False}
+            res["loadavg"].append(loadavg())
+    res["summary"] = _summary(res["deployments"])
+    res["outputs_equal"] = all(d["outputs_equal"] for d in res["deployments"].values())
+    say(f"  batched: {res['summary']}; outputs equal: {res['outputs_equal']}")
+    return res

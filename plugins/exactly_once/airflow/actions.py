@@ -1,0 +1,229 @@
+"""The table page's actions: each one is an Airflow DAG run, triggered by the logged-in user after a
+confirmation, and carried out through the protocol by that run.
+
+=============  ======================================================================================
+action         the run it triggers (``conf``)
+=============  ======================================================================================
+rollback       ``eo_rollback``: ``table_url``, ``interval_start``, ``to_version``, ``action=rollback``
+reprocess      the pipeline's DAG for that data interval: ``reprocess``, ``sinks`` (+ ``allow_shrinking``)
+rerun-stale    the pipeline's DAG, one run per stale interval, queued oldest first: ``reprocess``, ``sinks``
+recover        ``eo_rollback``: ``table_url``, ``action=recover`` (``eo recover`` of the table, now)
+=============  ======================================================================================
+
+``sinks`` is ``[<the table's sink>]``: in a DAG with several exactly-once groups only that table's group
+runs (and reprocesses); the others are skipped (``operators.sinks_asked``).
+
+The stale intervals' runs are queued with increasing ``run_after``; Airflow starts queued runs in that
+order and a stateful pipeline's DAG runs one at a time (``max_active_runs=1``), so they run in interval
+order. The table page shows what is still stale once they are done.
+
+Contract of the web flow (``webapp``): a GET shows what will be done and a form; only a POST with the
+form's token (an HMAC of user, table, action and its parameters, issue time and a nonce, under the API
+server's secret; valid 10 minutes, once: the run ids carry the nonce) and a same-origin
+``Origin`` (or ``Referer``) triggers anything. Both need the user to be allowed to edit the pipeline's
+DAG (``is_authorized_dag(PUT)``) and to trigger the DAG that runs the action. The run records who
+asked: Airflow's ``triggering_user_name`` is the logged-in user, and the conf says what was asked.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..ids import Interval
+from .tables import TableRef
+
+log = logging.getLogger(__name__)
+ROLLBACK_DAG = "eo_rollback"
+ACTIONS = {"rollback": "Roll back an interval", "reprocess": "Reprocess an interval",
+           "rerun-stale": "Re-run the stale intervals", "recover": "Recover now"}
+_KEY: list[bytes] = []
+
+
+@dataclass(frozen=True)
+class Request:
+    """One asked action, checked for shape (not yet for permission)."""
+
+    action: str
+    table: TableRef
+    interval: Interval | None = None
+    to_version: str = ""
+    allow_shrinking: bool = False
+    stale: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def dag_to_trigger(self) -> str:
+        return ROLLBACK_DAG if self.action in ("rollback", "recover") else self.table.pipeline
+
+    def describe(self) -> str:
+        t = self.table
+        if self.action == "rollback":
+            return f"Make version {self.to_version} of {t.sink}'s interval {_when(self.interval)} live again " \
+                   f"(a new epoch; later intervals that read the replaced state become stale)"
+        if self.action == "reprocess":
+            shrink = " It may read fewer input files than the live version did." if self.allow_shrinking else ""
+            return f"Recompute {t.sink}'s interval {_when(self.interval)} from its input files as they are now " \
+                   f"(a run of {t.pipeline} with reprocess).{shrink}"
+        if self.action == "rerun-stale":
+            days = ", ".join(_when(Interval.from_token(s)) for s in self.stale)
+            return f"Re-run the stale intervals of {t.sink} in order, one run of {t.pipeline} each: {days}"
+        return f"Bring every transaction of {t.sink} to a final state now (what `eo recover` does)"
+
+
+def _when(iv: Interval | None) -> str:
+    return f"{iv.start:%Y-%m-%d %H:%M} - {iv.end:%Y-%m-%d %H:%M} UTC" if iv else "-"
+
+
+def parse(action: str, table: TableRef, form: dict[str, str], stale: list[str]) -> Request:
+    """The request, from the action's name and the form's fields; ValueError says what is wrong."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}: use one of {', '.join(ACTIONS)}")
+    interval = None
+    if action in ("rollback", "reprocess"):
+        try:
+            interval = Interval.from_token(form.get("interval", ""))
+        except (ValueError, TypeError):
+            raise ValueError(f"no interval {form.get('interval')!r}: open the action from the table page") from None
+    to = form.get("to", "").strip()
+    if action == "rollback" and not (to.startswith("e") and to[1:].isdigit()):
+        raise ValueError(f"not a version: {to!r} (give e.g. e2)")
+    if action == "rerun-stale" and not stale:
+        raise ValueError(f"{table.sink} has no stale interval: nothing to re-run")
+    return Request(action, table, interval, to, form.get("allow_shrinking") in ("1", "on", "true"), tuple(stale))
+
+
+# ------------------------------------------------------------------------------------------- the token
+def _key() -> bytes:
+    if not _KEY:
+        from airflow.configuration import conf
+
+        secret = conf.get("api_auth", "jwt_secret", fallback="") or conf.get("api", "secret_key", fallback="")
+        _KEY.append(secret.encode() if secret else os.urandom(32))
+    return _KEY[0]
+
+
+TOKEN_TTL = 600  # seconds a confirmation form stays valid
+_TOKEN = re.compile(r"[0-9a-f]{8}([0-9a-f]{16})[0-9a-f]{64}")  # issue time, nonce, MAC (all hex)
+
+
+def _mac(user: str, req: Request, head: str) -> str:
+    """The MAC of what was confirmed: user, table, action and its parameters, issue time and nonce."""
+    t = req.table
+    parts = ("eo-table-action-form-v2", user, t.pipeline, t.sink, req.action,
+             req.interval.token if req.interval else "", req.to_version, "1" if req.allow_shrinking else "",
+             ",".join(req.stale), head)
+    return hmac.new(_key(), "\x1f".join(parts).encode(), hashlib.sha256).hexdigest()
+
+
+def form_token(user: str, req: Request, now: float | None = None) -> str:
+    """The token a confirmation form carries: bound to the user, the table, the action and its
+    parameters (interval, version, allow_shrinking, stale intervals), with its issue time and a nonce.
+    It expires after :data:`TOKEN_TTL` and is used up by the run(s) it triggers (see :func:`token_id`)."""
+    head = f"{int(now if now is not None else time.time()) & 0xFFFFFFFF:08x}{os.urandom(8).hex()}"
+    return head + _mac(user, req, head)
+
+
+def token_ok(token: str, user: str, req: Request, now: float | None = None) -> bool:
+    """Whether ``token`` was issued for exactly ``req`` to ``user`` less than :data:`TOKEN_TTL` ago.
+    (Whether it was used already is the trigger's check: its run ids carry the token's nonce.)"""
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):  # hex only: compare_digest needs ASCII
+        return False
+    age = int(now if now is not None else time.time()) - int(token[:8], 16)
+    if not 0 <= age <= TOKEN_TTL:
+        return False
+    return hmac.compare_digest(token[24:], _mac(user, req, token[:24]))
+
+
+def token_id(token: str) -> str:
+    """The token's nonce: the run ids of the runs it triggers carry it, so a token triggers once."""
+    return token[8:24]
+
+
+class TokenUsedError(ValueError):
+    """The form's token triggered its run(s) already."""
+
+
+def same_origin(headers: Any, scheme: str) -> bool:
+    """Whether a POST comes from a page of this server: its ``Origin`` (else ``Referer``) is ``[api] base_url``'s
+    origin when that is set (the request's own ``Host`` is not trusted then), else this request's host."""
+    from urllib.parse import urlsplit
+
+    from airflow.configuration import conf
+
+    source = headers.get("origin") or headers.get("referer") or ""
+    if not source or source == "null":
+        return False
+    got = urlsplit(source)
+    base = conf.get("api", "base_url", fallback="") or ""
+    if base:
+        b = urlsplit(base)
+        mine = f"{b.scheme}://{b.netloc}"
+    else:
+        mine = f"{scheme}://{headers.get('host', '')}"
+    return f"{got.scheme}://{got.netloc}" == mine
+
+
+# ------------------------------------------------------------------------------------------- the runs
+def trigger(req: Request, user: str, token: str) -> list[str]:
+    """Create the DAG run(s) of ``req`` as ``user`` (QUEUED; the scheduler runs them). Returns the run ids.
+    The run ids carry the token's nonce: :class:`TokenUsedError` if a run of it exists already (and the
+    metadata DB's unique run id refuses a concurrent second use)."""
+    t = req.table
+    asked = {"requested_by": user, "eo_action": req.action}
+    nonce = token_id(token)
+    _unused(req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
+    if req.action == "rollback":
+        return [_create(ROLLBACK_DAG, user, {"table_url": t.url, "interval_start": req.interval.start.isoformat(),
+                                             "to_version": req.to_version, "action": "rollback", **asked}, nonce=nonce)]
+    if req.action == "recover":
+        return [_create(ROLLBACK_DAG, user, {"table_url": t.url, "action": "recover", **asked}, nonce=nonce)]
+    mine = {"reprocess": True, "sinks": [t.sink]}  # only this table's group of the DAG runs
+    if req.action == "reprocess":
+        return [_create(t.pipeline, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
+                        req.interval, nonce=nonce)]
+    return [_create(t.pipeline, user, {**mine, **asked}, Interval.from_token(s), order=i, nonce=nonce)
+            for i, s in enumerate(req.stale)]
+
+
+def _unused(dag_id: str, run_id: str) -> None:
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        used = session.scalar(select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    if used:
+        raise TokenUsedError(f"this confirmation was used already (run {used}): open the action from the table "
+                             "page again to do it once more")
+
+
+def _create(dag_id: str, user: str, conf: dict[str, Any], interval: Interval | None = None, order: int = 0,
+            nonce: str = "") -> str:
+    from airflow.api_fastapi.common.dagbag import create_dag_bag, get_latest_version_of_dag
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+    run_after = datetime.now(timezone.utc) + timedelta(microseconds=order)  # the runs start in this order
+    logical, data_interval = None, None
+    if interval is not None:
+        # a logical date inside the interval that no other run of the DAG has (one run per logical date)
+        span = max(2, int((interval.end - interval.start) / timedelta(microseconds=1)))
+        logical = interval.start + timedelta(microseconds=1 + time.time_ns() // 1000 % (span - 1))
+        data_interval = (interval.start, interval.end)
+    with create_session() as session:
+        dag = get_latest_version_of_dag(create_dag_bag(), dag_id, session)
+        run_id = f"manual__eo_{conf['eo_action']}_{nonce}_{order}"  # unique: the token triggers once
+        run = dag.create_dagrun(run_id=run_id, logical_date=logical,
+                                data_interval=data_interval, run_after=run_after, conf=conf,
+                                run_type=DagRunType.MANUAL, triggered_by=DagRunTriggeredByType.UI,
+                                triggering_user_name=user, state=DagRunState.QUEUED, session=session)
+        log.info("%s asked %s of %s/%s: run %s of %s", user, conf["eo_action"], conf.get("table_url", ""),
+                 interval, run.run_id, dag_id)
+        return run.run_id

@@ -1,0 +1,218 @@
+"""Batched backfills in Airflow: many DAG runs, one write job, each interval still its own transaction.
+
+A run of a pipeline with ``max_batch > 1`` (:class:`~exactly_once.config.PipelineConfig`) batches when it
+is a **backfill run** (``run_type`` backfill: Airflow's backfill dialog, ``airflow backfill create``) or
+when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last interval, ISO-8601>"}}``
+(``make backfill``, or a trigger). Its ``begin`` task then, before beginning its own interval:
+
+1. its interval is committed already (a backfill skips it; ``conf.reprocess`` replaces it) - the run
+   finishes at once;
+2. a live batch holds its interval - it waits: the task is rescheduled (its worker slot freed) every
+   ``EO_BATCH_POKE_SECONDS`` (default 10) and looks again;
+3. otherwise it **hosts** a batch: it claims (write-once records, :func:`exactly_once.batch.claim_intervals`)
+   its interval and the following ones - those with a DAG run of their own queued or running (a
+   backfill), or up to the range's end - at most ``max_batch``, and runs :class:`~exactly_once.batch.BatchRun`
+   over them: every attempt begun, ONE write job (``spark-submit <job> --batch <url>`` on the group's
+   Spark connection, or over Spark Connect), every interval pre-committed, validated and committed in
+   order, under the batch's heartbeat. An interval the batch could not finish (a failed gate, and for a
+   stateful pipeline the intervals after it) is left to its own run.
+
+Then, if the run's interval was published by a batch, the run **finishes at once**: the table's asset
+event and the run's note ("published e1 in batch ...") are recorded by ``begin`` and the group's other
+tasks are skipped by the scheduler - no worker process for them. Otherwise the run goes on as a single
+run of its interval (its own write, gate, report), which is also how a failed interval is retried,
+cleared or reprocessed (README, "Backfills").
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from datetime import datetime, timedelta, timezone
+from typing import Any, Sequence
+
+from .. import liveness
+from ..batch import BatchRun, Outcome, batch_live, claim_intervals, holder, hosted_intervals, mark_done
+from ..errors import BatchPendingError, ExactlyOnceError
+from ..ids import Interval, utc
+from ..layout import timetable_intervals
+from ..pipeline import IntervalRun
+from .compat import AirflowRescheduleException, DownstreamTasksSkipped
+
+log = logging.getLogger(__name__)
+ACTIVE = ["queued", "running"]
+
+
+def poke_seconds() -> float:
+    return float(os.environ.get("EO_BATCH_POKE_SECONDS") or 10)
+
+
+def stale_seconds() -> float:
+    """How long a batch may go without a heartbeat before the runs it holds stop waiting for it."""
+    return float(os.environ.get("EO_BATCH_STALE_SECONDS") or 300)
+
+
+def mode(operator: Any, context: Any) -> str | None:
+    """``backfill``, ``range`` (conf ``eo_batch``) or None: does this run batch?"""
+    if not operator.config.batched:
+        return None
+    dag_run = context.get("dag_run")
+    conf = (dag_run and dag_run.conf) or {}
+    if isinstance(conf.get("eo_batch"), dict):
+        return "range"
+    run_type = str(getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", "")))
+    return "backfill" if run_type == "backfill" else None
+
+
+def batch_id(context: Any, interval: Interval) -> str:
+    """The id of the batch this run hosts: the same for every try of its begin task, new after a clear."""
+    dag_run = context["dag_run"]
+    digest = hashlib.sha1(f"{dag_run.run_id}#{getattr(dag_run, 'clear_number', 0)}".encode()).hexdigest()[:10]
+    return f"b-{interval.token}-{digest}"
+
+
+def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bool) -> None:
+    """Cases 1-3 of the module docstring. Returns when the run goes on as a single run; raises
+    DownstreamTasksSkipped when it finished at once, AirflowRescheduleException while it waits."""
+    own, sink = run.interval, run.sink
+    held = holder(sink, own)
+    if held is not None and batch_live(sink, held[1]["batch"], stale_seconds()) and held[1]["batch"] != \
+            batch_id(context, own):
+        log.info("%s is in batch %s, still running: waiting for it", own, held[1]["batch"])
+        raise AirflowRescheduleException(datetime.now(timezone.utc) + timedelta(seconds=poke_seconds()))
+    if published(run, held, reprocess):
+        finish_at_once(operator, run, context, held)
+    if held is not None and held[1]["batch"] != batch_id(context, own) and failed_in(run, held[1]["batch"]):
+        return  # the batch tried it and it failed: as a single run it shows why (gate, report) and retries
+    if run.config.stateful:
+        try:
+            run.predecessor()
+        except ExactlyOnceError:
+            return  # the single begin waits for the predecessor (or fails) as it always does
+    intervals = candidates(operator, run, context)
+    host(operator, run, context, intervals, reprocess=reprocess)
+    if published(run, holder(sink, own), reprocess):
+        finish_at_once(operator, run, context, holder(sink, own))
+
+
+def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reprocess: bool) -> bool:
+    """Is the run's interval done: committed (a backfill skips it), or - for a reprocess - committed by
+    the batch that holds it, from the inputs as they are now? (The holder may be the batch of an EARLIER
+    backfill, done: its claim stays the newest until this backfill's host claims the interval, and runs of
+    a backfill start together - a run that looks first must not take that old version for its reprocess
+    when files landed or changed since. Inputs unchanged, it cannot tell: see the README, "Backfills".)"""
+    found = run.sink.committed(run.interval)
+    if found is None or not found[1].published:
+        return False
+    if not reprocess:
+        return True
+    by = (((found[1].records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch")
+    return held is not None and by == held[1].get("batch") and not any(run.late_files().values())
+
+
+def failed_in(run: IntervalRun, bid: str) -> bool:
+    """Did batch ``bid`` try the run's interval and abort it?"""
+    mine = [st for st in run.sink.status(run.interval).values()
+            if (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch") == bid]
+    return bool(mine) and mine[-1].state.value == "ABORTED"
+
+
+def candidates(operator: Any, run: IntervalRun, context: Any) -> list[Interval]:
+    """The intervals a batch hosted by this run may take: its own, then the next ones of the DAG's
+    schedule that have a run waiting (backfill) or start before the range's end, ``max_batch`` at most."""
+    limit = run.config.max_batch
+    ahead = timetable_intervals(operator.dag.timetable, run.interval.start, limit)
+    ahead = [iv for iv in ahead if iv.start >= run.interval.start][:limit]
+    if mode(operator, context) == "range":
+        end = utc(context["dag_run"].conf["eo_batch"]["end"])
+        return [iv for iv in ahead if iv.start <= end] or [run.interval]
+    if context["dag_run"].logical_date != run.interval.start:
+        return [run.interval]  # a timetable whose runs are not keyed by their interval's start
+    lo, hi = 1, len(ahead)  # the longest prefix whose every interval has a queued or running DAG run
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        dates = [iv.start for iv in ahead[1:mid]]
+        if context["ti"].get_dr_count(dag_id=operator.dag_id, logical_dates=dates, states=ACTIVE) == len(dates):
+            lo = mid
+        else:
+            hi = mid - 1
+    return ahead[:lo]
+
+
+def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Interval], *, reprocess: bool) -> list[Outcome]:
+    """Claim ``intervals`` (a prefix of them) and run the batch over them; its outcomes."""
+    sink, ti = run.sink, context["ti"]
+    bid = batch_id(context, run.interval)
+    sink.storage.remove_tree(sink.storage.join(sink.home, "_batches", bid, "_done"))  # a retry: live again
+    record = {"host": {"dag_id": ti.dag_id, "run_id": ti.run_id, "try": ti.try_number}}
+    claimed = claim_intervals(sink, intervals, bid, record, stale_after=stale_seconds())
+    if not claimed:
+        return []
+    conf = (context["dag_run"].conf or {})
+    batch = BatchRun(run.config, claimed, batch_id=bid, storage_options=run.options, reprocess=reprocess,
+                     allow_shrinking=bool(conf.get("allow_shrinking")),
+                     run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id, "task_id": ti.task_id})
+    log.info("hosting batch %s: %d intervals (%s .. %s)", bid, len(claimed), claimed[0], claimed[-1])
+    beat = liveness.Heartbeat(sink.storage, sink.storage.join(sink.home, "_batches", bid, "_heartbeat"))
+    with beat:
+        outcomes = batch.run_all(lambda url: operator.write_batch(url, int(ti.try_number or 1)))
+    pending = [o for o in outcomes if o.status == "pending"]
+    if pending:  # a retry of this task resumes them (the claims stay ours meanwhile)
+        raise BatchPendingError(f"batch {bid}: {len(pending)} intervals not finished, e.g. "
+                                      f"{pending[0].interval}: {pending[0].detail}; the retry resumes them")
+    mark_done(sink, bid)
+    if mode(operator, context) == "range":  # no run of their own announces them: the host does
+        from .notes import announce  # noqa: PLC0415
+
+        for o in outcomes:
+            if o.status == "committed" and o.summary and o.interval != run.interval:
+                announce(operator, context, o.summary, interval=o.interval)
+    failed = [o for o in outcomes if o.status == "failed"]
+    log.info("batch %s: %d committed, %d skipped, %d failed%s", bid, sum(o.status == "committed" for o in outcomes),
+             sum(o.status == "skipped" for o in outcomes), len(failed),
+             f" (first: {failed[0].interval}: {failed[0].detail})" if failed else "")
+    return outcomes
+
+
+def finish_at_once(operator: Any, run: IntervalRun, context: Any, held: tuple[int, dict[str, Any]] | None) -> None:
+    """The run's interval is published: its asset event and note, then skip the group's other tasks."""
+    from .notes import NOTE_KEY, announce, published_note  # noqa: PLC0415
+
+    txn, st = run.sink.committed(run.interval)  # type: ignore[misc]
+    summary = run_summary(run, txn, st)
+    by = (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch")
+    announce(operator, context, summary)
+    note = published_note(summary) + (f" in batch {by}" if by else " before this run (nothing to do)")
+    context["ti"].xcom_push(key=NOTE_KEY, value=note)
+    prefix = operator.task_id.rsplit(".", 1)[0] + "." if "." in operator.task_id else ""
+    group = [t.task_id for t in operator.get_flat_relatives(upstream=False)
+             if t.task_id.startswith(prefix) and t.task_id != operator.task_id]
+    log.info("%s: %s; skipping %s", run.interval, note, ", ".join(group))
+    raise DownstreamTasksSkipped(tasks=group)
+
+
+def run_summary(run: IntervalRun, txn: Any, st: Any) -> dict[str, Any]:
+    """The commit's run summary of ``txn`` (``reports/runs/<pipeline>/<version>.json``), else its facts
+    from the log."""
+    from ..storage import storage_for  # noqa: PLC0415
+
+    reports, root = storage_for(run.config.reports_url)
+    try:
+        return reports.read_json(reports.join(root, "runs", run.config.pipeline, f"{txn.name}.json"))
+    except FileNotFoundError:
+        m = st.manifest
+        return {"version": txn.name, "rows": m.rows if m else None, "files": m.files if m else 0,
+                "partitions": {p: "published" for p in (m.partitions if m else {})}}
+
+
+def end_hosted(run: IntervalRun, context: Any) -> list[str]:
+    """Teardown of a run whose begin hosted a batch and gave up: end the batch's unfinished attempts and
+    release its claims (the runs waiting on it go on alone)."""
+    bid = batch_id(context, run.interval)
+    intervals = hosted_intervals(run.sink, bid)
+    if not intervals:
+        return []
+    done = BatchRun(run.config, intervals, batch_id=bid, storage_options=run.options).abort()
+    mark_done(run.sink, bid)
+    return done
+

@@ -1,0 +1,146 @@
+"""Ownership at a database target: the claim row of a target table, and the owner of each marker.
+
+The commit table holds, beside the interval markers, one *claim* row per target table (``interval_token``
+``_owner``, which no interval token can be) naming the owner that publishes into it: ``pipeline``,
+``sink``, ``owner`` (the owner id of the sink's owner record) and ``owner_home`` (where its log lives).
+It is inserted at the sink's first begin - before anything is decided - and never changes, so a second
+pipeline (or the same names with another log) is refused before it decides, and a publish refuses a
+marker of another owner instead of taking it for "already published". Commit tables created before the
+owner columns existed get them added (``ALTER TABLE``, once, in a transaction of its own).
+
+That claim is keyed by the configured spelling and lives in the (configurable) commit table, so it alone
+cannot see a second owner that spells the table otherwise (``t`` / ``public.t``) or uses another commit
+table. Hence the *table claim*: one row per table in the fixed table ``_eo_claims`` of the table's own
+schema (database), keyed by the table's identity as the database resolves it (:meth:`Dialect.identity`),
+whatever the commit table. Both claims are made at bind and checked in every publish.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import OwnershipError, TargetSchemaError
+from ..ids import Interval
+from ..ownership import Owner, refuse_other_owner
+from .sql_dialects import Dialect
+
+CLAIM = "_owner"
+CLAIMS_TABLE = "_eo_claims"
+OWNER_COLUMNS = ("owner", "owner_home")
+
+
+def ensure_owner_columns(d: Dialect, conn: Any, cur: Any, commit_table: str) -> None:
+    """Add the owner columns to a commit table created before they existed (a concurrent adder may win)."""
+    info = d.table_info(cur, commit_table)
+    if info is None or all(info.column(c, d.case_insensitive_columns) for c in OWNER_COLUMNS):
+        return
+    try:
+        cur.execute(f"ALTER TABLE {d.table(commit_table)} ADD COLUMN owner varchar(64), "
+                    f"ADD COLUMN owner_home {d.text_type}")
+        conn.commit()
+    except Exception as exc:  # lost the race: duplicate column
+        if d.classify(exc) != "schema":
+            raise
+        conn.rollback()
+    conn.commit()
+
+
+def _insert_ignore(d: Dialect) -> str:
+    return ("ON CONFLICT (target, interval_token) DO NOTHING" if d.name == "postgresql"
+            else "ON DUPLICATE KEY UPDATE epoch = epoch")
+
+
+def claim(d: Dialect, cur: Any, commit_table: str, table: str, owner: Owner) -> None:
+    """Insert ``table``'s claim row for ``owner`` unless it has one, inside the caller's transaction;
+    OwnershipError if another owner holds it, or (first claim: the caller rolls it back) if markers of
+    another owner exist (written before claims existed)."""
+    ct = d.table(commit_table)
+    cur.execute(f"INSERT INTO {ct} (target, interval_token, epoch, pipeline, sink, owner, owner_home) "
+                f"VALUES (%s, %s, 0, %s, %s, %s, %s) {_insert_ignore(d)}",
+                (table, CLAIM, owner.pipeline, owner.sink, owner.id, owner.home))
+    created = cur.rowcount == 1
+    cur.execute(f"SELECT pipeline, sink, owner, owner_home FROM {ct} WHERE target = %s AND interval_token = %s",
+                (table, CLAIM))
+    pipeline, sink, owner_id, home = cur.fetchone()
+    where = f"the database table {table} (claim in {commit_table})"
+    refuse_other_owner(where, Owner(owner_id or "?", pipeline, sink, home or "?"), owner)
+    if not created:
+        return
+    cur.execute(f"SELECT interval_token, pipeline, sink, owner FROM {ct} WHERE target = %s AND interval_token <> %s "
+                "AND epoch > 0", (table, CLAIM))
+    for token, m_pipeline, m_sink, m_owner in cur.fetchall():
+        if not same_owner(owner, m_owner, m_pipeline, m_sink):
+            raise OwnershipError(f"{where}: interval {token} was published by pipeline {m_pipeline!r} (sink "
+                                 f"{m_sink!r}{f', owner id {m_owner}' if m_owner else ''}), not by "
+                                 f"{owner.describe()}: give each pipeline its own table; nothing was decided")
+
+
+def check(d: Dialect, cur: Any, commit_table: str, table: str, owner: Owner) -> None:
+    """Inside a publish: OwnershipError unless ``table``'s claim row names ``owner`` (read without a lock:
+    a claim never changes; made now if the commit table lost it)."""
+    cur.execute(f"SELECT pipeline, sink, owner, owner_home FROM {d.table(commit_table)} WHERE target = %s AND "
+                "interval_token = %s", (table, CLAIM))
+    row = cur.fetchone()
+    if row is None:
+        claim(d, cur, commit_table, table, owner)
+        return
+    pipeline, sink, owner_id, home = row
+    refuse_other_owner(f"the database table {table} (claim in {commit_table})",
+                       Owner(owner_id or "?", pipeline, sink, home or "?"), owner)
+
+
+def same_owner(owner: Owner | None, m_owner: str | None, m_pipeline: str | None, m_sink: str | None,
+               pipeline: str | None = None, sink: str | None = None) -> bool:
+    """Is a marker (``m_*``) ours? By owner id where both are known; else (a marker written before owner
+    ids, or a target used without a sink) by pipeline and sink names."""
+    if owner is not None and m_owner:
+        return m_owner == owner.id
+    names = (owner.pipeline, owner.sink) if owner is not None else (pipeline, sink)
+    return (m_pipeline, m_sink) == names
+
+
+def claims_table(d: Dialect, cur: Any, table: str) -> tuple[str, str]:
+    """(``schema._eo_claims``, ``schema.table``): where ``table``'s table claim lives, and its key."""
+    schema, name = d.identity(cur, table)
+    return f"{schema}.{CLAIMS_TABLE}", f"{schema}.{name}"
+
+
+def claims_table_ddl(d: Dialect, claims: str) -> str:
+    return (f"CREATE TABLE IF NOT EXISTS {d.table(claims)} (target varchar(255) NOT NULL PRIMARY KEY, "
+            f"pipeline varchar(128), sink varchar(128), owner varchar(64), owner_home {d.text_type}, "
+            f"commit_table varchar(255)){d.table_options}")
+
+
+def claim_table(d: Dialect, cur: Any, claims: str, key: str, commit_table: str, owner: Owner) -> None:
+    """Insert the table claim of ``key`` for ``owner`` unless it exists, in the caller's transaction;
+    OwnershipError if another owner holds it (another spelling of the name, or another commit table)."""
+    ignore = "ON CONFLICT (target) DO NOTHING" if d.name == "postgresql" else "ON DUPLICATE KEY UPDATE target = target"
+    cur.execute(f"INSERT INTO {d.table(claims)} (target, pipeline, sink, owner, owner_home, commit_table) "
+                f"VALUES (%s, %s, %s, %s, %s, %s) {ignore}",
+                (key, owner.pipeline, owner.sink, owner.id, owner.home, commit_table))
+    cur.execute(f"SELECT pipeline, sink, owner, owner_home, commit_table FROM {d.table(claims)} WHERE target = %s",
+                (key,))
+    pipeline, sink, owner_id, home, their_ct = cur.fetchone()
+    refuse_other_owner(f"the database table {key} (claimed in {claims}, markers in {their_ct})",
+                       Owner(owner_id or "?", pipeline, sink, home or "?"), owner)
+
+
+def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
+                   bounds: tuple[Any, Any], column: str, lock: bool) -> None:
+    """replace by ``column``: TargetSchemaError if another interval published into ``table`` (a marker of
+    epoch > 0) overlaps ``iv`` (an hour, then the day holding it): deleting ``iv``'s range would wipe its
+    rows while its marker says published. Checked at an interval's first publish, so two overlapping
+    intervals never both hold markers; ``lock``: under the table's claim row, so two first publishes of
+    overlapping intervals run one after the other (the second sees the first's marker)."""
+    ct = d.table(commit_table)
+    if lock:
+        cur.execute(f"SELECT epoch FROM {ct} WHERE target = %s AND interval_token = %s FOR UPDATE", (table, CLAIM))
+    cur.execute(f"SELECT interval_token FROM {ct} WHERE target = %s AND interval_token <> %s AND interval_token "
+                "<> %s AND epoch > 0 AND interval_start < %s AND interval_end > %s",
+                (table, iv.token, CLAIM, bounds[1], bounds[0]))
+    clash = sorted(r[0] for r in cur.fetchall())
+    if clash:
+        raise TargetSchemaError(
+            f"{name}: interval {iv.token} overlaps interval(s) {clash[:3]} already published into {table}; "
+            f"replacing [{iv.start.isoformat()}, {iv.end.isoformat()}) by {column} would delete their rows. "
+            f"Publish one interval grid per table (e.g. always daily), or delete those intervals' rows and "
+            f"their markers in {commit_table} first")

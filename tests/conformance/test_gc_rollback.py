@@ -1,0 +1,76 @@
+"""gc and rollback beside a commit, forced at the exact step (never sleeps): gc (another process) runs
+while a commit decides or publishes; gc runs inside a rollback, between its checks and its copy. Nothing
+live or needed is deleted, and a rollback never publishes a version without its state (checkpoint)."""
+from __future__ import annotations
+
+import pytest
+
+from exactly_once.errors import ExactlyOnceError
+from exactly_once.maintenance import gc
+from exactly_once.rollback import rollback
+from protocol_helpers import interleave, make_rows
+
+from .conftest import IV, PART
+
+
+@pytest.mark.parametrize("at", ["deciding", "publishing"])
+def test_gc_beside_a_commit_loses_nothing(world, monkeypatch, at):
+    sink, other = world.sink(), world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 4, start=30)
+    world.commit(sink, IV, {PART: [old]})
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [new[:2], new[2:]]})
+    sink.pre_commit(txn)
+    collect = lambda: gc(other, min_age=0)  # noqa: E731 - another process's whole gc
+    if at == "deciding":
+        state = interleave(monkeypatch, sink.log, "append", lambda iv, e, kind, *a: kind == "intent", collect)
+    else:
+        state = world.during_publish(monkeypatch, txn, collect)
+    sink.commit(txn)
+    monkeypatch.undo()
+    assert state["fired"] and not state["result"]["failed"], state
+    assert sink.status(IV)[txn.epoch].published
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_rollback_beside_gc_never_publishes_a_version_without_its_state(world, monkeypatch):
+    """gc (grace period 1 h) runs right after the rollback checked the old version's files and checkpoint.
+    The rollback either refuses (nothing changes) or publishes the old rows WITH the old state."""
+    sink, other = world.sink(), world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 2, start=30)
+    t1 = world.commit(sink, IV, {PART: [old]})
+    world.commit(sink, IV, {PART: [new]})
+    interleave(monkeypatch, sink, "begin", lambda *a: True, lambda: gc(other, min_age=3600))
+    try:
+        result = rollback(sink, IV, t1.epoch)
+    except ExactlyOnceError:
+        result = None
+    monkeypatch.undo()
+    if result is None:  # refused: what was live stays live
+        assert world.read_rows() == world.rows({PART: [new]})
+    else:
+        assert world.read_rows() == world.rows({PART: [old]})
+        state = sink.storage.join(sink.checkpoint_dir(result.txn), "state", "counts.json")
+        assert sink.storage.exists(state), f"{result.txn.name} was published without {t1.name}'s state"
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_rollback_is_fenced_by_a_newer_run(world, monkeypatch):
+    """A normal run of the interval begins while a rollback copies the old version: the rollback is fenced
+    (it never publishes over the newer run), the newer run's rows go live."""
+    sink, other = world.sink(), world.sink()
+    old, new, newest = make_rows("old", 3), make_rows("new", 2, start=30), make_rows("z", 2, start=60)
+    t1 = world.commit(sink, IV, {PART: [old]})
+    world.commit(sink, IV, {PART: [new]})
+    runs = []
+    interleave(monkeypatch, sink, "pre_commit", lambda *a: True, lambda: runs.append(other.begin(IV)))
+    with pytest.raises(ExactlyOnceError):
+        rollback(sink, IV, t1.epoch)
+    monkeypatch.undo()
+    assert runs  # every target keeps the version (databases, Redis: in its checkpoint): it reached pre_commit
+    world.stage(other, runs[0], {PART: [newest]})
+    other.pre_commit(runs[0])
+    other.commit(runs[0])
+    assert world.read_rows() == world.rows({PART: [newest]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []

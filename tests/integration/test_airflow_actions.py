@@ -1,0 +1,428 @@
+"""The table page's actions on a real ``airflow api-server`` (one for the module): permission, confirmation,
+CSRF, the DAG runs they trigger, and the provenance the table page and ``eo history`` show afterwards.
+
+Users: ``admin`` (may edit every DAG), ``viewer`` (may read, not edit). The table ``app_pv`` of
+``pv_pipeline``: day 1 committed twice (e1, then a reprocess e2 with another state), day 2 computed from
+e1's state - so day 2 is stale. The api-server runs no scheduler: the tests run the triggered
+``eo_rollback`` run's task in-process with that run's own conf and triggering user, as a worker would.
+"""
+from __future__ import annotations
+
+import os
+import re
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from exactly_once.ids import Interval
+from ui_server import commit_day
+
+pytestmark = pytest.mark.airflow
+
+PIPELINE, SINK, D1, D2 = "pv_pipeline", "app_pv", "2026-01-01", "2026-01-02"
+USERS = {"admin": ("admin", "admin-pw-actions"), "viewer": ("viewer", "viewer-pw-actions")}
+TABLE = f"/eo/dags/{PIPELINE}/tables/{SINK}"
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    from ui_server import api_server
+
+    from exactly_once.airflow import tables
+    from exactly_once.transaction import TwoPhaseCommitSink
+
+    base = tmp_path_factory.mktemp("actions")
+    root = base / "data"
+    (root / "landing" / "app_logs").mkdir(parents=True)
+    url = str(root / "warehouse" / SINK)
+    sink = TwoPhaseCommitSink.at(url, pipeline=PIPELINE, sink=SINK, require_validation=True)
+    d1 = commit_day(sink, D1, "run-d1", "s1")
+    commit_day(sink, D2, "run-d2", "s2", prev=d1)
+    commit_day(sink, D1, "run-d1-reprocess", "s1-new")                     # day 2 read e1's state: stale
+    saved = {k: os.environ.get(k) for k in ("EO_DATA_ROOT", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS")}
+    with api_server(base, root, USERS) as server:
+        # the worker's view (this process runs the triggered task): same data root, same users
+        os.environ["EO_DATA_ROOT"] = str(root)
+        os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = server["env"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]
+        tables._cache["stamp"] = None
+        try:
+            yield {**server, "root": root, "table_url": url, "sink": sink}
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            tables._cache["stamp"] = None
+
+
+def _as(ui, user: str, **extra) -> dict:
+    return {"Authorization": f"Bearer {ui['tokens'][user]}", **extra}
+
+
+def _runs(ui, dag_id: str) -> list[dict]:
+    got = ui["client"].get(f"/api/v2/dags/{dag_id}/dagRuns", headers=_as(ui, "admin"))
+    assert got.status_code == 200, got.text
+    return got.json()["dag_runs"]
+
+
+def _token(page: str) -> str:
+    return re.search(r'name="token" value="([0-9a-f]+)"', page).group(1)
+
+
+def _post(ui, user: str, action: str, form: dict, origin: str | None = "self") -> httpx.Response:
+    headers = _as(ui, user)
+    if origin:
+        headers["Origin"] = ui["url"] if origin == "self" else origin
+    return ui["client"].post(f"{TABLE}/actions/{action}", headers=headers, data=form)
+
+
+def _run_task(ui, dag_id: str, run_id: str):
+    """Run eo_rollback's task in-process for the DAG run ``run_id``, with the run's conf and triggering
+    user as Airflow recorded them (what a worker gets)."""
+    from exactly_once.airflow.rollback import RollbackOperator
+
+    run = ui["client"].get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", headers=_as(ui, "admin")).json()
+    conf = run["conf"]
+    op = RollbackOperator(task_id="rollback", table_url=conf["table_url"], action=conf["action"],
+                          interval_start=conf.get("interval_start", ""), to_version=conf.get("to_version", ""))
+    dag_run = SimpleNamespace(run_id=run_id, dag_id=dag_id, conf=conf,
+                              triggering_user_name=run["triggering_user_name"])
+    return op.execute({"dag_run": dag_run, "ti": SimpleNamespace(task_id="rollback")})
+
+
+def test_actions_need_edit_permission_a_confirmation_and_a_same_origin_token(ui):
+    client = ui["client"]
+    iv = Interval.daily(D1).token
+    viewer_page = client.get(TABLE, headers=_as(ui, "viewer")).text
+    assert "/actions/" not in viewer_page and "need permission to edit" in viewer_page
+    for action, query in (("rollback", {"interval": iv, "to": "e1"}), ("recover", {})):
+        assert client.get(f"{TABLE}/actions/{action}", headers=_as(ui, "viewer"), params=query).status_code == 403
+    admin_page = client.get(TABLE, headers=_as(ui, "admin")).text
+    assert f"{TABLE}/actions/rollback?interval={iv}&amp;to=e1" in admin_page
+    assert f"{TABLE}/actions/rerun-stale" in admin_page and f"{TABLE}/actions/recover" in admin_page
+    confirm = client.get(f"{TABLE}/actions/rollback", headers=_as(ui, "admin"), params={"interval": iv, "to": "e1"})
+    assert confirm.status_code == 200 and "Make version e1 of app_pv" in confirm.text
+    assert "form-action 'self'" in confirm.headers["content-security-policy"]
+    token = _token(confirm.text)
+    good = {"token": token, "interval": iv, "to": "e1", "confirm": "yes"}
+    viewer_token = _token(client.get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
+    refused = [
+        _post(ui, "viewer", "rollback", good),                                  # may not edit the DAG
+        _post(ui, "admin", "rollback", good, origin=None),                      # no Origin / Referer
+        _post(ui, "admin", "rollback", good, origin="http://evil.example"),      # cross-site
+        _post(ui, "admin", "rollback", {**good, "token": "0" * 64}),            # forged token
+        _post(ui, "admin", "rollback", {**good, "token": viewer_token}),        # another action's token
+        _post(ui, "admin", "rollback", {**good, "confirm": ""}),                # not confirmed
+        _post(ui, "admin", "rollback", {**good, "to": "latest"}),               # not a version
+    ]
+    assert [r.status_code for r in refused] == [403, 403, 403, 403, 403, 400, 400], [r.text for r in refused]
+    assert _runs(ui, "eo_rollback") == []                                     # nothing was triggered
+
+
+def test_rollback_action_runs_through_the_protocol_and_shows_who_did_it(ui, capsys):
+    client, sink = ui["client"], ui["sink"]
+    iv = Interval.daily(D1)
+    confirm = client.get(f"{TABLE}/actions/rollback", headers=_as(ui, "admin"), params={"interval": iv.token, "to": "e1"})
+    done = _post(ui, "admin", "rollback", {"token": _token(confirm.text), "interval": iv.token, "to": "e1",
+                                           "confirm": "yes"})
+    assert done.status_code == 200 and "Triggered" in done.text, done.text
+    [run] = _runs(ui, "eo_rollback")
+    assert run["triggering_user_name"] == "admin" and run["state"] == "queued"
+    assert run["conf"] == {"table_url": ui["table_url"], "interval_start": iv.start.isoformat(), "to_version": "e1",
+                           "action": "rollback", "requested_by": "admin", "eo_action": "rollback"}
+    assert f"/dags/eo_rollback/runs/{run['dag_run_id']}" in done.text
+    result = _run_task(ui, "eo_rollback", run["dag_run_id"])
+    assert result["version"] == sink.ref(iv, 3).name and result["rollback_of"] == sink.ref(iv, 1).name
+    assert sink.committed(iv)[0].name == sink.ref(iv, 3).name
+    page = client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=_as(ui, "viewer")).json()
+    [e3] = [e for row in page["intervals"] if row["start"].startswith(D1) for e in row["epochs"] if e["epoch"] == 3]
+    assert e3["run_id"] == run["dag_run_id"] and e3["state"] == "COMMITTED"
+    html = client.get(TABLE, headers=_as(ui, "viewer")).text
+    assert "rollback to e1 by <b>admin</b>" in html
+    assert f"/dags/eo_rollback/runs/{run['dag_run_id']}" in html
+    from exactly_once.cli import main as eo
+
+    assert eo(["history", ui["table_url"]]) == 0
+    assert f"rollback to e1 by admin (eo_rollback run {run['dag_run_id']})" in capsys.readouterr().out
+    # day 2 was computed on e1's state, live again: no longer stale (it was flagged stale after a rollback)
+    assert client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=_as(ui, "admin")).json()["stale"] == []
+    commit_day(sink, D1, "run-d1-again", "s1-newer")  # stale again, for the tests that follow
+
+
+def test_eo_rollback_refuses_tables_no_dag_owns_and_users_who_may_not_edit(ui, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from exactly_once.airflow.rollback import RollbackOperator
+    from exactly_once.transaction import TwoPhaseCommitSink
+
+    iv = Interval.daily(D2)
+    stray = str(tmp_path / "elsewhere" / SINK)             # same pipeline and sink names, a path no DAG declares
+    other = TwoPhaseCommitSink.at(stray, pipeline=PIPELINE, sink=SINK, require_validation=True)
+    commit_day(other, D2, "r1", "x")
+    commit_day(other, D2, "r2", "y")
+    from exactly_once.airflow.tables import find_table
+
+    declared = find_table("flights_hourly", "departures").url     # a DAG's table URL, owned by another pipeline
+    squatter = TwoPhaseCommitSink.at(declared, pipeline="someone_else", sink="departures", require_validation=True)
+    commit_day(squatter, D2, "r1", "x")
+    commit_day(squatter, D2, "r2", "y")
+    before = {url: dict(TwoPhaseCommitSink.open(url).status(iv)) for url in (stray, declared, ui["table_url"])}
+    cases = [(stray, "admin", "no DAG of the DAGs folder declares the table"),
+             (declared, "admin", "is owned by someone_else/departures, not by flights_hourly/departures"),
+             (ui["table_url"], "viewer", "user 'viewer' (who triggered this run) may not edit DAG 'pv_pipeline'"),
+             (ui["table_url"], "dag_test", "user 'dag_test'"),
+             (ui["table_url"], None, "user None")]
+    for url, user, message in cases:
+        op = RollbackOperator(task_id="rollback", table_url=url, interval_start=D2, to_version="e1")
+        dag_run = SimpleNamespace(run_id="manual__x", dag_id="eo_rollback", conf={}, triggering_user_name=user)
+        with pytest.raises(AirflowFailException, match=re.escape(message)):
+            op.execute({"dag_run": dag_run})
+    after = {url: dict(TwoPhaseCommitSink.open(url).status(iv)) for url in (stray, declared, ui["table_url"])}
+    assert {u: sorted(s) for u, s in after.items()} == {u: sorted(s) for u, s in before.items()}  # no new epoch
+
+
+def test_reprocess_rerun_stale_and_recover_trigger_runs_as_the_user(ui):
+    client = ui["client"]
+    iv1, iv2 = Interval.daily(D1), Interval.daily(D2)
+    stale_page = client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=_as(ui, "admin")).json()
+    assert iv2.token in stale_page["stale"]
+
+    def act(action: str, **form) -> httpx.Response:
+        confirm = client.get(f"{TABLE}/actions/{action}", headers=_as(ui, "admin"), params=form)
+        assert confirm.status_code == 200, confirm.text
+        return _post(ui, "admin", action, {"token": _token(confirm.text), "confirm": "yes", **form})
+
+    assert act("reprocess", interval=iv1.token, allow_shrinking="1").status_code == 200
+    assert act("rerun-stale").status_code == 200
+    runs = sorted(_runs(ui, PIPELINE), key=lambda r: r["run_after"])
+    assert [(r["data_interval_start"][:10], r["conf"]["eo_action"], r["conf"]["reprocess"], r["conf"]["sinks"],
+             r["conf"].get("allow_shrinking"), r["triggering_user_name"]) for r in runs] == \
+        [(D1, "reprocess", True, [SINK], True, "admin"), (D2, "rerun-stale", True, [SINK], None, "admin")]
+    assert all(r["data_interval_end"][:10] == str(Interval.from_token(t).end.date())
+               for r, t in zip(runs, (iv1.token, iv2.token)))
+    assert act("recover").status_code == 200
+    recover = [r for r in _runs(ui, "eo_rollback") if r["conf"]["action"] == "recover"]
+    assert len(recover) == 1 and recover[0]["triggering_user_name"] == "admin"
+    result = _run_task(ui, "eo_rollback", recover[0]["dag_run_id"])
+    assert result["by"] == "admin" and isinstance(result["recover"], list)
+
+
+def test_report_tabs_of_a_dag_without_an_exactly_once_group_say_so(ui):
+    for path in ("/eo/dags/eo_rollback", "/eo/dags/eo_rollback/runs/manual__2026-01-01"):
+        got = ui["client"].get(path, headers=_as(ui, "viewer"))
+        assert got.status_code == 200 and "eo_rollback has no exactly-once group" in got.text, path
+    assert "no exactly-once group" not in ui["client"].get(f"/eo/dags/{PIPELINE}", headers=_as(ui, "viewer")).text
+
+
+def _served_data_docs(ui, run: str, html: str):
+    """A GX Data Docs page of validation run ``run`` as GX wrote it, then fetched through the plugin."""
+    page = ui["root"] / "reports" / "data_docs" / "validations" / "s" / f"{PIPELINE}.{run}" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(html)
+    return ui["client"].get(f"/eo/reports/data_docs/validations/s/{PIPELINE}.{run}/index.html",
+                            headers=_as(ui, "admin"))
+
+
+def test_data_docs_are_served_without_scripts_and_with_a_strict_csp(ui):
+    got = _served_data_docs(ui, "x", (
+        '<html><head><link rel="stylesheet" href="https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css">'
+        '<link rel="stylesheet" href="//cdn.jsdelivr.net/x.css"><link rel="stylesheet" href="../static/local.css">'
+        '<script src="https://code.jquery.com/jquery-3.7.1.min.js"></script></head>'
+        '<body><table><tr><td>expect_column_values_to_be_between</td></tr></table>'
+        '<SCRIPT type="text/javascript">document.cookie</SCRIPT></body></html>'))
+    assert got.status_code == 200, got.text
+    csp = got.headers["content-security-policy"]
+    assert "script-src 'none'" in csp and "default-src 'none'" in csp and "connect-src 'none'" in csp
+    text = got.text.lower()
+    assert "<script" not in text and "cdn" not in text and "document.cookie" not in text
+    assert "../static/local.css" in got.text and "expect_column_values_to_be_between" in got.text
+    assert "<style>" in got.text                                              # renders readably offline
+
+
+def test_a_form_token_triggers_only_what_was_confirmed_once_and_a_malformed_one_is_refused(ui):
+    """The token binds the action's parameters (interval, version, allow_shrinking), expires, and is used
+    up by its run; a non-ASCII token is a 403, not a 500."""
+    from exactly_once.airflow import actions
+    from exactly_once.airflow.tables import find_table
+
+    client = ui["client"]
+    iv1, iv2 = Interval.daily(D1).token, Interval.daily(D2).token
+    rollbacks, reprocesses = len(_runs(ui, "eo_rollback")), len(_runs(ui, PIPELINE))
+    confirm = client.get(f"{TABLE}/actions/rollback", headers=_as(ui, "admin"), params={"interval": iv1, "to": "e1"})
+    good = {"token": _token(confirm.text), "interval": iv1, "to": "e1", "confirm": "yes"}
+    shrink = client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"), params={"interval": iv1}).text
+    refused = [_post(ui, "admin", "rollback", {**good, "interval": iv2}),           # another interval
+               _post(ui, "admin", "rollback", {**good, "to": "e2"}),                # another version
+               _post(ui, "admin", "reprocess", {"token": _token(shrink), "interval": iv1, "allow_shrinking": "1",
+                                                "confirm": "yes"}),                 # confirmed without shrinking
+               _post(ui, "admin", "recover", {"token": "\u00e9" * 88, "confirm": "yes"})]   # not ASCII
+    assert [r.status_code for r in refused] == [403, 403, 403, 403], [r.text for r in refused]
+    assert (len(_runs(ui, "eo_rollback")), len(_runs(ui, PIPELINE))) == (rollbacks, reprocesses)
+    recover = _token(client.get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
+    first, again = (_post(ui, "admin", "recover", {"token": recover, "confirm": "yes"}) for _ in range(2))
+    assert (first.status_code, again.status_code) == (200, 403) and "used already" in again.text
+    assert len(_runs(ui, "eo_rollback")) == rollbacks + 1                        # the replay triggered nothing
+    # expiry: a token issued more than TOKEN_TTL ago is refused (same key, checked in-process)
+    req = actions.parse("recover", find_table(PIPELINE, SINK), {}, [])
+    old = actions.form_token("admin", req, now=1_000_000)
+    assert actions.token_ok(old, "admin", req, now=1_000_000 + actions.TOKEN_TTL)
+    assert not actions.token_ok(old, "admin", req, now=1_000_001 + actions.TOKEN_TTL)
+
+
+def test_only_intervals_of_the_tables_log_can_be_rolled_back_or_reprocessed(ui):
+    week = "20270101T050000Z_20270108T050000Z"                                   # not in the log, off schedule
+    for action, query in (("reprocess", {"interval": week}), ("rollback", {"interval": week, "to": "e1"})):
+        got = ui["client"].get(f"{TABLE}/actions/{action}", headers=_as(ui, "admin"), params=query)
+        assert got.status_code == 400 and "has no interval" in got.text, got.text
+        posted = _post(ui, "admin", action, {**query, "token": "0" * 88, "confirm": "yes"})
+        assert posted.status_code == 400
+    assert all(not r["data_interval_start"].startswith("2027") for r in _runs(ui, PIPELINE))
+
+
+def test_with_a_base_url_the_origin_must_be_it_whatever_the_host_header_says(ui):
+    token = _token(ui["client"].get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
+    before = len(_runs(ui, "eo_rollback"))
+    got = ui["client"].post(f"{TABLE}/actions/recover", data={"token": token, "confirm": "yes"},
+                            headers=_as(ui, "admin", Origin="http://evil.example", Host="evil.example"))
+    assert got.status_code == 403 and len(_runs(ui, "eo_rollback")) == before
+
+
+def test_the_failure_page_carries_the_csp(ui):
+    from exactly_once.airflow import actions, webapp
+    from exactly_once.airflow.tables import find_table
+
+    got = webapp.failed_page(actions.parse("recover", find_table(PIPELINE, SINK), {}, []), RuntimeError("x"))
+    assert got.status_code == 409 and "default-src 'none'" in got.headers["content-security-policy"]
+
+
+def test_a_conf_reprocess_needs_edit_permission_and_its_label_comes_from_an_allow_list(ui):
+    """A reprocess triggered through the REST API with conf {"reprocess": true} is checked in the begin task
+    as the table page checks it; the conf cannot choose the label the table page shows."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from exactly_once.airflow.operators import BeginOperator, _asked
+    from exactly_once.airflow.tables import find_table
+
+    iv = Interval.daily(D1)
+    before = sorted(ui["sink"].status(iv))
+    conf = {"reprocess": True, "allow_shrinking": True}
+    begin = BeginOperator(task_id="begin", config=find_table(PIPELINE, SINK).config, begin_task_id="eo.begin")
+    ti = SimpleNamespace(run_id="manual__rest", try_number=1, dag_id=PIPELINE, task_id="eo.begin")
+    dag_run = SimpleNamespace(run_id="manual__rest", dag_id=PIPELINE, conf=conf, triggering_user_name="viewer")
+    with pytest.raises(AirflowFailException, match="user 'viewer' .* may not edit DAG 'pv_pipeline'"):
+        begin.execute({"ti": ti, "dag_run": dag_run, "data_interval_start": iv.start, "data_interval_end": iv.end})
+    assert sorted(ui["sink"].status(iv)) == before                              # no epoch was opened
+    from exactly_once.airflow.operators import may_reprocess
+    for shell_user in ("dag_test", "root"):  # `airflow dags test` / `dags trigger`: no login, a shell's run
+        may_reprocess({"dag_run": SimpleNamespace(triggering_user_name=shell_user)}, PIPELINE)
+    fake = {"reprocess": True, "eo_action": "rollback to e1 by admin"}
+    assert _asked({"dag_run": dag_run}, fake) == {"by": "viewer", "action": "reprocess"}
+    assert _asked({"dag_run": dag_run}, {"reprocess": True, "eo_action": "rerun-stale"})["action"] == "rerun-stale"
+
+
+def test_data_docs_keep_only_allowed_tags_and_attributes(ui):
+    """What regexes let through: a meta refresh (navigation, which CSP does not govern), a script rebuilt from
+    the pieces a single pass leaves, a foreign link behind a space; and handlers, javascript: URLs, frames."""
+    got = _served_data_docs(ui, "y", (
+        '<html><head><meta http-equiv="refresh" content="0;url=https://evil.example/phish">'
+        '<link rel="dns-prefetch" href=" //evil.example"><link rel="stylesheet" href=" https://evil.example/x.css">'
+        '<link rel="stylesheet" href="../static/local.css"><base href="https://evil.example/"></head><body>'
+        '<img src=x onerror=alert(1)><svg onload=alert(1)></svg><iframe src=https://evil.example></iframe>'
+        '<a href="javascript:alert(1)">js</a><a href="#section">anchor</a><form action="https://evil.example">'
+        '<input name="p"></form><div style="background:url(https://evil.example/p)">styled</div>'
+        '<scr<script></script>ipt>alert(1)</script><table><tr><th>metric</th><td>a &amp; b</td></tr></table>'
+        '</body></html>'))
+    assert got.status_code == 200 and "script-src 'none'" in got.headers["content-security-policy"]
+    text = got.text.lower()
+    for gone in ("http-equiv", "refresh", "evil.example", "<script", "<iframe", "<svg", "<base", "<form", "onerror",
+                 "onload", "javascript:", "url("):
+        assert gone not in text, gone
+    assert '<link rel="stylesheet" href="../static/local.css">' in got.text and '<a href="#section">' in got.text
+    assert "<table><tr><th>metric</th><td>a &amp; b</td></tr></table>" in got.text and "<style>" in got.text
+
+
+def test_an_action_on_one_table_runs_only_that_tables_group_of_the_dag(tmp_path, monkeypatch):
+    """brk-actions reprocess_action_hits_every_sink_of_the_dag: in a DAG with two exactly-once groups,
+    "Reprocess" / "Re-run the stale intervals" on sink A's page used to send ``{"reprocess": true}`` with no
+    sink, so sink B's begin reprocessed B too. The conf names the sink; B's group is skipped (no epoch);
+    a conf without ``sinks`` (``make run-interval REPROCESS=1``) still means every group."""
+    from exactly_once.airflow import actions
+    from exactly_once.airflow.compat import AirflowFailException, AirflowSkipException
+    from exactly_once.airflow.operators import BeginOperator
+    from exactly_once.airflow.tables import TableRef
+    from exactly_once.config import PipelineConfig
+
+    iv = Interval.daily(D1)
+    (tmp_path / "landing" / "src" / f"dt={D1}").mkdir(parents=True)
+    (tmp_path / "landing" / "src" / f"dt={D1}" / "a.json").write_text('{"x": 1}\n')
+    a, b = (PipelineConfig(pipeline="two_sinks", sink=s, application="job.py", root=str(tmp_path), sources="src")
+            for s in ("sink_a", "sink_b"))
+    for cfg in (a, b):
+        commit_day(cfg.sink_handle(), D1, "r1", f"{cfg.sink}-v1")
+    created = []
+    monkeypatch.setattr(actions, "_unused", lambda dag_id, run_id: None)
+    monkeypatch.setattr(actions, "_create", lambda dag_id, user, conf, interval=None, order=0, nonce="":
+                        created.append(conf) or "run")
+    for action, form, stale in (("reprocess", {"interval": iv.token}, []), ("rerun-stale", {}, [iv.token])):
+        req = actions.parse(action, TableRef(a.pipeline, a.sink, a.table_url, a), form, stale)
+        actions.trigger(req, "admin", actions.form_token("admin", req))
+    assert [c["sinks"] for c in created] == [["sink_a"], ["sink_a"]]
+    begins = {cfg.sink: BeginOperator(task_id="begin", config=cfg, begin_task_id=f"{cfg.sink}.begin") for cfg in (a, b)}
+    dag = SimpleNamespace(dag_id="two_sinks", tasks=list(begins.values()))
+
+    def begin(sink: str, conf: dict):
+        ti = SimpleNamespace(run_id="manual__eo_x", try_number=1, dag_id="two_sinks", task_id=f"{sink}.begin",
+                             xcom_pull=lambda **k: None)
+        dag_run = SimpleNamespace(run_id=ti.run_id, dag_id="two_sinks", conf=conf, triggering_user_name=None)
+        return begins[sink].execute({"ti": ti, "dag_run": dag_run, "dag": dag, "data_interval_start": iv.start,
+                                     "data_interval_end": iv.end})
+
+    def epochs(cfg):
+        return {e: s.records["open"]["meta"].get("refresh_sources") for e, s in cfg.sink_handle().status(iv).items()}
+
+    for conf in created:
+        with pytest.raises(AirflowSkipException, match="this run is for sink_a .* not sink_b"):
+            begin("sink_b", conf)
+    assert epochs(b) == {1: None}                                          # B untouched
+    assert begin("sink_a", created[0])["txn"]["epoch"] == 2 and epochs(a)[2] is True
+    assert begin("sink_b", {"reprocess": True})["txn"]["epoch"] == 2 and epochs(b)[2] is True   # the CLI's conf
+    with pytest.raises(AirflowFailException, match=r"names no exactly-once group of DAG two_sinks; its sinks are "
+                                                   r"sink_a, sink_b"):
+        begin("sink_b", {"reprocess": True, "sinks": ["sink_c"]})
+
+
+def test_under_multi_team_eo_rollback_refuses_and_a_reprocess_checks_the_dags_team(ui, monkeypatch):
+    """brk-actions rollback_dag_ignores_teams: under ``[core] multi_team`` the eo_rollback task asked the auth
+    manager without the owning DAG's team, so a team_a user rolled back team_b's table. A task cannot learn
+    another DAG's team: eo_rollback refuses under multi_team (any user), and so does a team-less check. A
+    conf reprocess runs in the pipeline's own DAG, whose team the run carries: that one is checked."""
+    from exactly_once.airflow.compat import AirflowFailException
+    from exactly_once.airflow.operators import may_reprocess
+    from exactly_once.airflow.owners import user_may_edit
+    from exactly_once.airflow.rollback import RollbackOperator
+
+    monkeypatch.setenv("AIRFLOW__CORE__MULTI_TEAM", "True")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "alice:user:team_a,bob:user:team_b")
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    iv = Interval.daily(D2)
+    before = sorted(ui["sink"].status(iv))
+    for user in ("alice", "bob"):
+        op = RollbackOperator(task_id="rollback", table_url=ui["table_url"], interval_start=D2, to_version="e1")
+        dag_run = SimpleNamespace(run_id=f"manual__{user}", dag_id="eo_rollback", conf={}, triggering_user_name=user,
+                                  team_name="team_b")
+        with pytest.raises(AirflowFailException, match=r"multi_team: a task cannot learn which team owns another "
+                                                       r"DAG.*`eo rollback <table-url>"):
+            op.execute({"dag_run": dag_run, "ti": SimpleNamespace(task_id="rollback", try_number=1)})
+    assert sorted(ui["sink"].status(iv)) == before                              # nothing began
+    assert user_may_edit("alice", PIPELINE) is False and user_may_edit("alice", PIPELINE, "team_a") is True
+    run = SimpleNamespace(triggering_user_name="alice", team_name="team_b")
+    with pytest.raises(AirflowFailException, match="user 'alice' .* may not edit DAG 'pv_pipeline'"):
+        may_reprocess({"dag_run": run}, PIPELINE)
+    may_reprocess({"dag_run": SimpleNamespace(triggering_user_name="bob", team_name="team_b")}, PIPELINE)
+    from fastapi import HTTPException
+
+    from exactly_once.airflow import webapp
+    from exactly_once.airflow.tables import find_table
+
+    with pytest.raises(HTTPException) as refused:                   # the table page says so, before any run
+        webapp._asked(SimpleNamespace(get_name=lambda: "bob"), find_table(PIPELINE, SINK), "recover", {})
+    assert refused.value.status_code == 400 and "`eo recover <table-url>`" in refused.value.detail

@@ -1,0 +1,511 @@
+"""Other writers on an open Delta table (issue 25, class 4): another engine - delta-rs here, as Spark or
+Databricks would - runs OPTIMIZE, DELETE, UPDATE or VACUUM between our commits, or a change of
+partitioning. After each, a reprocess of an interval leaves exactly its new rows and every other interval
+as it was; what cannot be replaced exactly is refused before the decision. Races are forced at the exact
+step (the other engine commits between our snapshot read and our commit), never with sleeps."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from exactly_once import Interval, State
+from exactly_once.errors import FailpointError, StorageError, TargetSchemaError, TransactionStateError
+from exactly_once.maintenance import gc
+from exactly_once.rollback import rollback
+from exactly_once.targets.base import StagedVersion
+from exactly_once.targets.delta import DeltaTarget
+from protocol_helpers import (CRASH_EXIT, commit_version, failpoints, interleave, make_rows, open_sink, refresh,
+                              run_child,
+                              table_url, write_output)  # noqa: F401 - table_url is a fixture
+
+deltalake = pytest.importorskip("deltalake")
+IV, IV2 = Interval.daily("2026-01-01"), Interval.daily("2026-01-02")
+PART, PART2, LATE = f"dt={IV.day}", f"dt={IV2.day}", "dt=2025-12-31"  # LATE: late rows IV also owns
+DELTA = {"table_format": "delta"}
+FIRST = 1  # the first publish's Delta version: the check created the table (version 0, no files)
+
+
+def delta_sink(url: str):
+    return open_sink(url, **DELTA)
+
+
+def engine(sink):
+    """The other engine's handle on the table (delta-rs, newest snapshot)."""
+    refresh(sink)
+    return deltalake.DeltaTable(sink.target.uri, storage_options=sink.target.options)
+
+
+def rows(sink, part: str | None = None) -> list[tuple]:
+    """What a Delta reader sees: sorted ``(k, v, dt)``, of one partition if given."""
+    t = engine(sink).to_pyarrow_table()
+    found = zip(t.column("k").to_pylist(), t.column("v").to_pylist(), t.column("dt").to_pylist())
+    return sorted(r for r in found if part is None or r[2] == part.split("=", 1)[1])
+
+
+def expect(data, part: str = PART) -> list[tuple]:
+    return sorted((k, v, part.split("=", 1)[1]) for k, v in data)
+
+
+def outside_files(sink) -> list[str]:
+    """Live files that none of our transactions wrote (the other engine's rewrites)."""
+    return [a["path"] for a in sink.target.live_actions(engine(sink)) if not a["path"].startswith("2026")]
+
+
+def staged_replacement(sink) -> tuple[list, object, list]:
+    """:func:`two_intervals`, then IV's next version (rows ``b``) staged and pre-committed, not committed:
+    ``(IV2's rows, the transaction, b)``."""
+    _, c = two_intervals(sink)
+    txn = sink.begin(IV)
+    b = make_rows("b", 3, start=100)
+    write_output(sink, txn, {PART: [b]})
+    sink.pre_commit(txn)
+    return c, txn, b
+
+
+def two_intervals(sink) -> tuple[list, list]:
+    """IV: two files in PART and two late ones in LATE; IV2: two files in PART2 (something to compact)."""
+    a, late, c = make_rows("a", 6), make_rows("late", 4, start=20), make_rows("c", 4, start=40)
+    commit_version(sink, IV, {PART: [a[:3], a[3:]], LATE: [late[:2], late[2:]]})
+    commit_version(sink, IV2, {PART2: [c[:2], c[2:]]})
+    assert rows(sink) == sorted(expect(a) + expect(late, LATE) + expect(c, PART2))
+    return a + late, c
+
+
+@pytest.mark.parametrize("op", ["compact", "z_order"])
+def test_reprocess_after_an_outside_compaction_replaces_only_the_interval(table_url, op):
+    """The bug: the reprocess removed only files in our ``<txn>/`` dirs, so the compacted file of the
+    interval's old rows stayed live beside the new ones. The reprocess also drops LATE, which the old
+    version wrote and the new one does not: its compacted file goes too."""
+    sink = delta_sink(table_url)
+    _, c = two_intervals(sink)
+    optimize = engine(sink).optimize
+    metrics = optimize.compact() if op == "compact" else optimize.z_order(["k"])
+    assert metrics["numFilesRemoved"] == 6 and len(outside_files(sink)) == 3
+    assert sink.live_version(PART2) is None  # no transaction of ours holds its rows now: not a dir name
+    b = make_rows("b", 3, start=100)
+    t = commit_version(sink, IV, {PART: [b]})
+    assert rows(sink) == sorted(expect(b) + expect(c, PART2))
+    assert sink.target.live_epoch(IV) == t.epoch and all(p.startswith(PART2) for p in outside_files(sink))
+    d = make_rows("d", 2, start=200)
+    commit_version(sink, IV2, {PART2: [d]})
+    assert rows(sink) == sorted(expect(b) + expect(d, PART2)) and outside_files(sink) == []
+
+
+@pytest.mark.parametrize("op", ["delete", "update", "merge"])
+def test_reprocess_after_an_outside_delete_update_or_merge(tmp_path, op):
+    """DELETE, UPDATE and MERGE rewrite the files they touch under new names in the partition (MERGE
+    also inserts a row into IV's); the reprocess replaces IV's rows, and IV2 keeps what the other engine
+    made of it."""
+    sink = delta_sink(str(tmp_path / "t"))
+    _, c = two_intervals(sink)
+    other = engine(sink)
+    if op == "delete":
+        other.delete("k = 1 OR k = 41")
+        c_now = [r for r in c if r[0] != 41]
+    elif op == "update":
+        other.update(updates={"v": "'edited'"}, predicate="k = 1 OR k = 41")
+        c_now = [(k, "edited" if k == 41 else v) for k, v in c]
+    else:
+        source = pa.table({"k": pa.array([1, 41, 99], pa.int64()), "v": ["edited", "edited", "inserted"],
+                           "dt": [IV.day, IV2.day, IV.day]})
+        (other.merge(source, "s.k = t.k AND s.dt = t.dt", source_alias="s", target_alias="t")
+         .when_matched_update_all().when_not_matched_insert_all().execute())
+        c_now = [(k, "edited" if k == 41 else v) for k, v in c]
+        assert (99, "inserted", IV.day) in rows(sink, PART)
+    assert rows(sink, PART2) == expect(c_now, PART2) and outside_files(sink)
+    b = make_rows("b", 3, start=100)
+    commit_version(sink, IV, {PART: [b]})
+    assert rows(sink) == sorted(expect(b) + expect(c_now, PART2))
+
+
+@pytest.mark.parametrize("op", ["compact", "delete"])
+def test_an_outside_commit_between_our_read_and_our_commit_is_seen(table_url, monkeypatch, op):
+    """The other engine commits after our publish read the snapshot and computed nothing yet on a newer
+    one: our commit (made on the snapshot it read, no silent retries) loses the log entry, re-reads
+    the table and computes the removes again - the rewritten file is removed, not left beside ours."""
+    sink = delta_sink(table_url)
+    c, txn, b = staged_replacement(sink)
+
+    def outside():
+        other = engine(sink)
+        other.optimize.compact() if op == "compact" else other.delete("k = 0")
+        return other.version()
+
+    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, app, t, *r: t == txn, outside)
+    assert sink.commit(txn).partitions == {PART: "published", LATE: "published"}
+    assert state["fired"] and engine(sink).version() == state["result"] + 1  # ours landed after theirs
+    assert rows(sink) == sorted(expect(b) + expect(c, PART2))
+
+
+def test_an_outside_optimize_that_read_before_our_commit_is_refused_by_its_conflict_check(tmp_path):
+    """The other order: the other engine read the table, our reprocess committed, then it commits. Its
+    own conflict check (Delta's protocol) refuses: we removed files it read. Our rows stay exact."""
+    sink = delta_sink(str(tmp_path / "t"))
+    _, c = two_intervals(sink)
+    stale = engine(sink)
+    b = make_rows("b", 3, start=100)
+    commit_version(sink, IV, {PART: [b]})
+    with pytest.raises(deltalake.exceptions.CommitFailedError, match="concurrent transaction deleted"):
+        stale.optimize.compact()
+    assert rows(sink) == sorted(expect(b) + expect(c, PART2))
+
+
+def test_lost_acknowledgement_is_still_detected_after_an_optimize(tmp_path):
+    """The Delta commit landed, our log did not record it, then the other engine compacted the files
+    away from our dir: the txn appId's version (kept by every later commit) still says it is live."""
+    url = str(tmp_path / "t")
+    a = make_rows("a", 4)
+    ops = [{"op": "begin"}, {"op": "write", "files": {PART: [a[:2], a[2:]]}}, {"op": "pre_commit"},
+           {"op": "commit"}]
+    code, _, err = run_child(url, IV, ops, failpoints_spec="commit.after_publish=crash", sink_kwargs=DELTA)
+    assert code == CRASH_EXIT, err
+    sink = delta_sink(url)
+    engine(sink).optimize.compact()
+    assert len(outside_files(sink)) == 1 and not sink.status(IV)[1].published
+    assert sink.target.live_epoch(IV) == 1 and sink.target.is_live(sink.ref(IV, 1), [PART])
+    assert sink.commit(sink.ref(IV, 1)).partitions == {PART: "already"}
+    assert engine(sink).version() == FIRST + 1 and rows(sink) == expect(a)  # committed once, then OPTIMIZE
+    b = make_rows("b", 2, start=100)
+    commit_version(sink, IV, {PART: [b]})
+    assert rows(sink) == expect(b)
+
+
+def test_vacuum_with_the_default_retention_touches_nothing_of_ours(tmp_path):
+    """Delta's 7-day retention, even a full vacuum (every unreferenced file, as Spark's VACUUM): an
+    open transaction's staged files, a superseded version's files and the compacted-away ones stay, so
+    the open commit publishes and rollback and time travel still work."""
+    sink = delta_sink(str(tmp_path / "t"))
+    old, c = two_intervals(sink)
+    b = make_rows("b", 3, start=100)
+    commit_version(sink, IV, {PART: [b]})
+    engine(sink).optimize.compact()
+    txn = sink.begin(IV2)
+    d = make_rows("d", 2, start=200)
+    write_output(sink, txn, {PART2: [d]})
+    sink.pre_commit(txn)
+    assert engine(sink).vacuum(dry_run=False) == []
+    assert engine(sink).vacuum(dry_run=False, full=True) == []
+    sink.commit(txn)
+    assert rows(sink) == sorted(expect(b) + expect(d, PART2))
+    rollback(sink, IV, 1)
+    assert rows(sink) == sorted(expect(old[:6]) + expect(old[6:], LATE) + expect(d, PART2))
+    refresh(sink)
+    t = sink.target.snapshot(FIRST + 1).to_pyarrow_table()  # time travel to IV2's first version
+    assert sorted(t.column("v").to_pylist()) == sorted(v for _, v in old + c)
+
+
+
+def test_a_slow_publisher_clock_does_not_start_vacuums_retention_early(tmp_path):
+    """The bug: the ``remove`` actions carried the publisher's clock, so a publisher 8 days slow made a
+    VACUUM with Delta's default 7-day retention delete the version it superseded a moment ago: a reader
+    pinned to it, time travel and ``eo rollback`` failed. Now they carry the later of the publisher's and
+    the storage's clock."""
+    sink = delta_sink(str(tmp_path / "t"))
+    a, b = make_rows("a", 3), make_rows("b", 2, start=10)
+    t1 = commit_version(sink, IV, {PART: [a]})
+    pinned = engine(sink)  # a reader that resolved e1's snapshot
+    published_days_ago(sink, IV, {PART: [b]}, days=8, clock_only=True)
+    assert engine(sink).vacuum(dry_run=False) == []
+    assert sorted(zip(*(pinned.to_pyarrow_table().column(c).to_pylist() for c in ("k", "v")))) == a
+    rollback(sink, IV, t1.epoch)
+    assert rows(sink) == expect(a)
+
+
+def test_vacuum_with_no_retention_breaks_only_what_targets_md_says(tmp_path):
+    """A vacuum with 0 h retention deletes the superseded version's files: rollback to it is refused
+    (nothing changes), and a reprocess and gc still work."""
+    sink = delta_sink(str(tmp_path / "t"))
+    _, c = two_intervals(sink)
+    b = make_rows("b", 3, start=100)
+    commit_version(sink, IV, {PART: [b]})
+    gone = engine(sink).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert len(gone) == 4 and all(p.startswith(sink.ref(IV, 1).name) for p in gone)
+    version = engine(sink).version()
+    with pytest.raises(TransactionStateError, match="are gone"):
+        rollback(sink, IV, 1)
+    assert engine(sink).version() == version and rows(sink) == sorted(expect(b) + expect(c, PART2))
+    engine(sink).optimize.compact()
+    d = make_rows("d", 2, start=200)
+    commit_version(sink, IV, {PART: [d]})
+    assert gc(sink, min_age=0)["versions"]  # our sweep deletes what the next vacuum would
+    engine(sink).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+    assert rows(sink) == sorted(expect(d) + expect(c, PART2))
+    e = make_rows("e", 2, start=300)
+    commit_version(sink, IV2, {PART2: [e]})
+    assert rows(sink) == sorted(expect(d) + expect(e, PART2))
+
+
+def test_a_full_vacuum_with_no_retention_during_an_open_transaction_publishes_nothing(table_url):
+    """The hazard TARGETS.md warns about: a full vacuum with a retention shorter than a run deletes an
+    open transaction's staged files (no Delta version references them yet). The commit notices before
+    deciding - the seal's check locally, the schema read on S3 - aborts, and a re-run publishes."""
+    sink = delta_sink(table_url)
+    _, c = two_intervals(sink)
+    txn = sink.begin(IV2)
+    write_output(sink, txn, {PART2: [make_rows("d", 2, start=200)]})
+    sink.pre_commit(txn)
+    gone = engine(sink).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+    assert any(p.startswith(txn.name) for p in gone)
+    with pytest.raises(StorageError, match="staged output changed after pre_commit"):
+        sink.commit(txn)
+    assert sink.status(IV2)[txn.epoch].state is State.ABORTED
+    assert rows(sink, PART2) == expect(c, PART2)
+    e = make_rows("e", 2, start=300)
+    commit_version(sink, IV2, {PART2: [e]})
+    assert rows(sink, PART2) == expect(e, PART2)
+
+
+def test_a_repartitioned_table_is_refused_before_the_decision(tmp_path):
+    """Another writer rewrote the table partitioned by another column: its files mix every interval's
+    rows and cannot be removed whole. The commit refuses before deciding; nothing changes."""
+    sink = delta_sink(str(tmp_path / "t"))
+    two_intervals(sink)
+    t = engine(sink).to_pyarrow_table()
+    deltalake.write_deltalake(sink.target.uri, t, mode="overwrite", partition_by=["k"], schema_mode="overwrite")
+    before, version = rows(sink), engine(sink).version()
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: [make_rows("b", 3, start=100)]})
+    sink.pre_commit(txn)
+    with pytest.raises(TargetSchemaError, match="partitioned by .'k'."):
+        sink.commit(txn)
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED
+    assert engine(sink).version() == version and rows(sink) == before
+
+
+CHANGES = {  # another engine's table change -> what the refusal names
+    "deletion_vectors": (lambda dt: dt.alter.add_feature(deltalake.TableFeatures.DeletionVectors,
+                                                         allow_protocol_versions_increase=True), "deletionVectors"),
+    "append_only": (lambda dt: dt.alter.set_table_properties({"delta.appendOnly": "true"}), "appendOnly"),
+    "check_constraint": (lambda dt: dt.alter.add_constraint({"k_small": "k < 50"}), "k_small"),
+    "txn_retention": (lambda dt: dt.alter.set_table_properties(
+        {"delta.setTransactionRetentionDuration": "interval 1 days"}), "setTransactionRetentionDuration"),
+    # writer features delta-rs cannot commit to (Databricks turns rowTracking on for new tables): the commit
+    # was refused only after the decision, and the interval was stuck (adversarial review)
+    "row_tracking": (lambda dt: dt.alter.add_feature(deltalake.TableFeatures.RowTracking,
+                                                     allow_protocol_versions_increase=True), "rowTracking"),
+    "domain_metadata": (lambda dt: dt.alter.add_feature(deltalake.TableFeatures.DomainMetadata,
+                                                        allow_protocol_versions_increase=True), "domainMetadata"),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_table_rules_another_engine_added_are_refused_before_the_decision(tmp_path, change):
+    """Deletion vectors (a remove by path would not name a file's vector), ``delta.appendOnly`` (the
+    commit would be refused after the decision), a CHECK constraint (a commit of add actions is not
+    checked: rows breaking it were published) and an expiring txn marker: refused before deciding,
+    nothing changes."""
+    sink = delta_sink(str(tmp_path / "t"))
+    two_intervals(sink)
+    alter, named = CHANGES[change]
+    alter(engine(sink))
+    live = sorted(pa.table(engine(sink).get_add_actions(flatten=True)).column("path").to_pylist())
+    version = engine(sink).version()
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: [make_rows("b", 3, start=100)]})  # k >= 50: breaks the constraint
+    sink.pre_commit(txn)
+    with pytest.raises(TargetSchemaError, match=named):
+        sink.commit(txn)
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED and engine(sink).version() == version
+    assert sorted(pa.table(engine(sink).get_add_actions(flatten=True)).column("path").to_pylist()) == live
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["checked", "unchecked"])
+def test_a_table_refusing_our_commit_after_the_decision_says_so_at_once(tmp_path, monkeypatch, known):
+    """``delta.appendOnly`` set after the check, before the Delta commit: the publish re-reads the table
+    and refuses (``checked``); for a rule the check does not know (``unchecked``: the check switched
+    off) delta-rs refuses the commit without taking the log entry - before, that counted as a lost race,
+    20 times, then StorageError. Either way one TargetSchemaError after the decision, nothing changed,
+    and ``eo recover`` publishes once the table is fixed."""
+    sink = delta_sink(str(tmp_path / "t"))
+    c, txn, b = staged_replacement(sink)
+    if not known:
+        monkeypatch.setattr(DeltaTarget, "check_layout", lambda *a: None, raising=False)
+    calls = interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, app, t, *r: t == txn,
+                       lambda: engine(sink).alter.set_table_properties({"delta.appendOnly": "true"}))
+    wrapped, seen = DeltaTarget._commit, []
+    monkeypatch.setattr(DeltaTarget, "_commit", lambda self, *a: seen.append(1) or wrapped(self, *a))
+    before = rows(sink)
+    with pytest.raises(TargetSchemaError, match="appendOnly" if known else "append-only"):
+        sink.commit(txn)
+    assert calls["fired"] and len(seen) == 2 and rows(sink) == before  # the lost race, then the refusal
+    engine(sink).alter.set_table_properties({"delta.appendOnly": "false"})
+    sink.recover(IV)
+    assert sink.status(IV)[txn.epoch].published and rows(sink) == sorted(expect(b) + expect(c, PART2))
+
+
+def test_an_outside_restore_is_repaired_by_a_reprocess(tmp_path):
+    """RESTORE is table-wide and keeps the app transactions: the table shows IV's old rows while its
+    marker still names the newer epoch (unsupported, TARGETS.md). A reprocess of IV makes it exact."""
+    sink = delta_sink(str(tmp_path / "t"))
+    old, c = two_intervals(sink)
+    t2 = commit_version(sink, IV, {PART: [make_rows("b", 3, start=100)]})
+    engine(sink).restore(FIRST + 1)
+    assert rows(sink) == sorted(expect(old[:6]) + expect(old[6:], LATE) + expect(c, PART2))
+    assert sink.target.live_epoch(IV) == t2.epoch  # the marker was not restored
+    d = make_rows("d", 2, start=200)
+    commit_version(sink, IV, {PART: [d]})
+    assert rows(sink) == sorted(expect(d) + expect(c, PART2))
+
+
+def test_a_repartitioning_between_the_decision_and_the_publish_loses_nothing(tmp_path, monkeypatch):
+    """Re-partitioned after the check, before the Delta commit: the publish refuses with the same
+    message and changes nothing; the decision stands. The way out TARGETS.md names - restore the
+    partitioning, then ``eo recover`` - publishes exactly the decided version."""
+    sink = delta_sink(str(tmp_path / "t"))
+    c, txn, b = staged_replacement(sink)
+
+    def repartition():
+        t = engine(sink).to_pyarrow_table()
+        deltalake.write_deltalake(sink.target.uri, t, mode="overwrite", partition_by=["k"], schema_mode="overwrite")
+
+    interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, app, t, *r: t == txn, repartition)
+    before = rows(sink)
+    with pytest.raises(TargetSchemaError, match="partitioned by .'k'."):
+        sink.commit(txn)
+    st = sink.status(IV)[txn.epoch]
+    assert st.state is State.COMMITTED and not st.published and rows(sink) == before
+    t = engine(sink).to_pyarrow_table()
+    deltalake.write_deltalake(sink.target.uri, t, mode="overwrite", partition_by=["dt"], schema_mode="overwrite")
+    sink.recover(IV)
+    assert sink.status(IV)[txn.epoch].published and sink.target.live_epoch(IV) == txn.epoch
+    assert rows(sink) == sorted(expect(b) + expect(c, PART2))
+
+
+def test_log_cleanup_keeps_the_marker_and_publishing_goes_on(tmp_path):
+    """Another engine checkpoints and cleans up the log (retention 0): the ``txn`` markers live on in the
+    checkpoint (``already`` / ``superseded`` still judged); only ``eo history``'s Delta versions go."""
+    sink = delta_sink(str(tmp_path / "t"))
+    _, c = two_intervals(sink)
+    t2 = commit_version(sink, IV, {PART: [make_rows("b", 3, start=100)]})
+    other = engine(sink)
+    other.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 days"})
+    other = engine(sink)
+    other.create_checkpoint()
+    other.cleanup_metadata()
+    assert sink.target.live_epoch(IV) == t2.epoch and sink.target.live_epoch(IV2) == 1
+    assert sink.target.commit_versions() == {}
+    version = engine(sink).version()
+    assert sink.target.publish(t2, StagedVersion({PART: ()}, lambda *a: None)) == {PART: "already"}
+    assert engine(sink).version() == version  # judged by the marker alone: nothing committed again
+    d = make_rows("d", 2, start=200)
+    commit_version(sink, IV, {PART: [d]})
+    assert rows(sink) == sorted(expect(d) + expect(c, PART2))
+
+
+
+def published_days_ago(sink, interval, data, days: float = 3, fp: str | None = None, *,
+                       clock_only: bool = False):
+    """Publish ``data`` as a new epoch of ``interval`` stamped ``days`` ago (its ``txn`` marker last updated
+    then, its ``remove`` actions dated then: as if that long had passed); ``clock_only``: only the
+    publisher's clock is set back (the storage's is right). ``fp``: the commit fails there."""
+    import time as clock
+
+    txn = sink.begin(interval)
+    write_output(sink, txn, data)
+    sink.pre_commit(txn)
+    real = clock.time
+    with pytest.MonkeyPatch.context() as mp, failpoints(fp):
+        if clock_only:
+            mp.setattr(clock, "time", lambda: real() - days * 86400)
+        else:
+            mp.setattr(DeltaTarget, "_now_ms", lambda self: int((real() - days * 86400) * 1000))
+        try:
+            sink.commit(txn)
+        except FailpointError:
+            assert fp is not None
+    return txn
+
+
+def expire_markers(sink) -> None:
+    """Another engine sets ``delta.setTransactionRetentionDuration`` (1 day) and checkpoints: delta-rs drops
+    every ``txn`` marker last updated more than a day ago."""
+    engine(sink).alter.set_table_properties({"delta.setTransactionRetentionDuration": "interval 1 days"})
+    engine(sink).create_checkpoint()
+
+
+@pytest.mark.parametrize("case", ["lost_acknowledgement", "late_finisher"])
+def test_an_expired_txn_marker_is_judged_by_the_live_files(tmp_path, case):
+    """The bug: with our marker expired, a lost acknowledgement was committed again and delta-rs refused it
+    (ValueError "Cannot add and remove the same file path", out of every recover and gc: the interval stuck),
+    and a late finisher of an older epoch would replace the newer version. The live files' ``<txn>/`` dirs
+    are the second marker: the epoch is ``already`` / ``superseded``, nothing is committed again."""
+    sink = delta_sink(str(tmp_path / "t"))
+    a, b = make_rows("a", 3), make_rows("b", 2, start=10)
+    t1 = commit_version(sink, IV, {PART: [a]})
+    fp = "commit.after_publish=error" if case == "lost_acknowledgement" else None
+    t2 = published_days_ago(sink, IV, {PART: [b]}, fp=fp)
+    expire_markers(sink)
+    assert engine(sink).transaction_version(sink.target.txn_application(IV)) is None  # expired
+    version = engine(sink).version()
+    if case == "lost_acknowledgement":
+        assert not sink.status(IV)[t2.epoch].published
+        assert delta_sink(sink.table).recover(IV) == [f"{t2.name}: commit finished (rolled forward)"]
+        assert sink.status(IV)[t2.epoch].records["published"]["partitions"] == {PART: "already"}
+    else:  # e1's publisher stalled until now: it must not bring e1 back over e2
+        assert sink.target.publish(t1, StagedVersion({PART: ()}, lambda *x: None)) == {PART: "superseded"}
+    assert engine(sink).version() == version and rows(sink) == expect(b)
+    assert sink.target.live_epoch(IV) == t2.epoch
+
+
+def _values(sink) -> list[tuple]:
+    t = engine(sink).to_pyarrow_table()
+    return sorted(zip(t.column("k").to_pylist(), t.column("v").to_pylist()))
+
+
+def test_a_reprocess_after_an_optimize_of_a_partition_value_with_reserved_characters_replaces_it(tmp_path):
+    """The log holds paths URI-encoded (the other engine's compacted file of ``ts=...T00:00+00:00`` lands
+    under ``%253A``...); a remove must name the decoded path, or delta-rs encodes it again and the remove
+    names no file: the old rows stayed live beside the new ones (found by the adversarial review)."""
+    part = "ts=2026-01-01T00:00+00:00"
+    sink = delta_sink(str(tmp_path / "t"))
+    commit_version(sink, IV, {part: [make_rows("a", 2), make_rows("a", 2, start=2)]})
+    engine(sink).optimize.compact()
+    assert len(outside_files(sink)) == 1
+    commit_version(sink, IV, {part: [make_rows("b", 2, start=10)]})
+    assert _values(sink) == [(10, "b-10"), (11, "b-11")]
+
+
+def test_a_reprocess_replaces_staged_files_whose_names_are_encoded_in_the_log(tmp_path):
+    """A staged file named ``part 1.parquet`` is ``part%201.parquet`` in the log: its reprocess removes it."""
+    import pyarrow.parquet as pq
+
+    sink = delta_sink(str(tmp_path / "t"))
+    for tag, start in (("a", 0), ("b", 10)):
+        txn = sink.begin(IV)
+        base = sink.storage.join(sink.data_dir(txn), PART)
+        sink.storage.makedirs(base)
+        with sink.storage.open(sink.storage.join(base, "part 1.parquet"), "wb") as f:
+            pq.write_table(pa.table({"k": pa.array([start, start + 1], pa.int64()), "v": [tag, tag]}), f)
+        sink.pre_commit(txn)
+        sink.commit(txn)
+    assert _values(sink) == [(10, "b"), (11, "b")]
+    assert sink.live_files(PART) == [sink.storage.join(sink.table, sink.ref(IV, 2).name, "sealed", PART,
+                                                      "part 1.parquet")]
+
+
+def test_nulls_into_a_not_null_column_another_engine_declared_are_refused_before_the_decision(tmp_path):
+    """A NOT NULL column (nullable=false, made by another engine) is a rule a commit of add actions is not
+    checked against: staged nulls there are refused before deciding; rows without nulls publish."""
+    import pyarrow.parquet as pq
+
+    sink = delta_sink(str(tmp_path / "t"))
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string(), nullable=False),
+                        pa.field("dt", pa.string())])
+    deltalake.write_deltalake(sink.target.uri, pa.table({"k": [1], "v": ["x"], "dt": ["2025-01-01"]}, schema=schema),
+                              partition_by=["dt"])
+
+    def attempt(values: list):
+        txn = sink.begin(IV)
+        base = sink.storage.join(sink.data_dir(txn), PART)
+        sink.storage.makedirs(base)
+        with sink.storage.open(sink.storage.join(base, "part-0.parquet"), "wb") as f:
+            pq.write_table(pa.table({"k": pa.array([10, 11], pa.int64()), "v": pa.array(values, pa.string())}), f)
+        sink.pre_commit(txn)
+        return txn
+
+    txn = attempt(["b", None])
+    with pytest.raises(TargetSchemaError, match="NOT NULL"):
+        sink.commit(txn)
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED and _values(sink) == [(1, "x")]
+    sink.commit(attempt(["b", "c"]))
+    assert _values(sink) == [(1, "x"), (10, "b"), (11, "c")]

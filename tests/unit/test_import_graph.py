@@ -1,0 +1,90 @@
+"""The package's modules import one way only: no import circle in the library, the tools or the bench,
+counting every import (lazy ones inside functions and ``TYPE_CHECKING`` ones too), and no library module
+over the size a reader can hold (~500 lines)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"exactly_once": ROOT / "plugins" / "exactly_once", "tools": ROOT / "tools", "bench": ROOT / "bench"}
+MAX_LINES = 520  # "~500": a docstring line or two of slack, never a second module's worth
+
+
+def modules(name: str, folder: Path) -> dict[str, Path]:
+    found = {}
+    for path in folder.rglob("*.py"):
+        parts = [name, *path.relative_to(folder).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules ``module`` imports anywhere in its body (``from pkg import sub`` counts as ``sub``)."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            subs = {f"{target}.{a.name}" for a in node.names} & known.keys()
+            out |= subs or ({target} & known.keys())
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names} & known.keys()
+    return out - {module}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_circles(package):
+    known = modules(package, PACKAGES[package])
+    graph = {m: imports(m, p, known) for m, p in known.items()}
+    circles = cycles(graph)
+    detail = "; ".join(" <-> ".join(c) + " (" + ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) + ")"
+                       for c in circles)
+    assert not circles, f"import circles: {detail}"
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_library_module_is_too_long_to_read():
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGES["exactly_once"].rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these modules by job: {long}"
