@@ -31,7 +31,7 @@ check-java:
 lock:
 	$(BIN)/uv pip compile requirements.in --python-version 3.11 -o requirements.lock
 
-test: install  # three pytest processes at once (tools/test_lanes.py); EO_TEST_LANES=1: one
+test: install  # two pytest processes at once (tools/test_lanes.py); EO_TEST_LANES=1: one
 	$(BIN)/python -m tools.test_lanes $(PYTEST_ARGS)
 
 test-fast: install

@@ -76,7 +76,10 @@ def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_int
     (folder / f"{naive}.py").symlink_to(ROOT / "bench" / "dags" / f"{naive}.py")
     (run_dir / "data").mkdir()
     (run_dir / "data" / "landing").symlink_to(landing)  # the same landing files in every mode
-    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0"}
+    # per interval (EO_PV_MAX_BATCH=1): this section measures what each scheduled interval costs; the
+    # batched path (one job for a whole backfill) is section ``batched`` (bench/backfill_cost.py)
+    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0",
+                "EO_PV_MAX_BATCH": "1"}
     if idle_sleep is not None:
         settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
     res: dict[str, Any] = {"intervals": len(days) - 1, "days": [days[0], days[-1]], "loadavg": [loadavg()],

@@ -1,11 +1,13 @@
 """``make test``: the test suite in lanes at once - ``python -m tools.test_lanes [pytest args]``.
 
-Most of the suite's time is spent waiting, on one core: the chaos tests (``tests/chaos/``) drive whole
-Airflow deployments and wait for heartbeats to time out, for reschedules, retries and restarted
-components; the end-to-end and fleet tests wait for Airflow's processes to start and hand over. So the
-suite runs as three pytest processes at once (:data:`LANES`: the chaos tests; the end-to-end, conformance
-and multi-process deployments; everything else), and its wall time is about the longest lane's instead of
-the sum. Every test file is in exactly one lane (tests/unit/test_test_lanes.py checks it). Each lane has
+Much of the suite's time is spent waiting: the chaos tests (``tests/chaos/``) drive whole Airflow
+deployments and wait for heartbeats to time out, for reschedules, retries and restarted components; the
+end-to-end and fleet tests wait for Airflow's processes to start and hand over. So the suite runs as two
+pytest processes at once (:data:`LANES`: the chaos, end-to-end, conformance and multi-process deployments;
+everything else), and its wall time is about the longer lane's instead of the sum. Two, not more: on the
+2-core machine CI runs on, a third lane of Spark and Airflow processes made every lane slower than the
+sum (measured: three lanes did not finish in 90 min; the main lane alone takes ~45).
+Every test file is in exactly one lane (tests/unit/test_test_lanes.py checks it). Each lane has
 its own ``--basetemp``, Airflow home and data root (no SQLite or temp dir shared between processes) and
 its own log; the main lane is printed as it runs, the others when they end. The exit code is non-zero
 when a lane fails. ``EO_TEST_LANES=1`` runs one pytest process over everything instead.
@@ -22,8 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # lane -> the test paths it runs; "main" runs the rest of tests/
 LANES = {
-    "chaos": ["tests/chaos"],
-    "deployments": ["tests/e2e", "tests/conformance", "tests/integration/test_celery_fleet.py",
+    "deployments": ["tests/chaos", "tests/e2e", "tests/conformance", "tests/integration/test_celery_fleet.py",
                     "tests/integration/test_spark_cluster.py"],
 }
 

@@ -89,29 +89,30 @@ def test_bench_sections_on_tiny_sizes(tmp_path):
 @pytest.mark.airflow
 @pytest.mark.timeout(1200)
 def test_backfill_section_under_the_scheduler(tmp_path):
-    """Both modes, one timed interval each (+ the warm-up): Spark Connect (a server the section starts,
-    ours as its client and the naive PySparkOperator DAG) and spark-submit (ours and the naive
-    SparkSubmitOperator DAG), outputs equal row for row in each mode, nothing left running."""
+    """The Spark Connect mode, one timed interval (+ the warm-up): a server the section starts, ours
+    (per interval: EO_PV_MAX_BATCH=1) as its client and the naive PySparkOperator DAG, outputs equal row
+    for row, nothing left running. (The spark-submit mode runs the same code with no server; CI runs one
+    mode to stay within its time budget - ``python -m bench --only backfill`` runs both.)"""
     problem = postgres_problem()
     need(problem is None, problem or "")
-    res = _bench(tmp_path, "--only", "backfill", "--backfill", "1", "--backfill-submit", "1", "--events", "300",
+    res = _bench(tmp_path, "--only", "backfill", "--backfill", "1", "--backfill-modes", "connect", "--events", "300",
                  timeout=1100)
     sec = res["sections"]["backfill"]
-    assert set(sec["modes"]) == {"connect", "submit"} and sec["outputs_equal"]
+    assert set(sec["modes"]) == {"connect"} and sec["outputs_equal"]
     ours = {"begin", "write", "pre_commit", "validate", "commit", "abort"}
-    for mode, naive, apps in (("connect", "naive_pv_connect", 0), ("submit", "naive_pv", 1)):
+    for mode, naive, apps in (("connect", "naive_pv_connect", 0),):
         m = sec["modes"][mode]
         assert m["outputs_equal"] and m["rows_compared"] > 0, mode  # 2 days, both DAGs, row for row
         for dag, tasks in (("pv_pipeline", ours), (naive, {"write"})):
             r = m[dag]
             assert r["intervals"] == 1 and r["per_interval"]["n"] == 1, r
             assert {t.split(".")[-1] for t in r["tasks"]} == tasks, r["tasks"]
-            # spark-submit: one Spark application per interval; a Spark Connect client starts none
+            # a Spark Connect client starts no Spark application
             assert r["spark_app_starts_per_run"] == [apps, apps], (mode, dag, r)
             assert r["total_seconds"] > 0 and r["between_tasks"]["n"] == 1
             assert set(r["where_time_goes"]) >= {"task write", "hand-offs between tasks"}
         assert m["ratio"] > 0 and m["ratio_of_medians"] > 0
-    assert sec["goals"]["speedup_vs_naive_submit"] > 0 and sec["goals"]["ours_connect_year_estimate_minutes"] > 0
+    assert sec["goals"]["ours_connect_year_estimate_minutes"] > 0
     # the runs' Airflow metadata DBs are dropped; no process of a deployment, no Connect server outlives it
     import psycopg2
 
