@@ -25,7 +25,7 @@ import reference_pv as ref
 from fault_helpers import Outcome, Setup, _context, join_child
 from pv_standin import DATA_SCHEMA, STATE_SCHEMA, _parquet_bytes
 
-from exactly_once.batch import BatchRun
+from exactly_once.protocol.batch import BatchRun
 from exactly_once.contracts import BatchSpec, JobSpec
 from exactly_once.errors import StorageError
 from exactly_once.failpoints import failpoint

@@ -3,7 +3,7 @@
 * :func:`stage_write` (from ``pv_standin``, re-exported) - the ``write`` task without a JVM:
   ``spark_jobs/pv_counts.py``'s output contract, computed by the independent oracle
   ``tests/reference_pv.py``, with ``failpoint("write.partial")`` where the Spark job has it.
-* :class:`Driver` - drives :class:`exactly_once.pipeline.IntervalRun` the way Airflow's tasks do: one
+* :class:`Driver` - drives :class:`exactly_once.protocol.pipeline.IntervalRun` the way Airflow's tasks do: one
   phase (task) at a time, each either **in this process** or in a **child process** (so that a ``crash``
   failpoint - ``os._exit(137)`` - really kills it). The only thing handed from task to task is what XCom
   carries: the transaction dict and the spec URL.
@@ -42,15 +42,15 @@ import pyarrow.parquet as pq  # noqa: E402
 
 import delta_helpers  # noqa: E402
 from exactly_once.airflow.connections import storage_options as conn_options  # noqa: E402
-from exactly_once.config import PipelineConfig  # noqa: E402
-from exactly_once.layout import Source  # noqa: E402
+from exactly_once.protocol.config import PipelineConfig  # noqa: E402
+from exactly_once.protocol.layout import Source  # noqa: E402
 from exactly_once.errors import (FencedError, TransactionAbortedError,  # noqa: E402
                                  UnsafeIdentifierError, ValidationFailedError)
 from exactly_once.ids import Interval, TxnRef  # noqa: E402
-from exactly_once.pipeline import IntervalRun  # noqa: E402
+from exactly_once.protocol.pipeline import IntervalRun  # noqa: E402
 from exactly_once.storage import LocalStorage, Storage  # noqa: E402
-from exactly_once.transaction import TwoPhaseCommitSink  # noqa: E402
-from exactly_once.txlog import State  # noqa: E402
+from exactly_once.protocol.transaction import TwoPhaseCommitSink  # noqa: E402
+from exactly_once.records.txlog import State  # noqa: E402
 from protocol_helpers import leftovers, log_problems  # noqa: E402,F401  (re-exported)
 from pv_standin import stage_write  # noqa: E402,F401  (re-exported)
 
@@ -157,7 +157,7 @@ def _run_phase(setup: Setup, day: str, phase: str, xcom: dict[str, Any], **kw: A
 
 # ------------------------------------------------------------------------------------ child processes
 _CTX: Any = None
-PRELOAD = ["great_expectations", "exactly_once.quality", "exactly_once.pipeline", "pyarrow.parquet",
+PRELOAD = ["great_expectations", "exactly_once.quality", "exactly_once.protocol.pipeline", "pyarrow.parquet",
            "pyarrow.dataset", "s3fs", "airflow.sdk", "reference_pv", "protocol_helpers", "fault_helpers"]
 
 

@@ -16,13 +16,13 @@ import pytest
 
 import reference_pv as ref
 from conftest import make_bucket
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from fault_helpers import (PHASES, Driver, Outcome, Setup, epoch_problems, footprint, leftovers, log_problems,
                            published_records, rows_checksum, sink_of, visible_rows, warm_children)
 
 from exactly_once.failpoints import CRASH_EXIT_CODE, NAMES
 from exactly_once.ids import Interval
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 from tools.sample_data import generate
 
 D1, D2 = "2026-01-01", "2026-01-02"

@@ -1,14 +1,18 @@
 """Exactly-once batch pipelines for Airflow + Spark.
 
-The protocol is :class:`~exactly_once.transaction.TwoPhaseCommitSink`; see ``docs/PROTOCOL.md``.
+The protocol is :class:`~exactly_once.protocol.transaction.TwoPhaseCommitSink`; see ``docs/PROTOCOL.md``.
 """
+from . import moved
+
+moved.install()  # 0.2's flat module names (exactly_once.transaction, ...) keep working
+
 from .errors import (ConfigError, ExactlyOnceError, FailpointError, FencedError, InputChangedError,
                      InputsShrankError, OrderingError, OwnershipError, StorageError, TransactionAbortedError,
                      TransactionStateError, UnsafeIdentifierError, ValidationFailedError)
 from .ids import Interval, TxnRef
-from .manifest import Manifest, ManifestFile
-from .transaction import CommitResult, TwoPhaseCommitSink
-from .txlog import State
+from .records.manifest import Manifest, ManifestFile
+from .protocol.transaction import CommitResult, TwoPhaseCommitSink
+from .records.txlog import State
 
 __all__ = [
     "CommitResult", "ConfigError", "ExactlyOnceError", "FailpointError", "FencedError", "InputChangedError",

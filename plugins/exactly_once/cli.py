@@ -16,15 +16,17 @@ sample data are development tools of a checkout: ``make run-interval``, ``make d
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
+from dataclasses import asdict
 from typing import Any, Iterator
 
 from . import settings
 from .errors import ConfigError, ExactlyOnceError
-from .transaction import TwoPhaseCommitSink
-from .txlog import State
+from .protocol.transaction import TwoPhaseCommitSink
+from .records.txlog import State
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from .maintenance import gc
+    from .ops.maintenance import gc
 
     for sink in _sinks(args):
         report = gc(sink, min_age=args.min_age, stale_after=args.stale_after)
@@ -126,7 +128,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     """``eo rollback``: republish an earlier version through the protocol (a new, fenced epoch)."""
-    from .rollback import describe, find_interval, parse_version, rollback
+    from .ops.rollback import describe, find_interval, parse_version, rollback
 
     sink = open_table(args.table_url, args.conn_id)
     interval = find_interval(sink, args.interval)
@@ -136,6 +138,25 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     if result["stale"]:
         print(f"later intervals computed on the replaced state are stale, re-run them in order: "
               f"{', '.join(result['stale'])}")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """``eo history``: print the table's history (``--json``: one JSON object per version); S3
+    credentials from ``EO_STORAGE_CONN_ID`` or the usual AWS environment."""
+    from .ops.history import history, render
+    from .ops.inspection import open_table as open_any_table
+
+    try:
+        sink = open_any_table(args.table_url, storage_options=_options(settings.storage_conn_id()))
+        rows = history(sink)
+    except (ExactlyOnceError, OSError) as exc:
+        sys.stderr.write(f"eo history: {exc}\n")  # the command's own error line, not a log record
+        return 2
+    if args.json:
+        sys.stdout.write("".join(json.dumps(asdict(r), sort_keys=True) + "\n" for r in rows))
+    else:
+        sys.stdout.write(render(sink, args.table_url, rows) + "\n")
     return 0
 
 
@@ -158,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         s.add_argument("--min-age", type=float, default=3600, help="gc: keep superseded versions this long")
         s.add_argument("-v", "--verbose", action="store_true")
         s.set_defaults(fn=fn)
-    from .history import add_parser as add_history  # noqa: PLC0415 - the command lives in its module
-
-    add_history(sub)
+    h = sub.add_parser("history", help="every version of every interval of a table (time, rows, verdict)")
+    h.add_argument("table_url", help="the table's location: a path, file:// or s3://bucket/prefix/<table>")
+    h.add_argument("--json", action="store_true", help="one JSON object per version instead of a table")
+    h.set_defaults(fn=cmd_history)
     r = sub.add_parser("rollback", help="make an earlier committed version of an interval live again")
     r.add_argument("table_url", help="the table's location: a path, file:// or s3://bucket/prefix/<table>")
     r.add_argument("--interval", required=True, help="the interval's start, ISO-8601 (eo history lists them)")

@@ -36,7 +36,7 @@ NAMES = (
     "commit.after_publish",
     "abort.mid",
 )
-# places only a batched backfill passes (exactly_once.batch): not in NAMES, which every single run reaches
+# places only a batched backfill passes (exactly_once.protocol.batch): not in NAMES, which every single run reaches
 BATCH_NAMES = ("batch.between_commits",)
 _ACTIONS = ("crash", "error", "hang")
 

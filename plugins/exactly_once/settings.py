@@ -1,5 +1,5 @@
 """Defaults from the environment, resolved where a deployment is configured: in DAG files, the Airflow
-layer and the ``eo`` command - never inside :class:`~exactly_once.config.PipelineConfig`.
+layer and the ``eo`` command - never inside :class:`~exactly_once.protocol.config.PipelineConfig`.
 
 ``EO_DATA_ROOT`` (default ``./data`` of the working directory) holds ``landing/``, ``warehouse/`` and
 ``reports/``; it may be a local path or ``s3://bucket/prefix``. ``EO_REPORTS_DIR`` moves the reports

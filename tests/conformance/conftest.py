@@ -37,7 +37,7 @@ import pytest
 
 from eo_testing import need
 from exactly_once import Interval, State, TwoPhaseCommitSink, TxnRef
-from exactly_once.staging import kept_copies
+from exactly_once.protocol.staging import kept_copies
 from exactly_once.storage import is_hidden
 from protocol_helpers import _read_rows, leftovers, log_problems, open_sink, plain_reader_rows, refresh, write_output
 from target_helpers import REDIS_URL, Db, fresh_database, reachable
@@ -230,7 +230,7 @@ class World:
 
         monkeypatch.setattr(cls, "publish", publish)
         if self.kind == "files-s3":  # after the copies, before the manifest switch
-            from exactly_once.storage_s3 import S3Storage
+            from exactly_once.storage.s3 import S3Storage
 
             real_copy, calls = S3Storage.copy_files, []
 

@@ -10,7 +10,7 @@ from contextlib import nullcontext
 import pytest
 
 from exactly_once import State
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from protocol_helpers import make_rows
 
 from .conftest import IV, PART

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from exactly_once.errors import ExactlyOnceError
-from exactly_once.maintenance import gc
-from exactly_once.rollback import rollback
+from exactly_once.ops.maintenance import gc
+from exactly_once.ops.rollback import rollback
 from protocol_helpers import interleave, make_rows
 
 from .conftest import IV, PART

@@ -3,7 +3,7 @@ Its rows outside our intervals survive our publishes and gc; a rewrite of our in
 engine (compaction, OPTIMIZE) never leaves the old rows live beside a reprocess's."""
 from __future__ import annotations
 
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from protocol_helpers import make_rows
 
 from .conftest import IV, IV2, OUTSIDE, PART, PART2

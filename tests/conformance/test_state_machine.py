@@ -20,8 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from exactly_once import State
 from exactly_once.errors import ExactlyOnceError
-from exactly_once.maintenance import gc
-from exactly_once.rollback import rollback
+from exactly_once.ops.maintenance import gc
+from exactly_once.ops.rollback import rollback
 from protocol_helpers import make_rows
 
 from .conftest import IV, IV2, OUTSIDE, PART, PART2, World

@@ -12,8 +12,8 @@ import pyarrow.dataset as ds
 from reference_pv import compute
 
 from exactly_once.ids import Interval
-from exactly_once.transaction import TwoPhaseCommitSink
-from exactly_once.txlog import State
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
+from exactly_once.records.txlog import State
 
 
 def landing_files(root: Path, day: str) -> list[str]:

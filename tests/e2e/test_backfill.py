@@ -14,7 +14,7 @@ import pytest
 from pv_checks import assert_clean, expected_rows, visible_rows
 
 from exactly_once.ids import Interval
-from exactly_once.transaction import TwoPhaseCommitSink
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
 from tools.sample_data import generate
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

@@ -18,7 +18,7 @@ from pv_checks import (assert_clean, assert_lineage_once_per_publish, expected_r
                        visible_rows)
 
 from exactly_once.ids import Interval
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 from tools.localrun import run_interval
 from tools.sample_data import generate
 

@@ -10,7 +10,7 @@ from pv_checks import expected_rows
 
 from exactly_once.ids import Interval
 from exactly_once.targets.delta import DeltaTarget
-from exactly_once.transaction import TwoPhaseCommitSink
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
 from tools.localrun import run_interval
 from tools.sample_data import generate
 

@@ -20,7 +20,7 @@ USERS = {"admin": ("admin", "admin-pw-e2e"), "viewer": ("viewer", "viewer-pw-e2e
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    from exactly_once.transaction import TwoPhaseCommitSink
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
     base = tmp_path_factory.mktemp("actions-e2e")
     root = base / "data"

@@ -30,7 +30,7 @@ def ui(tmp_path_factory):
     from ui_server import api_server
 
     from exactly_once.airflow import tables
-    from exactly_once.transaction import TwoPhaseCommitSink
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
     base = tmp_path_factory.mktemp("actions")
     root = base / "data"
@@ -152,7 +152,7 @@ def test_eo_rollback_refuses_tables_no_dag_owns_and_users_who_may_not_edit(ui, t
     from airflow.sdk.exceptions import AirflowFailException
 
     from exactly_once.airflow.rollback import RollbackOperator
-    from exactly_once.transaction import TwoPhaseCommitSink
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
     iv = Interval.daily(D2)
     stray = str(tmp_path / "elsewhere" / SINK)             # same pipeline and sink names, a path no DAG declares
@@ -349,7 +349,7 @@ def test_an_action_on_one_table_runs_only_that_tables_group_of_the_dag(tmp_path,
     from exactly_once.airflow.compat import AirflowFailException, AirflowSkipException
     from exactly_once.airflow.operators import BeginOperator
     from exactly_once.airflow.tables import TableRef
-    from exactly_once.config import PipelineConfig
+    from exactly_once.protocol.config import PipelineConfig
 
     iv = Interval.daily(D1)
     (tmp_path / "landing" / "src" / f"dt={D1}").mkdir(parents=True)

@@ -36,7 +36,7 @@ def test_report_link_points_at_the_run_report_page(reports):
     from types import SimpleNamespace
 
     from exactly_once.airflow.operators import ReportLink, ValidateOperator
-    from exactly_once.reports import report_link
+    from exactly_once.quality.reports import report_link
 
     root, page = reports
     assert report_link(str(page)) == "/eo/reports/data_docs/validations/app_pv/run1/page.html"

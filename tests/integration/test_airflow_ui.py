@@ -50,7 +50,7 @@ def _summary(reports: Path, txn: str, ratio: float, passed: bool) -> dict:
 def _attempt(sink, day: str, run_id: str, *, ratio: float = 0.02, verdict: bool | None = True,
              commit: bool = True, prev: str | None = None, fingerprint: str = "f") -> str:
     from exactly_once.ids import Interval
-    from exactly_once.layout import Source, list_inputs
+    from exactly_once.protocol.layout import Source, list_inputs
 
     source = Source("app_logs", format="json", path="dt={start:%Y-%m-%d}")
     sources = [dict(i.to_dict(), source="app_logs")
@@ -79,7 +79,7 @@ def _attempt(sink, day: str, run_id: str, *, ratio: float = 0.02, verdict: bool 
 def build_table(root: Path, run_id: str) -> None:
     """The log of app_pv over four days (see the module docstring)."""
     from exactly_once.ids import Interval
-    from exactly_once.transaction import TwoPhaseCommitSink
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
     landing = root / "landing" / "app_logs"
     for day in (D1, D2, D3, D4):

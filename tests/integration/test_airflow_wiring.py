@@ -14,11 +14,11 @@ from airflow.sdk import DAG, CronDataIntervalTimetable, CronTriggerTimetable, Ta
 
 from exactly_once.airflow import exactly_once_group
 from exactly_once.airflow.operators import AbortOperator, BeginOperator, PhaseOperator
-from exactly_once.config import PipelineConfig
+from exactly_once.protocol.config import PipelineConfig
 from exactly_once.errors import FailpointError, LayoutError
 from exactly_once.ids import Interval
-from exactly_once.layout import Source
-from exactly_once.txlog import State
+from exactly_once.protocol.layout import Source
+from exactly_once.records.txlog import State
 
 START = datetime(2013, 1, 1, tzinfo=timezone.utc)
 HOURLY = "dt={start:%Y-%m-%d}/hour={start:%H}"

@@ -1,7 +1,7 @@
 """Bad inputs at the PIPELINE level: each ends in a clear error or a quarantined record, nothing is
 published wrongly, nothing is lost.
 
-``pv_pipeline``'s phases run through :class:`exactly_once.pipeline.IntervalRun` (with the operators'
+``pv_pipeline``'s phases run through :class:`exactly_once.protocol.pipeline.IntervalRun` (with the operators'
 rule: an error no retry can fix aborts the transaction in the failing task), the write task is the
 stand-in ``fault_helpers.stage_write`` (the Spark job's output contract, computed by
 ``tests/reference_pv.py``). The Spark job's own malformed-line rules are covered by test_pv_job.py and
@@ -43,7 +43,7 @@ from fault_helpers import (Driver, Pipe, Setup, epoch_problems, leftovers, log_p
 
 from exactly_once.errors import UnsafeIdentifierError, ValidationFailedError
 from exactly_once.ids import Interval, TxnRef
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 
 pytestmark = pytest.mark.timeout(300)
 D1, D2, D3 = "2026-01-01", "2026-01-02", "2026-01-03"

@@ -1,4 +1,4 @@
-"""Batched backfills (exactly_once.batch) with the real Spark jobs: one write job computes K intervals,
+"""Batched backfills (exactly_once.protocol.batch) with the real Spark jobs: one write job computes K intervals,
 each interval stays its own transaction, and what a batch publishes equals an interval-by-interval run.
 
 * pv_pipeline (stateful: cumulative_pv chains through the state): the same landing days run once
@@ -29,12 +29,12 @@ import reference_pv as ref
 from eo_testing import load_module
 from fault_helpers import Setup, sink_of, visible_rows
 
-from exactly_once.batch import BatchRun
+from exactly_once.protocol.batch import BatchRun
 from exactly_once.contracts import BatchSpec
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.job import execute_batch
 from exactly_once.storage import storage_for
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 from tools.flights_sample import write_landing
 from tools.sample_data import generate
 
@@ -186,7 +186,7 @@ def test_a_stateless_batch_of_hours_equals_hour_by_hour_runs(spark, tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "landing").symlink_to(tmp_path / "landing")
         cfgs[name] = dataclasses.replace(config, root=str(tmp_path / name), reports=str(tmp_path / name / "reports"))
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.pipeline import IntervalRun
 
     for iv in hours:
         run = IntervalRun(cfgs["single"], iv)

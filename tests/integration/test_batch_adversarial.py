@@ -1,4 +1,4 @@
-"""Adversarial scenarios on the batched path (exactly_once.batch), found by breaking it (helper advb):
+"""Adversarial scenarios on the batched path (exactly_once.protocol.batch), found by breaking it (helper advb):
 each a race or a change forced at its exact point, without a JVM (the write is
 tests/batch_helpers.stage_batch_write), asserted on the published data and on leftovers.
 
@@ -19,11 +19,11 @@ import batch_helpers
 from batch_helpers import batch_task, pv_oracle
 from fault_helpers import Driver, Setup, epoch_problems, leftovers, sink_of, visible_rows
 
-import exactly_once.batch as batch_mod
-import exactly_once.pipeline as pipeline_mod
+import exactly_once.protocol.batch as batch_mod
+import exactly_once.protocol.pipeline as pipeline_mod
 from exactly_once import liveness
 from exactly_once.ids import Interval
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 from tools.sample_data import generate
 
 pytestmark = pytest.mark.timeout(300)
@@ -183,7 +183,7 @@ def test_a_reprocess_run_is_not_finished_by_the_batch_of_an_earlier_backfill(wor
     once - the reprocess silently dropped, the late file never read. Now that version counts as this
     reprocess's only if it read the inputs as they are now; the current batch's own version still does."""
     from exactly_once.airflow import batching
-    from exactly_once.batch import claim_intervals, holder, mark_done
+    from exactly_once.protocol.batch import claim_intervals, holder, mark_done
 
     setup = world.fresh()
     sink, ivs = sink_of(setup), [Interval.daily(d) for d in DAYS]
@@ -211,7 +211,7 @@ def test_gc_collects_the_bookkeeping_of_batches_that_are_over_and_keeps_the_live
     """A finished batch's dir (spec, heartbeat, intervals) and every claim but each interval's newest go
     once gc's grace period has passed; a batch still live keeps its dir and claims; the collected
     batch reads as over, and a new batch claims past the newest generation kept."""
-    from exactly_once.maintenance import gc
+    from exactly_once.ops.maintenance import gc
 
     setup = world.fresh()
     assert batch_task(setup, DAYS, "b1", child=False).ok

@@ -1,4 +1,4 @@
-"""Exactly-once on the batched path (exactly_once.batch): faults, races and re-runs of a batch of
+"""Exactly-once on the batched path (exactly_once.protocol.batch): faults, races and re-runs of a batch of
 pv_pipeline intervals, without a JVM (the write is tests/batch_helpers.stage_batch_write: the job's
 output contract computed by the independent oracle).
 
@@ -31,7 +31,7 @@ from fault_helpers import (Driver, Setup, epoch_problems, leftovers, log_problem
 
 from exactly_once.failpoints import BATCH_NAMES, CRASH_EXIT_CODE, NAMES
 from exactly_once.ids import Interval
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 from tools.sample_data import generate
 
 pytestmark = pytest.mark.timeout(900)

@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from pv_checks import expected_rows  # noqa: E402
 
 from exactly_once.ids import Interval  # noqa: E402
-from exactly_once.maintenance import gc  # noqa: E402
+from exactly_once.ops.maintenance import gc  # noqa: E402
 from exactly_once.storage import storage_for  # noqa: E402
-from exactly_once.transaction import TwoPhaseCommitSink  # noqa: E402
-from exactly_once.txlog import State  # noqa: E402
+from exactly_once.protocol.transaction import TwoPhaseCommitSink  # noqa: E402
+from exactly_once.records.txlog import State  # noqa: E402
 from tools.celery_stack import REDIS_HOST, REDIS_PORT  # noqa: E402
 from tools.deployment import Deployment, port_open, postgres_problem  # noqa: E402
 from tools.sample_data import generate  # noqa: E402

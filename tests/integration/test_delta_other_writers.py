@@ -10,8 +10,8 @@ import pytest
 
 from exactly_once import Interval, State
 from exactly_once.errors import FailpointError, StorageError, TargetSchemaError, TransactionStateError
-from exactly_once.maintenance import gc
-from exactly_once.rollback import rollback
+from exactly_once.ops.maintenance import gc
+from exactly_once.ops.rollback import rollback
 from exactly_once.targets.base import StagedVersion
 from exactly_once.targets.delta import DeltaTarget
 from protocol_helpers import (CRASH_EXIT, commit_version, failpoints, interleave, make_rows, open_sink, refresh,

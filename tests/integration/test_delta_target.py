@@ -15,7 +15,7 @@ import pytest
 from exactly_once import Interval, State, TwoPhaseCommitSink
 from exactly_once.errors import ConfigError, FencedError, OwnershipError, TargetSchemaError
 from exactly_once.ids import parse_txn_name
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from exactly_once.targets.delta import DeltaTarget
 from protocol_helpers import (commit_version, interleave, make_rows, open_sink, refresh,
                               table_url, write_output)  # noqa: F401 - table_url is a fixture
@@ -272,8 +272,8 @@ def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(ta
 
 def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url, capsys):
     from exactly_once.cli import main
-    from exactly_once.history import history, render
-    from exactly_once.rollback import rollback
+    from exactly_once.ops.history import history, render
+    from exactly_once.ops.rollback import rollback
 
     sink = delta_sink(table_url)
     first, second = make_rows("a", 3), make_rows("b", 2, start=10)

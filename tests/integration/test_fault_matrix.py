@@ -1,6 +1,6 @@
 """The fault matrix at the PIPELINE level: every failpoint x {crash, error} x {local, S3}.
 
-``pv_pipeline``'s phases (:class:`exactly_once.pipeline.IntervalRun`: begin -> write -> pre_commit ->
+``pv_pipeline``'s phases (:class:`exactly_once.protocol.pipeline.IntervalRun`: begin -> write -> pre_commit ->
 validate -> commit, abort as the teardown) are driven the way Airflow runs them, one task at a time,
 handing on only what XCom carries. The write task is ``fault_helpers.stage_write`` (the Spark job's
 output contract computed by ``tests/reference_pv.py``, with ``failpoint("write.partial")`` where the job
@@ -36,7 +36,7 @@ from fault_matrix_world import (D1, D2, FULL, IV2, LOCAL, S3, UNKNOWN,  # noqa: 
                                 assert_output, count, fault_then_retry, figures, local_world, matrix, s3_world, world)
 
 from exactly_once.failpoints import CRASH_EXIT_CODE
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from connect_jobs import SLOW_FIRST_JOB
 from fault_helpers import APPLICATION, PHASES, Driver, sink_of, start_child, visible_rows
 from fault_matrix_world import (D1, D2, IV2, LOCAL, PART2, assert_idle_and_consistent, assert_output,  # noqa: F401
                                 count, fault_then_retry, figures, local_world, world)
 
-from exactly_once.connect import interrupt_writes
+from exactly_once.job.connect import interrupt_writes
 from exactly_once.contracts import JobSpec
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 
 pytestmark = pytest.mark.timeout(600)
 

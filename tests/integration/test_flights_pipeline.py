@@ -25,8 +25,8 @@ from eo_testing import load_module
 
 from exactly_once.failpoints import CRASH_EXIT_CODE
 from exactly_once.ids import Interval, TxnRef
-from exactly_once.pipeline import IntervalRun
-from exactly_once.txlog import State
+from exactly_once.protocol.pipeline import IntervalRun
+from exactly_once.records.txlog import State
 from tools.flights_sample import flights, write_landing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,7 +168,7 @@ sys.path[:0] = [root + "/plugins", root]
 spec = importlib.util.spec_from_file_location("dag", root + "/dags/flights_hourly.py")
 dag = importlib.util.module_from_spec(spec); spec.loader.exec_module(dag)
 from exactly_once.ids import TxnRef
-from exactly_once.pipeline import IntervalRun
+from exactly_once.protocol.pipeline import IntervalRun
 cfg = dataclasses.replace(dag.FLIGHTS, root=data, reports=reports)
 ref = TxnRef.from_dict(json.loads(txn))
 IntervalRun(cfg, ref.interval, storage_options={}).commit(ref)

@@ -23,10 +23,10 @@ import pytest
 
 from exactly_once import Interval, State, TransactionStateError
 from exactly_once import rollback as rollback_module
-from exactly_once.maintenance import gc
-from exactly_once.rollback import rollback
+from exactly_once.ops.maintenance import gc
+from exactly_once.ops.rollback import rollback
 from exactly_once.storage import MANIFEST
-from exactly_once.storage_s3 import S3Storage
+from exactly_once.storage.s3 import S3Storage
 from exactly_once.targets.delta import DeltaTarget
 from exactly_once.targets.files import LocalFilesTarget
 from eo_testing import clock_off

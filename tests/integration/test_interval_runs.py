@@ -1,4 +1,4 @@
-"""IntervalRun over intervals of any length (exactly_once.pipeline): monthly state from the log, sources that
+"""IntervalRun over intervals of any length (exactly_once.protocol.pipeline): monthly state from the log, sources that
 match nothing, re-freezing after an aborted attempt, partition ownership, stateless runs interleaved.
 
 The write phase is a small pyarrow writer that uses the job API (JobSpec in, output dirs, state, counts
@@ -15,15 +15,15 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from exactly_once.config import PipelineConfig
+from exactly_once.protocol.config import PipelineConfig
 from exactly_once.contracts import Counts, JobSpec
 from exactly_once.errors import InputsShrankError, NoInputError, OrderingError, OwnershipError
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.job import JobContext
-from exactly_once.layout import Source
-from exactly_once.pipeline import IntervalRun
+from exactly_once.protocol.layout import Source
+from exactly_once.protocol.pipeline import IntervalRun
 from exactly_once.storage import storage_for
-from exactly_once.txlog import State
+from exactly_once.records.txlog import State
 
 UTC = timezone.utc
 

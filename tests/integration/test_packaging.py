@@ -41,7 +41,7 @@ def test_the_wheel_holds_the_library_alone(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"exactly_once", wheel.name.split("-py3")[0] + ".dist-info"}
-    assert {"exactly_once/job.py", "exactly_once/contracts.py", "exactly_once/airflow/plugin.py",
+    assert {"exactly_once/job/__init__.py", "exactly_once/contracts.py", "exactly_once/airflow/plugin.py",
             "exactly_once/airflow/provider_info.py", "exactly_once/targets/__init__.py"} <= set(names)
     assert not [n for n in names if n.startswith(("tests/", "tools/", "bench/", "dags/", "spark_jobs/"))
                 or n.endswith("eo_plugin.py") or "__pycache__" in n]

@@ -24,8 +24,8 @@ import pytest
 from exactly_once import Interval, State
 from exactly_once import liveness
 from exactly_once.contracts import JobSpec
-from exactly_once.inspection import interval_view
-from exactly_once.maintenance import gc
+from exactly_once.ops.inspection import interval_view
+from exactly_once.ops.maintenance import gc
 from eo_testing import clock_off
 from protocol_helpers import (PLUGINS, assert_exact_version, commit_version, is_local, leftovers, make_rows,
                               open_sink, refresh, split, table_url, write_output)  # noqa: F401

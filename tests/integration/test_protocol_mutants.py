@@ -19,7 +19,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from exactly_once import maintenance, ordering
 from exactly_once.targets import files as files_target
-from exactly_once.txlog import EpochStatus, State
+from exactly_once.records.txlog import EpochStatus, State
 from test_protocol_stateful import ProtocolMachine
 
 

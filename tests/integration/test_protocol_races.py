@@ -17,7 +17,7 @@ from exactly_once import transaction as transaction_module
 from exactly_once import failpoints as failpoints_module
 from exactly_once import maintenance as maintenance_module
 from exactly_once import ordering as ordering_module
-from exactly_once.maintenance import StorageClock, garbage_judge, gc
+from exactly_once.ops.maintenance import StorageClock, garbage_judge, gc
 from protocol_helpers import (assert_exact_version, commit_version, interleave, is_local, leftovers,
                               log_problems, make_rows, open_sink, split, table_url,  # noqa: F401
                               visible_rows, write_output)

@@ -26,7 +26,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multip
 
 from exactly_once import (FailpointError, FencedError, InputChangedError, Interval, State,
                           TransactionAbortedError, TransactionStateError, TxnRef)
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from delta_helpers import is_delta
 from protocol_helpers import (assert_exact_version, exact_reader_rows, failpoints, is_local, leftovers,
                               log_problems, open_sink, plain_reader_rows, refresh, write_output)

@@ -14,7 +14,7 @@ import pytest
 import reference_pv as ref
 from eo_testing import load_module, need
 from exactly_once.ids import Interval, TxnRef
-from exactly_once.pipeline import IntervalRun
+from exactly_once.protocol.pipeline import IntervalRun
 from target_helpers import Db, fresh_database, reachable
 from tools.sample_data import generate
 

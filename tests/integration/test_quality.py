@@ -197,7 +197,7 @@ def test_a_run_reads_no_earlier_runs_results_and_the_index_shows_the_newest(tmp_
         assert run(tmp_path, name=f"day{day}", report_root=reports).passed
     earlier = {str(p) for p in (reports / "_gx" / "validations").rglob("*.json")}
     assert len(earlier) == 8  # 4 suites x 2 runs
-    monkeypatch.setattr("exactly_once.quality_gx.INDEX_ROWS", 4)
+    monkeypatch.setattr("exactly_once.quality.gx.INDEX_ROWS", 4)
     sys.addaudithook(_record_opens)
     _OPENED = []
     try:

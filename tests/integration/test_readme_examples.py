@@ -17,7 +17,7 @@ import pytest
 from exactly_once.errors import OrderingError
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.job import JobContext
-from exactly_once.pipeline import IntervalRun
+from exactly_once.protocol.pipeline import IntervalRun
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 pytestmark = pytest.mark.spark

@@ -9,8 +9,8 @@ import pytest
 
 from exactly_once import Interval, State, TransactionStateError
 from exactly_once.cli import main as eo
-from exactly_once.maintenance import gc
-from exactly_once.rollback import find_interval, parse_version, rollback
+from exactly_once.ops.maintenance import gc
+from exactly_once.ops.rollback import find_interval, parse_version, rollback
 from protocol_helpers import (assert_exact_version, commit_version, leftovers, log_problems, make_rows, open_sink,
                               split, table_url, write_output)  # noqa: F401
 
@@ -78,7 +78,7 @@ def test_eo_rollback_and_the_airflow_operator(tmp_path, capsys):
 
 def _stateful(tmp_path):
     """A stateful pipeline's config and sink (days 1 and 2 of ``ui_server.commit_day``'s shape)."""
-    from exactly_once.config import PipelineConfig
+    from exactly_once.protocol.config import PipelineConfig
 
     (tmp_path / "landing" / "src").mkdir(parents=True)
     cfg = PipelineConfig(pipeline="p", sink="t", application="job.py", root=str(tmp_path), sources="src",
@@ -92,7 +92,7 @@ def test_a_rolled_back_dependent_interval_keeps_its_lineage(tmp_path):
     Now the rollback reads what the old version read: refused while day 1's live state differs; once
     day 1 is back on that state it goes through, and a later reprocess of day 1 makes it stale."""
     from exactly_once.errors import InputChangedError
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.pipeline import IntervalRun
     from ui_server import commit_day
 
     cfg, sink = _stateful(tmp_path)
@@ -184,7 +184,7 @@ def test_the_table_page_offers_only_rollbacks_that_would_go_ahead(table_url):
     from exactly_once.airflow.pages import table_html
     from exactly_once.airflow.tables import TableRef
     from exactly_once.airflow.views import Filters, table_page
-    from exactly_once.rollback import rollback_refusal
+    from exactly_once.ops.rollback import rollback_refusal
 
     sink = open_sink(table_url)
     for tag in ("v1", "v2", "v3"):

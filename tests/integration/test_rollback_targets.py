@@ -15,9 +15,9 @@ import pytest
 
 from exactly_once import State, TransactionStateError
 from exactly_once.cli import main as eo
-from exactly_once.history import history
-from exactly_once.maintenance import gc
-from exactly_once.rollback import rollback
+from exactly_once.ops.history import history
+from exactly_once.ops.maintenance import gc
+from exactly_once.ops.rollback import rollback
 from protocol_helpers import make_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the conformance worlds

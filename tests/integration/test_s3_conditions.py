@@ -7,7 +7,7 @@ import pytest
 
 from conftest import make_bucket
 from exactly_once import Interval, State
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from protocol_helpers import assert_exact_version, commit_version, leftovers, make_rows, open_sink, split, write_output
 from s3_shapes import MinioShape
 

@@ -31,12 +31,12 @@ from conftest import free_port, make_bucket
 
 from exactly_once import settings
 from exactly_once.airflow.connections import storage_options
-from exactly_once.config import PipelineConfig
-from exactly_once.layout import Source
+from exactly_once.protocol.config import PipelineConfig
+from exactly_once.protocol.layout import Source
 from exactly_once.errors import ConfigError
 from exactly_once.ids import Interval, TxnRef
-from exactly_once.maintenance import gc
-from exactly_once.pipeline import IntervalRun
+from exactly_once.ops.maintenance import gc
+from exactly_once.protocol.pipeline import IntervalRun
 from tools.sample_data import generate
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(240)]

@@ -28,10 +28,10 @@ from conftest import ROOT, make_bucket, need
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from pv_checks import expected_rows  # noqa: E402
 
-from exactly_once.config import PipelineConfig  # noqa: E402
+from exactly_once.protocol.config import PipelineConfig  # noqa: E402
 from exactly_once.ids import Interval, TxnRef  # noqa: E402
-from exactly_once.layout import Source  # noqa: E402
-from exactly_once.pipeline import IntervalRun  # noqa: E402
+from exactly_once.protocol.layout import Source  # noqa: E402
+from exactly_once.protocol.pipeline import IntervalRun  # noqa: E402
 from exactly_once.storage import storage_for  # noqa: E402
 from pv_standin import stage_write  # noqa: E402
 from tools.sample_data import generate  # noqa: E402

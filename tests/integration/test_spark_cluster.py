@@ -5,7 +5,7 @@ spark-submit and the driver run in the Airflow task, executors on the workers). 
 reads and writes is under ``EO_DATA_ROOT``, which master, workers and driver all see here (one host).
 On separate hosts ``EO_DATA_ROOT`` must be shared storage (NFS, HDFS) or S3 through s3a.
 
-The write task ships the library to the cluster on ``--py-files`` (exactly_once.shipping). The first
+The write task ships the library to the cluster on ``--py-files`` (exactly_once.job.shipping). The first
 interval's driver is the Airflow task's own Python; the second's is a job-only venv (no Airflow, no
 exactly_once, no pyspark: ``PYSPARK_DRIVER_PYTHON``/``PYSPARK_PYTHON`` with ``SPARK_HOME``), which imports
 the library from the shipped zip (this test's Airflow finds the library through PYTHONPATH, which

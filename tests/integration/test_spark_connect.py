@@ -28,7 +28,7 @@ from tools import sample_data
 from exactly_once.airflow.write import run_connect, spark_remote
 from exactly_once.contracts import JobSpec
 from exactly_once.errors import ConfigError, ContractError
-from exactly_once.connect import (_with_session_id, connect_mode, connect_session, connect_session_id,
+from exactly_once.job.connect import (_with_session_id, connect_mode, connect_session, connect_session_id,
                                   interrupt_writes, job_tag, retry_seconds, stop_session)
 
 pytestmark = pytest.mark.spark
@@ -232,8 +232,8 @@ def test_a_reprocess_never_reads_the_cache_an_earlier_attempt_left_on_the_server
     OLD cached rows, published the old total and reported no stale successor. Now every attempt starts
     with the server's cache cleared: the new total is published and February is reported stale."""
     from exactly_once.ids import TxnRef
-    from exactly_once.layout import Source
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.layout import Source
+    from exactly_once.protocol.pipeline import IntervalRun
     from test_interval_runs import config, land, month, table
 
     cfg = config(tmp_path, stateful=True, start="2013-01-01", sources=Source(

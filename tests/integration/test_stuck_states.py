@@ -132,7 +132,7 @@ def renamed_attempt(tmp_path):
     (its table moves with it: ``<root>/warehouse/t2``), and the run's next tasks run with that config."""
     from test_interval_runs import config, land, month, write
     from exactly_once.ids import TxnRef
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.pipeline import IntervalRun
 
     land(tmp_path, "2013-01", "a.csv", [1, 2])
     old_cfg, new_cfg = config(tmp_path), config(tmp_path, sink="t2")
@@ -183,7 +183,7 @@ def test_run_notes_keep_the_advice_of_the_real_long_messages(tmp_path):
     from test_interval_runs import archive_three, config, land, land_four, month, run_interval
     from exactly_once.airflow.notes import PHASE_NOTE_CHARS, failed_note
     from exactly_once.ids import TxnRef
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.pipeline import IntervalRun
 
     cfg = config(tmp_path, pipeline="a_pipeline_with_a_long_descriptive_name", sink="its_output_table")
     land_four(tmp_path)
@@ -222,7 +222,7 @@ def test_a_landing_file_corrected_in_place_with_its_size_is_a_changed_input(tmp_
     from test_interval_runs import config, land, month, run_interval, write
     from exactly_once.errors import StorageError
     from exactly_once.ids import TxnRef
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.pipeline import IntervalRun
 
     cfg = config(tmp_path)
     land(tmp_path, "2013-01", "a.csv", [1, 2])
@@ -249,8 +249,8 @@ def test_an_aborted_attempt_of_an_overlapping_interval_never_blocks_the_schedule
 
     from test_interval_runs import config, run_interval
     from exactly_once.ids import TxnRef
-    from exactly_once.layout import Source
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.layout import Source
+    from exactly_once.protocol.pipeline import IntervalRun
 
     utc = timezone.utc
     cfg = config(tmp_path, sources=Source("s", format="csv", path="{start:%Y-%m}", allow_empty=True),

@@ -18,7 +18,7 @@ from conftest import make_bucket
 from eo_testing import need
 from exactly_once import Interval, OwnershipError, State
 from exactly_once.cli import main as eo
-from exactly_once.rollback import parse_version
+from exactly_once.ops.rollback import parse_version
 from protocol_helpers import CRASH_EXIT, commit_version, make_rows, open_sink, run_child, visible_rows, write_output
 from target_helpers import REDIS_URL, Db, fresh_database, reachable
 

@@ -88,3 +88,32 @@ def test_no_library_module_is_too_long_to_read():
     long = {str(p.relative_to(ROOT)): n for p in PACKAGES["exactly_once"].rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these modules by job: {long}"
+
+
+# The library's layers, bottom up (README "Layout"): a module imports only its own part and lower ranks.
+LAYERS = {"errors": 0, "settings": 0, "ids": 1, "contracts": 2, "storage": 3, "failpoints": 4, "job": 5,
+          "records": 5, "targets": 6, "quality": 6, "protocol": 7, "ops": 8, "airflow": 9, "cli": 10,
+          "moved": 10, "": 11}
+
+
+def part(module: str) -> str:
+    """``exactly_once.protocol.batch`` -> ``protocol``; the package itself -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_library_module_is_in_a_layer():
+    known = modules("exactly_once", PACKAGES["exactly_once"])
+    assert {part(m) for m in known} == set(LAYERS), "a new top-level module or subpackage: give it a layer"
+
+
+def test_layers_import_downwards_only():
+    known = modules("exactly_once", PACKAGES["exactly_once"])
+    upward = sorted(f"{m} -> {dep}" for m, p in known.items() for dep in imports(m, p, known)
+                    if part(dep) != part(m) and LAYERS[part(dep)] >= LAYERS[part(m)])
+    assert not upward, "imports against the layers (move the code, or the import, down): " + "; ".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert LAYERS[part("exactly_once.ops.history")] > LAYERS[part("exactly_once.protocol.pipeline")]
+    assert part("exactly_once") == "" and part("exactly_once.airflow.write") == "airflow"

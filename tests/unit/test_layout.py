@@ -1,4 +1,4 @@
-"""Layout declarations (exactly_once.layout) and the contracts (exactly_once.contracts), without a JVM."""
+"""Layout declarations (exactly_once.protocol.layout) and the contracts (exactly_once.contracts), without a JVM."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import pytest
 from exactly_once.contracts import Counts, FrozenInput, JobSpec, SourceInputs
 from exactly_once.errors import ContractError, LayoutError, UnsafeIdentifierError
 from exactly_once.ids import Interval
-from exactly_once.layout import Partitions, Source, list_inputs, timetable_intervals
+from exactly_once.protocol.layout import Partitions, Source, list_inputs, timetable_intervals
 from exactly_once.storage import LocalStorage
 
 UTC = timezone.utc

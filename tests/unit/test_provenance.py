@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from exactly_once.history import history
+from exactly_once.ops.history import history
 from exactly_once.ids import Interval
-from exactly_once.inspection import interval_view
-from exactly_once.transaction import TwoPhaseCommitSink
+from exactly_once.ops.inspection import interval_view
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
 
 def test_an_asked_reprocess_and_a_rollback_record_who_and_what(tmp_path):

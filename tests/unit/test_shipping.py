@@ -1,4 +1,4 @@
-"""The library shipped to the Spark driver (exactly_once.shipping, the write task's spark-submit).
+"""The library shipped to the Spark driver (exactly_once.job.shipping, the write task's spark-submit).
 
 The zip is deterministic, holds the job side without the Airflow layer, and imports from ``sys.path``
 alone; the write task puts it on ``--py-files`` for every master but ``local``, takes the driver's and
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from exactly_once.errors import ConfigError
-from exactly_once.shipping import PACKAGE, library_zip, needs_shipping, ship_mode
+from exactly_once.job.shipping import PACKAGE, library_zip, needs_shipping, ship_mode
 
 APP = "/jobs/app.py"
 
@@ -32,13 +32,13 @@ def test_the_zip_is_the_job_side_deterministic_and_named_after_its_content(tmp_p
     expected = {f"exactly_once/{p.relative_to(PACKAGE).as_posix()}" for p in PACKAGE.rglob("*.py")
                 if p.relative_to(PACKAGE).parts[0] != "airflow"}
     assert names == expected
-    assert {"exactly_once/job.py", "exactly_once/contracts.py", "exactly_once/__init__.py"} <= names
+    assert {"exactly_once/job/__init__.py", "exactly_once/contracts.py", "exactly_once/__init__.py"} <= names
     assert not list((tmp_path / "a").glob(".*.tmp"))
 
     copy = tmp_path / "src" / "exactly_once"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert library_zip(tmp_path / "c", package=copy).name == a.name
-    (copy / "job.py").write_text((copy / "job.py").read_text() + "\n# changed\n")
+    (copy / "job" / "__init__.py").write_text((copy / "job" / "__init__.py").read_text() + "\n# changed\n")
     assert library_zip(tmp_path / "c", package=copy).name != a.name
 
 
@@ -51,7 +51,7 @@ def test_the_job_side_imports_from_the_zip_alone(tmp_path):
     out = subprocess.run([sys.executable, "-I", "-c", code, str(shipped)], capture_output=True, text=True,
                          check=True, cwd=tmp_path).stdout
     where, airflow = json.loads(out.strip().splitlines()[-1])
-    assert where == f"{shipped}/exactly_once/job.py" and airflow == []
+    assert where == f"{shipped}/exactly_once/job/__init__.py" and airflow == []
 
 
 @pytest.mark.parametrize("master,deploy,mode,ships", [

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 from exactly_once.errors import ConfigError
-from exactly_once.suites import check_suites, read_suite
+from exactly_once.quality.suites import check_suites, read_suite
 
 
 def write(path: Path, doc: object) -> str:

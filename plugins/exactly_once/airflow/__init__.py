@@ -1,4 +1,4 @@
-"""Airflow wiring: thin operators over :class:`exactly_once.pipeline.IntervalRun`, the task group, the plugin.
+"""Airflow wiring: thin operators over :class:`exactly_once.protocol.pipeline.IntervalRun`, the task group, the plugin.
 
 ``exactly_once_group`` is imported on first use, so Airflow's provider discovery (which imports
 ``exactly_once.airflow.provider_info`` while it loads its own configuration) imports no operator.

@@ -1,6 +1,6 @@
 """Batched backfills in Airflow: many DAG runs, one write job, each interval still its own transaction.
 
-A run of a pipeline with ``max_batch > 1`` (:class:`~exactly_once.config.PipelineConfig`) batches when it
+A run of a pipeline with ``max_batch > 1`` (:class:`~exactly_once.protocol.config.PipelineConfig`) batches when it
 is a **backfill run** (``run_type`` backfill: Airflow's backfill dialog, ``airflow backfill create``) or
 when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last interval, ISO-8601>"}}``
 (``make backfill``, or a trigger). Its ``begin`` task then, before beginning its own interval:
@@ -9,9 +9,9 @@ when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last i
    finishes at once;
 2. a live batch holds its interval - it waits: the task is rescheduled (its worker slot freed) every
    ``EO_BATCH_POKE_SECONDS`` (default 10) and looks again;
-3. otherwise it **hosts** a batch: it claims (write-once records, :func:`exactly_once.batch.claim_intervals`)
+3. otherwise it **hosts** a batch: it claims (write-once records, :func:`exactly_once.protocol.batch.claim_intervals`)
    its interval and the following ones - those with a DAG run of their own queued or running (a
-   backfill), or up to the range's end - at most ``max_batch``, and runs :class:`~exactly_once.batch.BatchRun`
+   backfill), or up to the range's end - at most ``max_batch``, and runs :class:`~exactly_once.protocol.batch.BatchRun`
    over them: every attempt begun, ONE write job (``spark-submit <job> --batch <url>`` on the group's
    Spark connection, or over Spark Connect), every interval pre-committed, validated and committed in
    order, under the batch's heartbeat. An interval the batch could not finish (a failed gate, and for a
@@ -31,12 +31,12 @@ import os
 from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
-from .. import liveness
-from ..batch import BatchRun, Outcome, batch_live, claim_intervals, holder, hosted_intervals, mark_done
+from ..protocol import liveness
+from ..protocol.batch import BatchRun, Outcome, batch_live, claim_intervals, holder, hosted_intervals, mark_done
 from ..errors import BatchPendingError, ExactlyOnceError
 from ..ids import Interval, utc
-from ..layout import timetable_intervals
-from ..pipeline import IntervalRun
+from ..protocol.layout import timetable_intervals
+from ..protocol.pipeline import IntervalRun
 from .compat import AirflowRescheduleException, DownstreamTasksSkipped
 
 log = logging.getLogger(__name__)

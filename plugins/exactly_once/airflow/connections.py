@@ -1,5 +1,5 @@
 """Credentials from Airflow connections, resolved in the Airflow layer (once per task), never stored in a
-:class:`~exactly_once.config.PipelineConfig` and never logged."""
+:class:`~exactly_once.protocol.config.PipelineConfig` and never logged."""
 from __future__ import annotations
 
 from typing import Any

@@ -64,7 +64,7 @@ def output_id(config: Any) -> tuple[str, str]:
 
 def publish_facts(run: Any, summary: dict[str, Any]) -> dict[str, Any]:
     """The facts of one published version (JSON data), from ``run``'s transaction log: the commit's
-    ``summary`` (:meth:`~exactly_once.pipeline.IntervalRun.commit`) names the version."""
+    ``summary`` (:meth:`~exactly_once.protocol.pipeline.IntervalRun.commit`) names the version."""
     version = str(summary["version"])
     epoch = int(version.rsplit(".e", 1)[1])
     st = run.sink.status(run.interval)[epoch]

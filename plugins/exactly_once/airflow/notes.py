@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow.listeners import hookimpl
 
-from ..reports import run_report_url
+from ..quality.reports import run_report_url
 
 log = logging.getLogger(__name__)
 NOTE_KEY = "eo_note"
@@ -65,7 +65,7 @@ def published_note(summary: dict[str, Any]) -> str:
 def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
     """``aborted: rejected_ratio 0.081 > 0.05`` (the failed check) or ``aborted: <error>``."""
     from ..errors import FencedError
-    from ..inspection import quality_of
+    from ..ops.inspection import quality_of
 
     if isinstance(exc, FencedError):
         return shorten(f"fenced: {exc}")

@@ -1,6 +1,6 @@
 """Thin Airflow operators: each one resolves the interval and the transaction, then calls one phase.
 
-The phases themselves live in :class:`exactly_once.pipeline.IntervalRun` (plain Python). Errors that a
+The phases themselves live in :class:`exactly_once.protocol.pipeline.IntervalRun` (plain Python). Errors that a
 retry cannot fix (:data:`exactly_once.errors.FINAL`: a fenced attempt, a failed quality gate, an aborted
 transaction, a broken suite or configuration, ...) fail the task at once (``AirflowFailException``: no
 retries); everything else is retried with backoff.
@@ -15,10 +15,10 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from .compat import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
 from .. import settings
-from ..config import PipelineConfig
+from ..protocol.config import PipelineConfig
 from ..errors import FINAL, PredecessorPendingError, SinkRenamedError, ValidationFailedError
 from ..ids import Interval, TxnRef
-from ..pipeline import IntervalRun
+from ..protocol.pipeline import IntervalRun
 from . import batching
 from .connections import storage_options
 from .lineage import PublishLineage
@@ -250,7 +250,7 @@ class ReportLink(BaseOperatorLink):
     name = "Data quality report"
 
     def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
-        from ..reports import run_report_view_url  # noqa: PLC0415
+        from ..quality.reports import run_report_view_url  # noqa: PLC0415
 
         return run_report_view_url(ti_key.dag_id, ti_key.run_id) if ti_key is not None else ""
 
@@ -263,7 +263,7 @@ class ValidateOperator(PhaseOperator):
     operator_extra_links = (ReportLink(),)
 
     def call(self, run: IntervalRun, context: Any) -> Any:
-        from ..reports import report_link  # noqa: PLC0415 - only needed here
+        from ..quality.reports import report_link  # noqa: PLC0415 - only needed here
 
         try:
             result = run.validate(self.txn(context))

@@ -11,8 +11,8 @@ from urllib.parse import quote, urlencode
 
 from ..errors import ExactlyOnceError
 from ..ids import Interval
-from ..inspection import EpochView, Quality
-from ..reports import URL_PREFIX, report_link, run_report_url, table_page_url, version_page_url
+from ..ops.inspection import EpochView, Quality
+from ..quality.reports import URL_PREFIX, report_link, run_report_url, table_page_url, version_page_url
 from .actions import ACTIONS, ROLLBACK_DAG, Request
 from .tables import TableRef
 from .views import ATTENTION, STATES, IntervalRow, RunPage, TablePage, TableStatus, VersionReport

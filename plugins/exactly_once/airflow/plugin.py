@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from ..reports import RUN_REPORT_ROUTE, URL_PREFIX
+from ..quality.reports import RUN_REPORT_ROUTE, URL_PREFIX
 from .notes import RunNotes
 from .operators import ReportLink
 

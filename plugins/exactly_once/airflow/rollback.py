@@ -1,4 +1,4 @@
-"""Rollback and recovery from Airflow: a thin operator over :func:`exactly_once.rollback.rollback` and
+"""Rollback and recovery from Airflow: a thin operator over :func:`exactly_once.ops.rollback.rollback` and
 ``recover`` (see dags/eo_rollback.py).
 
 Only a table a DAG of the DAGs folder declares can be acted on, and only by a user who may edit that
@@ -9,7 +9,7 @@ The new epoch's begin records who asked and through which run (``meta.run``), wh
 
 One DAG run rolls back once: the run (``<dag_id>/<run_id>``) is the rollback's ``request``, so a retry
 after a kill, or a clear of a finished run, returns the epoch that run committed ("already", nothing
-rolled back again) - see :func:`exactly_once.rollback.rollback`. Under Airflow's ``[core] multi_team``
+rolled back again) - see :func:`exactly_once.ops.rollback.rollback`. Under Airflow's ``[core] multi_team``
 the task refuses (:func:`~exactly_once.airflow.owners.owning_table`): it cannot learn the owning DAG's team.
 """
 from __future__ import annotations
@@ -22,8 +22,8 @@ from .compat import AirflowFailException
 
 from .. import settings
 from ..errors import ExactlyOnceError, PermissionDeniedError
-from ..rollback import describe, find_interval, parse_version, rollback
-from ..transaction import TwoPhaseCommitSink
+from ..ops.rollback import describe, find_interval, parse_version, rollback
+from ..protocol.transaction import TwoPhaseCommitSink
 from .connections import storage_options
 from .owners import owning_table
 

@@ -1,6 +1,6 @@
 """Which tables the Airflow plugin shows: the sinks the DAGs declare, plus configured table URLs.
 
-* every :class:`~exactly_once.config.PipelineConfig` used by a phase operator of a DAG in the DAGs
+* every :class:`~exactly_once.protocol.config.PipelineConfig` used by a phase operator of a DAG in the DAGs
   folder (parsed with Airflow's own ``DagBag``, re-parsed only when a DAG file changes);
 * ``EO_TABLES``: extra table URLs, comma-separated (tables written by pipelines outside this folder);
   their pipeline and sink names come from their transaction logs.
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import PipelineConfig
+from ..protocol.config import PipelineConfig
 from ..errors import ExactlyOnceError
-from ..inspection import open_table
+from ..ops.inspection import open_table
 from ..storage import redact
-from ..transaction import TwoPhaseCommitSink
+from ..protocol.transaction import TwoPhaseCommitSink
 
 log = logging.getLogger(__name__)
 

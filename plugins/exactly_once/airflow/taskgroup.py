@@ -15,7 +15,7 @@ plus the pipeline's ``spark_conf``. Every task retries with exponential backoff.
 At DAG build time the group refuses (LayoutError) a timetable without real data intervals, a partition
 template under which two scheduled intervals would own one partition, and a second group writing the
 same table in the DAG, and an expectation suite file that is not a valid suite (ConfigError naming the
-file and the field: :func:`exactly_once.suites.check_suites`).
+file and the field: :func:`exactly_once.quality.suites.check_suites`).
 """
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ from typing import Any
 
 from airflow.sdk import AssetAlias, TaskGroup
 
-from ..config import PipelineConfig
+from ..protocol.config import PipelineConfig
 from ..errors import LayoutError
-from ..layout import timetable_intervals
-from ..suites import check_suites
+from ..protocol.layout import timetable_intervals
+from ..quality.suites import check_suites
 from .compat import exponential_backoff
 from .operators import AbortOperator, BeginOperator, CommitOperator, PreCommitOperator, ValidateOperator
 from .write import WriteOperator

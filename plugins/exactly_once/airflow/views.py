@@ -15,11 +15,11 @@ from typing import Any
 from .connections import storage_options
 from ..errors import ExactlyOnceError
 from ..ids import Interval, parse_txn_name
-from ..inspection import EpochView, IntervalView, interval_view, intervals
-from ..rollback import rollback_refusal
-from ..run_report import Measure, measures
-from ..transaction import TwoPhaseCommitSink
-from ..txlog import State
+from ..ops.inspection import EpochView, IntervalView, interval_view, intervals
+from ..ops.rollback import rollback_refusal
+from ..ops.run_report import Measure, measures
+from ..protocol.transaction import TwoPhaseCommitSink
+from ..records.txlog import State
 from .tables import TableRef
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def _stale(table: TableRef, sink: Any, every: list[Interval]) -> list[str]:
     """Later intervals whose input state is no longer the committed state of their predecessor."""
     if table.config is None or not table.config.stateful:
         return []
-    from ..pipeline import IntervalRun
+    from ..protocol.pipeline import IntervalRun
 
     first = next((iv for iv in every if sink.committed(iv) is not None), None)
     if first is None:
@@ -198,7 +198,7 @@ def _with_late(table: TableRef, row: IntervalRow) -> IntervalRow:
     """Files that landed in the interval's source folder after its committed version froze them."""
     if table.config is None or row.view.live is None:
         return row
-    from ..pipeline import IntervalRun
+    from ..protocol.pipeline import IntervalRun
 
     try:
         late = IntervalRun(table.config, row.view.interval,

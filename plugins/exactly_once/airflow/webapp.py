@@ -35,7 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from .. import settings
 from ..errors import UnsafeIdentifierError
-from ..reports import URL_PREFIX, reports_root
+from ..quality.reports import URL_PREFIX, reports_root
 from . import actions, pages
 from .auth import GetUserDep, authorize_dag, can_act, can_read_dag, dag_of_report, get_user
 from .datadocs import CSP, offline_html

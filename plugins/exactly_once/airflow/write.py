@@ -7,13 +7,13 @@ At run time it picks the path, with no DAG change:
   ``spark_connect`` (or whose host is an ``sc://`` URL): the job module (``application``) is imported
   in the task process and its ``compute(ctx)`` runs as a Spark Connect client of that server, in a new
   session per attempt (id derived from the transaction attempt's staging dir and begin id and the try
-  number), every query tagged with the transaction (:func:`exactly_once.connect.job_tag`), the session
+  number), every query tagged with the transaction (:func:`exactly_once.job.connect.job_tag`), the session
   stopped at the end. A server that dies mid-write fails the attempt with the retryable
   ``SparkConnectLostError`` after ``EO_SPARK_CONNECT_RETRY_SECONDS``. Before it starts, the
   queries of earlier attempts of the same transaction still running on the server (a client killed
   mid-write) are interrupted, so nothing but this attempt writes into the staging dir;
 * otherwise ``spark-submit`` as before (``local[*]`` or a cluster master). Unless the master is
-  ``local``, the library rides along on ``--py-files`` (:mod:`exactly_once.shipping`): the driver and
+  ``local``, the library rides along on ``--py-files`` (:mod:`exactly_once.job.shipping`): the driver and
   the executors need neither Airflow nor the package installed. The driver's and executors' Python is
   the task environment's ``PYSPARK_DRIVER_PYTHON`` / ``PYSPARK_PYTHON`` (default: the task's own
   interpreter); in cluster deploy mode the cluster's (``spark.pyspark.python`` in the Spark conf), never
@@ -21,7 +21,7 @@ At run time it picks the path, with no DAG change:
   Spark runs Python drivers on a standalone cluster in client mode only.
 
 Either way the task keeps its transaction's heartbeat fresh while the job runs
-(:mod:`exactly_once.liveness`): ``recover``/``gc`` never take over a write that is still alive.
+(:mod:`exactly_once.protocol.liveness`): ``recover``/``gc`` never take over a write that is still alive.
 """
 from __future__ import annotations
 
@@ -39,9 +39,9 @@ from .. import settings
 from ..contracts import JobSpec
 from ..errors import ConfigError, ExactlyOnceError
 from ..ids import TxnRef
-from ..liveness import write_heartbeat
-from ..pipeline import IntervalRun
-from ..shipping import library_zip, needs_shipping
+from ..protocol.liveness import write_heartbeat
+from ..protocol.pipeline import IntervalRun
+from ..job.shipping import library_zip, needs_shipping
 from ..storage import redact, storage_for
 from .connections import storage_options
 
@@ -103,7 +103,7 @@ def run_connect(application: str, spec_url: str, remote: str, *, attempt: int = 
                 args: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the job ``application`` for the spec at ``spec_url`` as a Spark Connect client of ``remote``:
     interrupt earlier attempts' queries, then one new tagged session, stopped at the end."""
-    from ..connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
+    from ..job.connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
     from ..job import execute
 
     store, key = storage_for(spec_url)
@@ -125,7 +125,7 @@ def run_connect_batch(application: str, batch_url: str, remote: str, *, attempt:
                       args: tuple[str, ...] = ()) -> dict[str, Any]:
     """:func:`run_connect` for a batch (``compute_batch`` over the batch spec at ``batch_url``): one
     session tagged with the batch, earlier attempts' queries of the same batch interrupted first."""
-    from ..connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
+    from ..job.connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
     from ..contracts import BatchSpec
     from ..job import execute_batch
 
@@ -165,7 +165,7 @@ def write_batch(settings: dict[str, Any], batch_url: str, attempt: int) -> None:
 def interrupt_dead_writes(run: IntervalRun, txn: TxnRef, remote: str, attempts: int) -> list[str]:
     """The abort's side of :func:`run_connect`: interrupt write attempts 1..``attempts`` of ``txn`` still
     running on ``remote``. No spec means begin never handed the transaction on: no write ran."""
-    from ..connect import interrupt_writes
+    from ..job.connect import interrupt_writes
 
     try:
         spec = run.job_spec(txn)

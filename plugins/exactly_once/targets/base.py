@@ -1,6 +1,6 @@
 """The publish step as a pluggable target: what every target promises, and the staged version it publishes.
 
-The protocol (:mod:`exactly_once.transaction`) decides; a target only publishes. The protocol calls
+The protocol (:mod:`exactly_once.protocol.transaction`) decides; a target only publishes. The protocol calls
 :meth:`PublishTarget.publish` after the transaction's outcome record says COMMITTED - possibly more than
 once, from several processes at the same time, and after crashes anywhere inside an earlier call - so
 every target makes the publish idempotent with a *marker* of its own, stored in the target system and
@@ -18,8 +18,8 @@ from typing import IO, Any, Callable, Iterator, Mapping
 
 from ..errors import UnsafeIdentifierError
 from ..ids import Interval, TxnRef, check_partition
-from ..manifest import ManifestFile
-from ..ownership import Owner, check_location, claim_location
+from ..records.manifest import ManifestFile
+from ..records.ownership import Owner, check_location, claim_location
 
 PUBLISHED, ALREADY, SUPERSEDED = "published", "already", "superseded"
 Opener = Callable[[str, str], IO[bytes]]

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
-from ..ownership import Owner
+from ..records.ownership import Owner
 from . import db_claims
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome, \
     partition_values

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import OwnershipError, TargetSchemaError
 from ..ids import Interval
-from ..ownership import Owner, refuse_other_owner
+from ..records.ownership import Owner, refuse_other_owner
 from .sql_dialects import Dialect
 
 CLAIM = "_owner"

@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 
 from ..errors import StorageError
 from ..ids import parse_txn_name, published_name
-from ..manifest import ManifestFile
+from ..records.manifest import ManifestFile
 from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
 from .. import failpoints
 from ..ids import TxnRef

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
-from ..ownership import Owner, refuse_other_owner
+from ..records.ownership import Owner, refuse_other_owner
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome
 from .endpoint import Endpoint, redact, resolve, same_database, where, without_password
 

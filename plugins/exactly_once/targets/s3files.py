@@ -23,9 +23,9 @@ from typing import Any, Callable
 
 from ..errors import StorageError
 from ..ids import parse_txn_name, published_name, version_of
-from ..manifest import ManifestFile
+from ..records.manifest import ManifestFile
 from ..storage import MANIFEST, SUCCESS, supersedes, to_json
-from ..storage_s3 import S3Storage
+from ..storage.s3 import S3Storage
 from .. import failpoints
 from ..ids import TxnRef
 from .base import FilesTarget, StagedVersion

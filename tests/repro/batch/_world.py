@@ -19,7 +19,7 @@ from fault_helpers import Driver, Setup, epoch_problems, leftovers, sink_of, vis
 from tools.sample_data import generate  # noqa: E402
 
 from exactly_once.ids import Interval  # noqa: E402
-from exactly_once.txlog import State  # noqa: E402,F401
+from exactly_once.records.txlog import State  # noqa: E402,F401
 
 D1 = "2026-01-01"
 DAYS = ["2026-01-02", "2026-01-03", "2026-01-04"]

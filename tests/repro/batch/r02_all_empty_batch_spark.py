@@ -10,7 +10,7 @@ from _world import DAYS, report, world
 from eo_testing import load_module
 from pyspark.sql import SparkSession
 
-from exactly_once.batch import BatchRun
+from exactly_once.protocol.batch import BatchRun
 from exactly_once.contracts import BatchSpec
 from exactly_once.ids import Interval
 from exactly_once.job import execute_batch

@@ -10,7 +10,7 @@ from pathlib import Path
 from _world import DAYS, batch_task, report, sink_of, world
 
 from exactly_once.airflow import batching
-from exactly_once.batch import claim_intervals, holder, mark_done
+from exactly_once.protocol.batch import claim_intervals, holder, mark_done
 from exactly_once.ids import Interval
 
 s = world()

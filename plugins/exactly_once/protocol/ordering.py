@@ -1,0 +1,93 @@
+"""Stateful ordering: no interval commits on a predecessor state that was replaced (PROTOCOL.md).
+
+Interval n+1 of a stateful pipeline records the version of n whose state it read (``reads``). Before
+deciding COMMITTED, every transaction writes its ``intent`` record and then
+
+* as a dependent, checks its predecessor with :func:`newer_than` (a newer version there that is
+  committed, or announced by an intent and not aborted, aborts it);
+* as a predecessor, fences its successors with :func:`fence_successors` (an undecided successor with an
+  intent that read an older version is decided ABORTED; one that had already committed is now stale).
+
+Each side writes its intent before it reads the other's, so at least one of them sees the other
+(Dekker's handshake, on exclusive-create records).
+
+A transaction chained in a batch reads a predecessor that was not committed when it began
+(:func:`read_problem`): it commits only once that predecessor committed, and never if it aborted.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import PredecessorPendingError, TransactionStateError
+from ..ids import TxnRef
+from ..records.txlog import State
+
+if TYPE_CHECKING:
+    from .sinkview import SinkView
+    from ..records.txlog import EpochStatus
+
+
+def state_fingerprint(st: "EpochStatus | None") -> str | None:
+    """The fingerprint of the state a version committed (its pre_commit's ``state_fingerprint``: sha256 of
+    the keyed state's rows); None if unknown (no state, or its records were compacted by gc)."""
+    return (st.records.get("pre_committed") or {}).get("state_fingerprint") if st else None
+
+
+def same_state(a: Any, b: Any) -> bool:
+    """Whether two state fingerprints are known and equal (two versions committed the same state)."""
+    return a is not None and a == b
+
+
+def newer_than(sink: "SinkView", reads: TxnRef) -> str | None:
+    """A version of ``reads``' interval newer than ``reads`` that is committed or committing."""
+    for epoch, st in sink.log.statuses(reads.interval).items():
+        if epoch > reads.epoch and (st.state is State.COMMITTED or
+                                    ("intent" in st.records and st.state is not State.ABORTED)):
+            return sink.ref(reads.interval, epoch).name
+    return None
+
+
+def check_reads(sink: "SinkView", reads: TxnRef | None, *, pending: bool) -> None:
+    """Nothing to check without ``reads``. Refuse (TransactionStateError) to begin on ``reads`` unless it is a committed version of this sink, or
+    with ``pending`` (a batch chaining its intervals' state) a live attempt of it (OPEN or PRE_COMMITTED)."""
+    if reads is None:
+        return
+    state = sink.log.status(reads.interval, reads.epoch).state if (reads.pipeline, reads.sink) == (
+        sink.pipeline, sink.sink) else None
+    if state is not State.COMMITTED and not (pending and state in (State.OPEN, State.PRE_COMMITTED)):
+        raise TransactionStateError(f"{reads.name} is not committed: a transaction can only read "
+                                    "committed state (or, chained in a batch, a live attempt's)")
+
+
+def read_problem(sink: "SinkView", txn: TxnRef, reads: TxnRef) -> str | None:
+    """Why ``txn`` may not commit on the state of ``reads`` (its intent is written): a newer version of
+    that interval is committed or committing, or ``reads`` itself was aborted; None if it may. Raises
+    PredecessorPendingError (nothing decided) while ``reads`` is not decided yet (a chained batch)."""
+    newer = newer_than(sink, reads)
+    if newer:
+        return f"input state changed: it read {reads.name}, but {newer} replaced it"
+    state = sink.log.status(reads.interval, reads.epoch).state
+    if state is State.ABORTED:
+        return f"input state changed: the predecessor version it read, {reads.name}, was aborted"
+    if state is not State.COMMITTED:
+        raise PredecessorPendingError(f"{txn.name} read the state of {reads.name}, which is not committed yet: "
+                                      "it commits after it (a batch commits its intervals in order)")
+    return None
+
+
+def fence_successors(sink: "SinkView", txn: TxnRef, decide: Callable[..., State]) -> list[str]:
+    """Abort undecided successor transactions (intervals starting where ``txn``'s ends) that read an
+    older version of ``txn``'s interval, through ``decide(txn, state, cause, reason)`` (the protocol's
+    outcome record); return those that had already committed on it (now stale)."""
+    stale = []
+    for iv in (i for i in sink.log.intervals() if i.start == txn.interval.end):
+        for epoch, st in sink.log.statuses(iv).items():
+            reads = st.reads
+            if reads is None or reads.interval != txn.interval or reads.epoch >= txn.epoch:
+                continue
+            other = sink.ref(iv, epoch)
+            if st.state is State.COMMITTED or ("intent" in st.records and decide(
+                    other, State.ABORTED, "input_changed",
+                    f"input state changed: {txn.name} replaces {reads.name}") is State.COMMITTED):
+                stale.append(other.name)
+    return stale

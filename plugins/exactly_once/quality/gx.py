@@ -1,0 +1,320 @@
+"""Great Expectations 1.x plumbing for the quality gate: context, runs, Data Docs, the run index.
+
+Layout under ``report_root`` (a local directory; Data Docs are static HTML)::
+
+    index.html                       ours: a static table of the newest validation runs, the suites (no JS)
+    validations/<suite>/<run_name>/<run_time>/<batch>.html   one page per suite per validation run
+    expectations/<suite>.html        the suites
+    static/                          GX's CSS, fonts, images
+    _gx/expectations/ _gx/validations/   GX's stores (JSON); _gx/runs.jsonl our ledger; _gx/.lock
+
+The context is ephemeral (no ``great_expectations.yml``) but its expectation and validation-result
+stores and its Data Docs site are on disk, so every run is kept and the index lists the runs across
+intervals. Validations sharing one ``report_root`` are serialized by a ``flock`` on ``_gx/.lock``.
+
+``report_root`` may also be a storage URL (``s3://bucket/reports/data_docs``): the site shared by every
+worker of a fleet, where no local directory is. A run then builds its pages in a private temp dir
+(:func:`site`) and :func:`build_docs` publishes them - its pages, the suites' pages, ``static/`` once -
+with one ledger object per run (``_gx/runs/<run time>--<id>.json``; no append, no lock: two workers
+validating at once both land) and an ``index.html`` rewritten from the newest :data:`REMOTE_INDEX_ROWS`
+ledger objects (a validation finishing at the same moment may be missing from it until the next one).
+
+A run renders only its own pages: GX's own index builder re-reads every stored validation result on each
+build (its cost grew by ~4 ms per earlier run: +1 s per validate after a year of daily runs), so the
+index is ours, written from the ledger, and shows the newest :data:`INDEX_ROWS` entries.
+"""
+from __future__ import annotations
+
+import fcntl
+import html
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterator
+from urllib.parse import unquote
+
+from ..errors import ConfigError
+
+SITE = "eo_data_docs"
+_BEACON = re.compile(r"https://great-expectations-web-assets\.s3[^\"')]*?/(logo-long\.png|full_logo_dark\.png)"
+                     r"[^\"')]*")
+INDEX_ROWS = 2000  # newest ledger entries on index.html; every run's page stays under validations/
+REMOTE_INDEX_ROWS = 500  # the same on a storage URL (each entry is one object to read)
+_ICONS = {'<i class="fas fa-check-circle text-success" ></i>': "passed",
+          '<i class="fas fa-times text-danger" ></i>': "FAILED"}
+
+
+def quiet_gx() -> None:
+    """No analytics, no progress bars: set before GX is imported (and harmless after)."""
+    os.environ["GX_ANALYTICS_ENABLED"] = "false"
+    os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+@dataclass
+class SuiteRun:
+    """One suite validated against one frame in one validation run."""
+
+    suite: Any            # great_expectations.ExpectationSuite
+    frame: Any            # pandas or Spark DataFrame
+    engine: str           # "pandas" | "spark"
+    key_columns: list[str]
+
+
+def is_remote(report_root: str) -> bool:
+    """Whether ``report_root`` is a storage URL (``s3://...``) rather than a local directory."""
+    return "://" in report_root and not report_root.startswith("file://")
+
+
+def local_root(report_root: str) -> str:
+    """``report_root`` as an absolute local path (a local directory or ``file://`` URL)."""
+    if report_root.startswith("file://"):
+        report_root = report_root[len("file://"):]
+    if "://" in report_root:
+        raise ConfigError(f"{report_root.split('://')[0]}://... is not a local directory")
+    return os.path.abspath(report_root)
+
+
+@contextmanager
+def site(report_root: str) -> Iterator[str]:
+    """The local directory a validation builds its Data Docs in: the report root itself, locked against
+    other validations, or - for a storage URL - a private temp dir, removed afterwards (its pages are
+    published by :func:`build_docs`)."""
+    if not is_remote(report_root):
+        root = local_root(report_root)
+        with locked(root):
+            yield root
+        return
+    tmp = tempfile.mkdtemp(prefix="eo-data-docs-")
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def locked(root: str) -> Iterator[None]:
+    """Serialize GX store/Data Docs updates of one report root across processes."""
+    os.makedirs(os.path.join(root, "_gx"), exist_ok=True)
+    with open(os.path.join(root, "_gx", ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+_CONTEXTS: dict[str, Any] = {}
+_VIEW = {"module_name": "exactly_once.quality.gx_view", "class_name": "CachedJinjaPageView"}
+
+
+def make_context(root: str) -> Any:
+    """An ephemeral GX context whose stores and Data Docs site live under ``root``; one per root and
+    process (a batch validates hundreds of intervals: the context, its suites and validation definitions
+    are made once - a context holds nothing of one validation that another could see but its stores)."""
+    if root not in _CONTEXTS:
+        _CONTEXTS[root] = _new_context(root)
+    return _CONTEXTS[root]
+
+
+def _new_context(root: str) -> Any:
+    quiet_gx()
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import DataContextConfig, ProgressBarsConfig
+
+    def on_disk(sub: str) -> dict[str, Any]:
+        return {"class_name": "TupleFilesystemStoreBackend", "base_directory": os.path.join(root, "_gx", sub)}
+
+    in_memory = {"class_name": "InMemoryStoreBackend"}
+    config = DataContextConfig(
+        stores={"expectations_store": {"class_name": "ExpectationsStore",
+                                       "store_backend": on_disk("expectations")},
+                "validation_results_store": {"class_name": "ValidationResultsStore",
+                                             "store_backend": on_disk("validations")},
+                "checkpoint_store": {"class_name": "CheckpointStore", "store_backend": in_memory},
+                "validation_definition_store": {"class_name": "ValidationDefinitionStore",
+                                                "store_backend": in_memory}},
+        expectations_store_name="expectations_store", validation_results_store_name="validation_results_store",
+        checkpoint_store_name="checkpoint_store",
+        data_docs_sites={SITE: {"class_name": "SiteBuilder", "show_how_to_buttons": False,
+                                "store_backend": {"class_name": "TupleFilesystemStoreBackend",
+                                                  "base_directory": root},
+                                "site_section_builders": {"expectations": {"view": _VIEW},
+                                                          "validations": {"view": _VIEW}, "profiling": "None"},
+                                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}},
+        analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False))
+    return gx.get_context(project_config=config, mode="ephemeral")
+
+
+def run_suites(context: Any, runs: list[SuiteRun], *, run_name: str, parameters: dict[str, Any]
+               ) -> tuple[list[Any], list[Any]]:
+    """Validate each suite on its frame under one run id; store results. Returns (results, result ids)."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier, ValidationResultIdentifier)
+    from great_expectations.exceptions.resource_freshness import ResourceFreshnessAggregateError
+
+    run_id = gx.RunIdentifier(run_name=run_name, run_time=datetime.now(timezone.utc))
+
+    results, ids = [], []
+    for run in runs:
+        vd = _definition(context, run)
+        result_format: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
+        if run.key_columns:
+            result_format["unexpected_index_column_names"] = run.key_columns
+        kwargs = {"batch_parameters": {"dataframe": run.frame}, "expectation_parameters": parameters,
+                  "result_format": result_format, "run_id": run_id}
+        try:
+            result = vd.run(**kwargs)
+        except ResourceFreshnessAggregateError:  # another process saved the suite since: its store holds
+            vd = _definition(context, run, again=True)  # another copy now
+            result = vd.run(**kwargs)
+        batch_id = next((r.expectation_config.kwargs.get("batch_id") for r in result.results),
+                        None) or f"eo_{run.engine}-{vd.suite.name}"
+        results.append(result)
+        ids.append(ValidationResultIdentifier(
+            expectation_suite_identifier=ExpectationSuiteIdentifier(name=vd.suite.name), run_id=run_id,
+            batch_identifier=batch_id))
+    return results, ids
+
+
+def _definition(context: Any, run: SuiteRun, *, again: bool = False) -> Any:
+    """The validation definition of ``run``'s suite on its engine: made (suite stored, data asset added)
+    once per context and suite content (``again``: once more), then reused with each validation's own
+    data frame. The caller holds the report root's lock, so no other process saves a suite meanwhile."""
+    import great_expectations as gx
+
+    cache = context.__dict__.setdefault("_eo_definitions", {})
+    key = (run.engine, json.dumps(run.suite.to_json_dict(), sort_keys=True, default=str))
+    if key not in cache or again:
+        if run.engine not in cache:  # one data source per engine, one data asset per suite version
+            add = context.data_sources.add_or_update_spark if run.engine == "spark" else \
+                context.data_sources.add_or_update_pandas
+            cache[run.engine] = add(f"eo_{run.engine}")
+        taken = {a.name for a in cache[run.engine].assets}
+        name = run.suite.name if run.suite.name not in taken else f"{run.suite.name}.{len(taken)}"
+        asset = cache[run.engine].add_dataframe_asset(name)
+        batch_def = asset.add_batch_definition_whole_dataframe("all")
+        suite = context.suites.add_or_update(run.suite)
+        cache[key] = context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=f"{suite.name}.{run.engine}", data=batch_def, suite=suite))
+    return cache[key]
+
+
+def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extra: dict[str, Any],
+               publish_to: str | None = None, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """Render this run's pages and the index; returns the page of each result (same order): its local path,
+    or with ``publish_to`` (a storage URL) its URL there, after publishing (module docstring)."""
+    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+    suite_ids = [ExpectationSuiteIdentifier(name=i.expectation_suite_identifier.name) for i in ids]
+    context.build_data_docs(site_names=[SITE], resource_identifiers=[*ids, *suite_ids], build_index=False)
+    pages = []
+    for rid in ids:
+        url = context.get_docs_sites_urls(resource_identifier=rid, site_name=SITE)[0]["site_url"]
+        pages.append(unquote(url[len("file://"):]) if url.startswith("file://") else url)
+    entries = [{"run_name": rid.run_id.run_name, "run_time": rid.run_id.run_time.isoformat(),
+                "suite": rid.expectation_suite_identifier.name, "success": bool(result.success),
+                "evaluated": result.statistics.get("evaluated_expectations"),
+                "failed": result.statistics.get("unsuccessful_expectations"),
+                "page": os.path.relpath(page, root), **extra} for result, rid, page in zip(results, ids, pages)]
+    for page in pages:
+        _localize(root, page)
+    if publish_to is not None:
+        return _publish(root, entries, publish_to, storage_options or {})
+    ledger = os.path.join(root, "_gx", "runs.jsonl")
+    with open(ledger, "a") as f:
+        f.writelines(json.dumps(e) + "\n" for e in entries)
+    with open(ledger) as f:
+        everything = [json.loads(line) for line in f if line.strip()]
+    shown = everything[-INDEX_ROWS:]
+    _write_text(os.path.join(root, "index.html"), _index(
+        shown, len(everything), lambda page: os.path.exists(os.path.join(root, page))))
+    return pages
+
+
+def _publish(root: str, entries: list[dict[str, Any]], url: str, options: dict[str, Any]) -> list[str]:
+    """Upload a run's site from ``root`` to ``url``: its pages and the suites' (``static/`` only when it is
+    missing there), one ledger object per entry, then ``index.html`` from the newest ledger objects."""
+    from ..storage import storage_for  # noqa: PLC0415 - storage is only needed for a remote site
+
+    store, base = storage_for(url, **options)
+    has_static = store.exists(store.join(base, "static"))
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        if rel_dir.split(os.sep)[0] == "_gx" or (has_static and rel_dir.split(os.sep)[0] == "static"):
+            continue
+        for name in filenames:
+            rel = os.path.normpath(os.path.join(rel_dir, name)).replace(os.sep, "/")
+            if rel != "index.html":
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    store.write_atomic(store.join(base, rel), f.read())
+    runs = store.join(base, "_gx", "runs")
+    for e in entries:  # names sort by time: the index reads only the newest
+        stamp = re.sub(r"[^0-9A-Za-z]", "", e["run_time"])
+        store.write_atomic(store.join(runs, f"{stamp}--{uuid.uuid4().hex[:12]}.json"), json.dumps(e).encode())
+    names = sorted(n for n in store.list_names(runs) if n.endswith(".json"))
+    shown = [json.loads(store.read_bytes(store.join(runs, n))) for n in names[-REMOTE_INDEX_ROWS:]]
+    shown.sort(key=lambda e: e["run_time"])
+    store.write_atomic(store.join(base, "index.html"), _index(
+        shown, len(names), lambda page: store.exists(store.join(base, page))).encode())
+    return [f"{url.rstrip('/')}/{e['page']}" for e in entries]
+
+
+def _localize(root: str, page: str) -> None:
+    """Make a page readable offline (its CSS/JS/icons come from CDNs): local logo instead of GX's remote
+    one (a tracking image), and a text label next to each per-expectation status icon."""
+    with open(page) as f:
+        text = f.read()
+    images = os.path.relpath(os.path.join(root, "static", "images"), os.path.dirname(page))
+    new = _BEACON.sub(lambda m: f"{images}/{m.group(1).replace('full_logo_dark', 'logo-long')}", text)
+    # a smaller logo, so that without the CDN's CSS it does not overlap the breadcrumb
+    new = new.replace('style="width: auto; height: 50px"', 'style="width: auto; height: 30px"')
+    for icon, label in _ICONS.items():
+        new = new.replace(icon, f"{icon}<span class=\"eo-status\"> {label}</span>")
+    if new != text:
+        _write_text(page, new)
+
+
+def _write_text(path: str, text: str) -> None:
+    """Replace ``path`` atomically: the Airflow plugin may be serving it right now."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _index(shown: list[dict[str, Any]], total: int, exists: Any) -> str:
+    """index.html: a static (JS-free) table of the runs ``shown`` (the newest of ``total``), and the suites
+    whose page ``exists(page)``."""
+    rows = "".join(
+        f"<tr class=\"eo-run {'eo-ok' if e['success'] else 'eo-failed'}\">"
+        f"<td>{html.escape(e['run_time'][:19])}Z</td>"
+        f"<td>{html.escape(e['run_name'])}</td><td>{html.escape(str(e.get('partition', '')))}</td>"
+        f"<td>{html.escape(e['suite'])}</td><td>{'Succeeded' if e['success'] else 'Failed'}</td>"
+        f"<td>{e['failed']} of {e['evaluated']} failed</td>"
+        f"<td><a href=\"{html.escape(e['page'])}\">report</a></td></tr>"
+        for e in reversed(shown))
+    older = (f"<p>{total - len(shown)} older runs are not listed here: their pages stay under "
+             "<code>validations/</code> and every run is in the ledger under <code>_gx/</code>.</p>"
+             if total > len(shown) else "")
+    pages = {name: "expectations/" + name.replace(".", "/") + ".html"  # GX nests a dotted suite name
+             for name in sorted({e["suite"] for e in shown})}
+    suites = "".join(f"<li><a href=\"{html.escape(page)}\">{html.escape(name)}</a></li>"
+                     for name, page in pages.items() if exists(page))
+    document = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Data quality reports</title></head>"
+                "<body style=\"font-family:sans-serif;margin:1em\">"
+                "<img src=\"static/images/logo-long.png\" alt=\"Great Expectations\" style=\"height:30px\">"
+                "<h2>Data quality reports</h2>"
+                f"<section id=\"eo-runs\"><h3>Validation runs ({total})</h3>{older}"
+                "<table border=\"1\" cellpadding=\"4\" style=\"border-collapse:collapse\">"
+                "<thead><tr><th>run time (UTC)</th>"
+                "<th>run</th><th>partition</th><th>suite</th><th>status</th><th>expectations</th><th>page</th></tr>"
+                f"</thead><tbody>{rows}</tbody></table></section>"
+                f"<section id=\"eo-suites\"><h3>Expectation suites</h3><ul>{suites}</ul></section></body></html>")
+    return document
