@@ -15,8 +15,8 @@ from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from exactly_once import settings
 from exactly_once.airflow import exactly_once_group
-from exactly_once.config import PipelineConfig
-from exactly_once.layout import Source
+from exactly_once.protocol.config import PipelineConfig
+from exactly_once.protocol.layout import Source
 
 ROOT = Path(__file__).resolve().parents[1]
 

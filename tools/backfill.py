@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from exactly_once.ids import Interval
-from exactly_once.transaction import TwoPhaseCommitSink
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
 from tools.localrun import failure_reason, load_dag, run_interval
 
 out = print  # a console tool: its progress lines are its output
@@ -45,7 +45,7 @@ def parse_bound(value: str, *, end: bool = False) -> datetime:
 def intervals_between(timetable: Any, start: datetime, last_start: datetime) -> list[Interval]:
     """The timetable's intervals whose start lies in [start, last_start], in order."""
     from exactly_once.errors import LayoutError
-    from exactly_once.layout import timetable_intervals
+    from exactly_once.protocol.layout import timetable_intervals
 
     count = 64
     while True:

@@ -34,9 +34,9 @@ from typing import Any
 import sys
 from pathlib import Path
 
-from exactly_once.maintenance import gc
+from exactly_once.ops.maintenance import gc
 from exactly_once.storage import storage_for
-from exactly_once.transaction import TwoPhaseCommitSink
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
 from tools.chaos_run import ChaosRun
 from tools.deployment import Deployment, descendants, processes, send_signal
 

@@ -47,8 +47,8 @@ from exactly_once.ids import Interval
 from tools.localrun import BIN, logical_date_for
 from tools.sample_data import generate
 from tools.chaos_targets import ChaosTarget, chaos_target
-from exactly_once.transaction import TwoPhaseCommitSink
-from exactly_once.txlog import State
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
+from exactly_once.records.txlog import State
 
 FILES = chaos_target("files")
 INFRA = ("scheduler", "spark_connect")  # the kinds infra=True adds (spark_connect only with spark="connect")

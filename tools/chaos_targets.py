@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from exactly_once.transaction import TwoPhaseCommitSink
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
 TARGETS = ("files", "delta", "postgres")
 

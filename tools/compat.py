@@ -75,8 +75,8 @@ except ImportError:
 
 from exactly_once import settings
 from exactly_once.airflow import exactly_once_group
-from exactly_once.config import PipelineConfig
-from exactly_once.layout import Source
+from exactly_once.protocol.config import PipelineConfig
+from exactly_once.protocol.layout import Source
 
 ORDERS = PipelineConfig(
     pipeline="orders_daily", sink="store_revenue", **settings.from_env(),
@@ -314,10 +314,10 @@ def smoke_airflow(venv: Path, work: Path) -> str:
 
 def smoke_job(venv: Path, wheel: Path, work: Path) -> str:
     """The job side without Airflow: imports, then one interval whose write is that venv's spark-submit."""
-    from exactly_once.config import PipelineConfig
+    from exactly_once.protocol.config import PipelineConfig
     from exactly_once.ids import Interval, TxnRef
-    from exactly_once.layout import Source
-    from exactly_once.pipeline import IntervalRun
+    from exactly_once.protocol.layout import Source
+    from exactly_once.protocol.pipeline import IntervalRun
 
     base = write_project(work)
     shipped = base / "exactly_once.zip"  # a wheel is a zip; Spark puts .zip --py-files on the path

@@ -28,7 +28,7 @@ SAMPLES = ("pv_pipeline", "flights_hourly")
 
 
 def _sink() -> Any:
-    from exactly_once.transaction import TwoPhaseCommitSink
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
     return TwoPhaseCommitSink.at(f"{data_root()}/warehouse/app_pv", pipeline="pv_pipeline", sink="app_pv")
 

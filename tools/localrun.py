@@ -145,7 +145,7 @@ def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
     """The data interval of ``dag_id``'s schedule that starts at ``start`` (the DAG is loaded with
     Airflow's DagBag from the project's dags/ folder). SystemExit with the nearest start otherwise."""
     from exactly_once.errors import LayoutError
-    from exactly_once.layout import timetable_intervals
+    from exactly_once.protocol.layout import timetable_intervals
 
     dag = load_dag(dag_id)
     try:

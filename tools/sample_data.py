@@ -173,7 +173,7 @@ def pv_spec(landing: str, day: str, staging: str, prev_state: str | None = None)
     """A pv_counts job spec over the current files of ``<landing>/dt=<day>/`` (benchmarks, no protocol)."""
     from exactly_once.contracts import JobSpec, SourceInputs
     from exactly_once.ids import Interval
-    from exactly_once.layout import Source, list_inputs
+    from exactly_once.protocol.layout import Source, list_inputs
 
     iv = Interval.daily(day)
     source = Source("app_logs", format="json")
