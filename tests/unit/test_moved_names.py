@@ -41,3 +41,10 @@ def test_a_pickle_made_under_an_old_name_loads_under_the_new_one():
 def test_an_unknown_old_name_is_still_an_import_error():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("exactly_once.no_such_module")
+
+
+def test_every_subpackage_export_resolves():
+    for pkg in ("protocol", "records", "ops"):
+        module = importlib.import_module(f"exactly_once.{pkg}")
+        for name in module.__all__:
+            assert getattr(module, name) is not None, f"exactly_once.{pkg}.{name}"

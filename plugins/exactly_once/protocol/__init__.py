@@ -12,7 +12,7 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {"TwoPhaseCommitSink": ".transaction", "CommitResult": ".transaction", "IntervalRun": ".pipeline",
-            "BatchRun": ".batch", "PipelineConfig": ".config", "Source": ".config", "Partitions": ".config"}
+            "BatchRun": ".batch", "PipelineConfig": ".config", "Source": ".layout", "Partitions": ".layout"}
 __all__ = sorted(_EXPORTS)
 
 
