@@ -31,10 +31,10 @@ from typing import Any
 
 from bench.backfill_metrics import (naive_rows, oracle_rows, ours_rows, outputs_equal, same_rows, spark_app_starts,
                                     timings, where_time_goes)
-from bench.common import ROOT, loadavg, say
+from bench.common import ROOT, loadavg, say, wait_for_runs
 
 from tools import spark_connect
-from tools.deployment import FINAL, Deployment, free_port, postgres_problem
+from tools.deployment import Deployment, free_port, postgres_problem
 from tools.sample_data import generate
 
 OURS = "pv_pipeline"
@@ -46,21 +46,7 @@ YEAR = 365
 
 def _backfill(deploy: Deployment, dag_id: str, days: list[str], timeout: float) -> None:
     deploy.backfill(dag_id, days[0], days[-1])
-    end, seen = time.time() + timeout, -1
-    while True:
-        runs = deploy.runs(dag_id)
-        done = sum(s in FINAL for s in runs.values())
-        if done != seen:
-            seen = done
-            say(f"  {dag_id}: {done}/{len(days)} intervals done (load {loadavg()})")
-        if len(runs) == len(days) and done == len(days):
-            break
-        if time.time() > end:
-            raise TimeoutError(f"{dag_id} backfill not done after {timeout:.0f}s: {runs}")
-        deploy.check_alive()
-        time.sleep(2)
-    if failed := sorted(d for d, s in runs.items() if s != "success"):
-        raise RuntimeError(f"{dag_id} runs failed for {failed}; task logs under {deploy.run_dir}/airflow-home/logs")
+    wait_for_runs(deploy, dag_id, lambda: deploy.runs(dag_id), len(days), timeout, poll=2)
 
 
 def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_interval: float,

@@ -37,32 +37,13 @@ from typing import Any
 
 from bench.backfill_metrics import naive_rows, oracle_rows, ours_rows, same_rows, timings, where_time_goes
 from bench.batch_metrics import backfill_runs, batch_phases, host_logs, newest_backfill, span, where_batch_time_goes
-from bench.common import ROOT, loadavg, say
+from bench.common import ROOT, loadavg, say, wait_for_runs
 
 from tools import spark_connect
-from tools.deployment import FINAL, Deployment, free_port, postgres_problem
+from tools.deployment import Deployment, free_port, postgres_problem
 from tools.sample_data import generate
 
 OURS, NAIVE, WARMUP = "pv_pipeline", "naive_pv_connect", "bench_warmup"
-
-
-def _wait(deploy: Deployment, dag_id: str, backfill_id: int, days: list[str], timeout: float) -> None:
-    """Until every run of the backfill is final (polled every second); raise if one failed."""
-    end, seen = time.time() + timeout, -1
-    while True:
-        runs = backfill_runs(deploy, backfill_id)
-        done = sum(s in FINAL for s in runs.values())
-        if done != seen and (done == len(days) or done % 25 == 0):
-            seen = done
-            say(f"  {dag_id}: {done}/{len(days)} intervals done (load {loadavg()})")
-        if len(runs) == len(days) and done == len(days):
-            break
-        if time.time() > end:
-            raise TimeoutError(f"{dag_id} backfill not done after {timeout:.0f}s: {runs}")
-        deploy.check_alive()
-        time.sleep(1)
-    if failed := sorted(d for d, s in runs.items() if s != "success"):
-        raise RuntimeError(f"{dag_id} runs failed for {failed}; task logs under {deploy.run_dir}/airflow-home/logs")
 
 
 def _warm_up(deploy: Deployment, landing_day: Path) -> float:
@@ -86,7 +67,7 @@ def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeo
     deploy.backfill(dag_id, days[0], days[-1])
     backfill_id = newest_backfill(deploy, dag_id)
     assert backfill_id is not None, f"no backfill of {dag_id} in the metadata DB"
-    _wait(deploy, dag_id, backfill_id, days, timeout)
+    wait_for_runs(deploy, dag_id, lambda: backfill_runs(deploy, backfill_id), len(days), timeout, report_every=25)
     wall = round(time.perf_counter() - t0, 1)
     tim = timings(deploy, dag_id, backfill_id)
     sp = span(deploy, backfill_id)

@@ -72,6 +72,29 @@ def machine() -> dict[str, Any]:
     }
 
 
+def wait_for_runs(deploy: Any, dag_id: str, runs_of: Callable[[], dict[str, str]], n: int, timeout: float, *,
+                  poll: float = 1.0, report_every: int = 1) -> None:
+    """Until all ``n`` runs ``runs_of()`` returns (day -> state) are final, polled every ``poll`` s; a progress
+    line whenever the count done reaches a multiple of ``report_every`` (and at the end). Raises if one failed."""
+    from tools.deployment import FINAL
+
+    end, seen = time.time() + timeout, -1
+    while True:
+        runs = runs_of()
+        done = sum(s in FINAL for s in runs.values())
+        if done != seen and (done == n or done % report_every == 0):
+            seen = done
+            say(f"  {dag_id}: {done}/{n} intervals done (load {loadavg()})")
+        if len(runs) == n and done == n:
+            break
+        if time.time() > end:
+            raise TimeoutError(f"{dag_id} backfill not done after {timeout:.0f}s: {runs}")
+        deploy.check_alive()
+        time.sleep(poll)
+    if failed := sorted(d for d, s in runs.items() if s != "success"):
+        raise RuntimeError(f"{dag_id} runs failed for {failed}; task logs under {deploy.run_dir}/airflow-home/logs")
+
+
 def fmt_num(x: float | None, digits: int = 2) -> str:
     """A measured number for a report table ("-" where nothing was measured)."""
     return "-" if x is None else f"{x:.{digits}f}"

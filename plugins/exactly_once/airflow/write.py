@@ -30,8 +30,9 @@ import logging
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -99,24 +100,33 @@ def load_compute(application: str, function: str = "compute") -> Callable[..., A
     return compute
 
 
+@contextmanager
+def _session(remote: str, tag: str, attempt: int, scope: str) -> Iterator[Any]:
+    """A new Spark Connect session of ``remote`` tagged ``tag``/``attempt``, after interrupting the queries
+    of ``tag``'s earlier attempts; a lost server surfaces as SparkConnectLostError; stopped at the end."""
+    from ..job.connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
+
+    interrupt_writes(remote, tag, range(1, attempt), scope=scope)
+    with connect_mode(), lost_as_error(remote):
+        spark = connect_session(remote, tag, attempt, scope=scope)
+        try:
+            yield spark
+        finally:
+            stop_session(spark)
+
+
 def run_connect(application: str, spec_url: str, remote: str, *, attempt: int = 1,
                 args: tuple[str, ...] = ()) -> dict[str, Any]:
     """Run the job ``application`` for the spec at ``spec_url`` as a Spark Connect client of ``remote``:
     interrupt earlier attempts' queries, then one new tagged session, stopped at the end."""
-    from ..job.connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
     from ..job import execute
 
     store, key = storage_for(spec_url)
     spec = JobSpec.from_json(store.read_bytes(key))
     compute = load_compute(application)
-    interrupt_writes(remote, spec.txn, range(1, attempt), scope=spec.session_scope)
     t0 = time.perf_counter()
-    with connect_mode(), lost_as_error(remote):
-        spark = connect_session(remote, spec.txn, attempt, scope=spec.session_scope)
-        try:
-            counts = execute(compute, spark, spec, args)
-        finally:
-            stop_session(spark)
+    with _session(remote, spec.txn, attempt, spec.session_scope) as spark:
+        counts = execute(compute, spark, spec, args)
     log.info("wrote %s over Spark Connect %s in %.1f s", spec.txn, redact(remote), time.perf_counter() - t0)
     return {"txn": spec.txn, "counts": counts.to_dict(), "spark": "connect"}
 
@@ -125,21 +135,15 @@ def run_connect_batch(application: str, batch_url: str, remote: str, *, attempt:
                       args: tuple[str, ...] = ()) -> dict[str, Any]:
     """:func:`run_connect` for a batch (``compute_batch`` over the batch spec at ``batch_url``): one
     session tagged with the batch, earlier attempts' queries of the same batch interrupted first."""
-    from ..job.connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
     from ..contracts import BatchSpec
     from ..job import execute_batch
 
     store, key = storage_for(batch_url)
     batch = BatchSpec.from_json(store.read_bytes(key))
     compute_batch = load_compute(application, "compute_batch")
-    interrupt_writes(remote, batch.batch_id, range(1, attempt), scope=batch.scratch_dir)
     t0 = time.perf_counter()
-    with connect_mode(), lost_as_error(remote):
-        spark = connect_session(remote, batch.batch_id, attempt, scope=batch.scratch_dir)
-        try:
-            counts = execute_batch(compute_batch, spark, batch, args)
-        finally:
-            stop_session(spark)
+    with _session(remote, batch.batch_id, attempt, batch.scratch_dir) as spark:
+        counts = execute_batch(compute_batch, spark, batch, args)
     log.info("wrote batch %s (%d intervals) over Spark Connect %s in %.1f s", batch.batch_id, len(counts),
              redact(remote), time.perf_counter() - t0)
     return {"batch": batch.batch_id, "intervals": len(counts), "spark": "connect"}

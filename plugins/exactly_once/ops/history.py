@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from ..errors import ExactlyOnceError
-from .inspection import EpochView, interval_view, intervals, open_table
+from .inspection import EpochView, interval_view, intervals
 from ..storage import redact
 from ..protocol.transaction import TwoPhaseCommitSink
 
