@@ -19,4 +19,14 @@ __all__ = [
     "InputsShrankError", "Interval", "Manifest", "ManifestFile", "OrderingError", "OwnershipError", "State",
     "StorageError", "TransactionAbortedError", "TransactionStateError",
     "TwoPhaseCommitSink", "TxnRef", "UnsafeIdentifierError", "ValidationFailedError",
+    *sorted(_LAZY := {"PipelineConfig": "protocol", "Source": "protocol", "Partitions": "protocol",
+                      "IntervalRun": "protocol", "BatchRun": "protocol"}),
 ]
+
+
+def __getattr__(name: str):  # PEP 562: the pipeline API loads on first use (the job side never needs it)
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -48,3 +48,13 @@ def test_every_subpackage_export_resolves():
         module = importlib.import_module(f"exactly_once.{pkg}")
         for name in module.__all__:
             assert getattr(module, name) is not None, f"exactly_once.{pkg}.{name}"
+
+
+def test_the_top_level_api_names_the_pipeline_classes_without_loading_them_first():
+    code = ("import sys, exactly_once\n"
+            "assert 'exactly_once.protocol.pipeline' not in sys.modules\n"
+            "from exactly_once import PipelineConfig, IntervalRun, BatchRun, Source\n"
+            "from exactly_once.protocol.pipeline import IntervalRun as R\n"
+            "assert IntervalRun is R and set(exactly_once.__all__) >= {'PipelineConfig', 'IntervalRun', 'BatchRun'}\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
