@@ -161,11 +161,13 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
                     idle_sleep: float | None = None) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
-    skips them); see the module docstring."""
+    skips either, not both); see the module docstring."""
     if problem := postgres_problem():
         raise SystemExit(f"the batched section needs PostgreSQL: {problem}")
-    if year < 2 or month < 0 or month == 1:  # a backfill's per-interval figures need a run after its first
-        raise SystemExit(f"--backfill-batched must be >= 2 and --backfill-month 0 or >= 2, not {year}, {month}")
+    if year < 0 or year == 1 or month < 0 or month == 1 or not (year or month):
+        # a backfill's per-interval figures need a run after its first
+        raise SystemExit(f"--backfill-batched and --backfill-month must each be 0 (skipped) or >= 2, and not both 0; "
+                         f"not {year}, {month}")
     n = max(year, month)
     today = datetime.now(timezone.utc).date()
     days = [(today - timedelta(days=n - i)).isoformat() for i in range(n)]  # the last one is yesterday
@@ -184,7 +186,8 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
         if month:
             plans += [("month", days[-month:], [("batched", OURS, True), ("naive", NAIVE, False)], 366),
                       ("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1)]
-        plans.append(("year", days[-year:], [("batched", OURS, True), ("naive", NAIVE, False)], 366))
+        if year:  # 0: the month deployments only
+            plans.append(("year", days[-year:], [("batched", OURS, True), ("naive", NAIVE, False)], 366))
         for name, span_days, plan, max_batch in plans:
             try:
                 res["deployments"][name] = _deployment(work, name, landing, server, span_days, plan, max_batch,
