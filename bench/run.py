@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-idle-sleep", type=float,
                    help="the scheduler's scheduler_idle_sleep_time in the backfill deployments (default: Airflow's 1 s)")
     p.add_argument("--backfill-batched", type=int,
-                   help="batched section: days of the long backfill, ours batched vs naive (default 365; quick 3)")
+                   help="batched section: days of the long backfill, ours batched vs naive (default 365; quick 3; 0 skips it)")
     p.add_argument("--backfill-month", type=int,
                    help="batched section: days of the short backfills, ours batched, ours per interval and naive "
                         "(default 30; quick 2; 0 skips them)")
