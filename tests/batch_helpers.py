@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import reference_pv as ref
-from fault_helpers import Outcome, Setup, _context, join_child
+from fault_helpers import Outcome, Setup, _context, join_child, report_child
 from pv_standin import DATA_SCHEMA, STATE_SCHEMA, _parquet_bytes
 
 from exactly_once.protocol.batch import BatchRun
@@ -121,16 +121,7 @@ def run_batch_task(setup: Setup, days: list[str], batch_id: str, task: str, **kw
 
 def _child(setup: Setup, days: list[str], batch_id: str, task: str, failpoints: str | None,
            kw: dict[str, Any], out: str) -> None:
-    os.environ.update(setup.env)
-    os.environ.pop("EO_FAILPOINTS", None)
-    if failpoints:
-        os.environ["EO_FAILPOINTS"] = failpoints
-    try:
-        result = {"ok": True, "result": run_batch_task(setup, days, batch_id, task, **kw)}
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        result = {"ok": False, "error": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
-    with open(out, "w") as f:
-        json.dump(result, f, default=str)
+    report_child(setup, failpoints, out, lambda: run_batch_task(setup, days, batch_id, task, **kw))
 
 
 def batch_task(setup: Setup, days: list[str], batch_id: str, task: str = "all", *, child: bool = True,

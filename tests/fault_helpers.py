@@ -29,7 +29,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -169,19 +169,25 @@ def _context() -> Any:
     return _CTX
 
 
-def _child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], failpoints: str | None,
-           kw: dict[str, Any], out: str) -> None:
+def report_child(setup: Setup, failpoints: str | None, out: str, work: Callable[[], Any]) -> None:
+    """In a child process: ``setup``'s environment and ``failpoints`` (only those), then ``work()``; its
+    result, or the exception it raised, goes to the JSON file ``out`` for the parent (:func:`join_child`)."""
     os.environ.update(setup.env)
     os.environ.pop("EO_FAILPOINTS", None)
     if failpoints:
         os.environ["EO_FAILPOINTS"] = failpoints
     try:
-        result = {"ok": True, "result": run_phase(setup, day, phase, xcom, **kw)}
+        result = {"ok": True, "result": work()}
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         result = {"ok": False, "error": type(exc).__name__, "message": str(exc),
                   "traceback": traceback.format_exc()}
     with open(out, "w") as f:
         json.dump(result, f, default=str)
+
+
+def _child(setup: Setup, day: str, phase: str, xcom: dict[str, Any], failpoints: str | None,
+           kw: dict[str, Any], out: str) -> None:
+    report_child(setup, failpoints, out, lambda: run_phase(setup, day, phase, xcom, **kw))
 
 
 def warm_children() -> None:
