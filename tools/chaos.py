@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --executor celery: the write stand-in (no s3a here) computes with the pure-Python "
                         "oracle, or runs the real Spark job on a private local mirror")
     p.add_argument("--reference", action="store_true",
-                   help="with --executor celery: also compare with the tests' pure-Python reference")
+                   help="also compare what a reader of the target sees with the tests' pure-Python reference")
     p.add_argument("--target", choices=TARGETS, default="files",
                    help="what pv is published into: files (pv_pipeline), delta (pv_pipeline, "
                         "EO_PV_TABLE_FORMAT=delta) or postgres (pv_to_db into the run's own database)")
@@ -45,14 +45,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="the backfill takes pv_pipeline's batched path (one write job for all days)")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop the components, drop the DB
+    verify = reference_verify if a.reference else None
     common = {"days": a.days, "kills": a.kills, "seed": a.seed, "deadline": a.deadline, "out": a.out,
               "events_per_day": a.events_per_day, "min_gap": a.min_gap, "infra": a.infra, "target": a.target}
     if a.executor == "celery":
         if a.target != "files":
             p.error("--executor celery checks the files target on S3 only")
-        report = FleetChaosRun(write=a.write, verify=reference_verify if a.reference else None, **common).run()
+        report = FleetChaosRun(write=a.write, verify=verify, **common).run()
     else:
-        report = ChaosRun(spark=a.spark, batch=a.batch, **common).run()
+        report = ChaosRun(spark=a.spark, batch=a.batch, verify=verify, **common).run()
     print(json.dumps({k: report[k] for k in ("seed", "target", "kills_made", "kills_by_kind", "task_retries", "violations",
                       "dag_runs_succeeded", "intervals_committed", "violation_count", "wall_seconds")}, indent=2))
     return 0 if report["violation_count"] == 0 and report["intervals_committed"] == len(report["days"]) else 1
