@@ -6,6 +6,7 @@ right one-line message. Both engines run on the same data; the Data Docs report 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -213,6 +214,34 @@ def test_a_run_reads_no_earlier_runs_results_and_the_index_shows_the_newest(tmp_
     for suite in ("app_pv", "app_pv.counts", "app_pv.checkpoint", "app_pv.completeness"):  # dotted: nested
         page = "expectations/" + suite.replace(".", "/") + ".html"
         assert f'<a href="{page}">{suite}</a>' in index and (reports / page).is_file()
+
+
+def test_a_passing_suite_stores_the_basic_result_and_a_failing_one_the_details_and_suite_pages_render_once(tmp_path):
+    # what a batch of hundreds of intervals saves per validation: a passing suite skips the failure details
+    # (SUMMARY: value counts, the failing rows' keys) and a suite page this process rendered is not rendered again
+    reports = tmp_path / "shared_reports"
+    page = reports / "expectations" / "app_pv" / "checkpoint.html"
+    assert run(tmp_path, name="day1", report_root=reports).passed
+    first = page.stat().st_mtime_ns
+    bad = run(tmp_path, _set("prev.cumulative_pv", [20, 4]), name="day2", report_root=reports)
+    assert not bad.passed and page.stat().st_mtime_ns == first
+    assert any("app_id=a (cumulative_pv=15, prev_cumulative_pv=20)" in line for line in bad.failures)
+
+    def stored(run_name: str) -> dict[str, dict]:
+        out = {}
+        for path in (reports / "_gx" / "validations").rglob("*.json"):
+            if run_name in path.parts:
+                with open(path) as f:
+                    result = json.load(f)
+                out[result["suite_name"]] = result
+        return out
+    passing, failing = stored("pv_pipeline.day1"), stored("pv_pipeline.day2")
+    assert set(passing) == set(failing) == {"app_pv", "app_pv.counts", "app_pv.checkpoint", "app_pv.completeness"}
+    assert not any("partial_unexpected_counts" in r["result"] for s in passing.values() for r in s["results"])
+    failed = [r for r in failing["app_pv.checkpoint"]["results"] if not r["success"]]
+    assert failed and all(r["result"]["partial_unexpected_index_list"] for r in failed)  # the keys of its rows
+    page.unlink()  # gone (another process' cleanup): rendered again
+    assert run(tmp_path, name="day3", report_root=reports).passed and page.is_file()
 
 
 def test_typical_output_cost(tmp_path):

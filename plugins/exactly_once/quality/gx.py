@@ -157,23 +157,18 @@ def run_suites(context: Any, runs: list[SuiteRun], *, run_name: str, parameters:
     import great_expectations as gx
     from great_expectations.data_context.types.resource_identifiers import (
         ExpectationSuiteIdentifier, ValidationResultIdentifier)
-    from great_expectations.exceptions.resource_freshness import ResourceFreshnessAggregateError
 
     run_id = gx.RunIdentifier(run_name=run_name, run_time=datetime.now(timezone.utc))
 
     results, ids = [], []
     for run in runs:
         vd = _definition(context, run)
-        result_format: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
-        if run.key_columns:
-            result_format["unexpected_index_column_names"] = run.key_columns
         kwargs = {"batch_parameters": {"dataframe": run.frame}, "expectation_parameters": parameters,
-                  "result_format": result_format, "run_id": run_id}
-        try:
-            result = vd.run(**kwargs)
-        except ResourceFreshnessAggregateError:  # another process saved the suite since: its store holds
-            vd = _definition(context, run, again=True)  # another copy now
-            result = vd.run(**kwargs)
+                  "result_format": {"result_format": "BASIC", "partial_unexpected_count": 5}, "run_id": run_id}
+        vd, result = _validate(context, run, vd, kwargs)
+        if not result.success:  # again, with the report's details (value counts, the failing rows' keys),
+            kwargs["result_format"] = _detailed(run)  # which a passing suite does not pay for; stored under
+            vd, result = _validate(context, run, vd, kwargs)  # the same id, this result replaces the first
         batch_id = next((r.expectation_config.kwargs.get("batch_id") for r in result.results),
                         None) or f"eo_{run.engine}-{vd.suite.name}"
         results.append(result)
@@ -181,6 +176,26 @@ def run_suites(context: Any, runs: list[SuiteRun], *, run_name: str, parameters:
             expectation_suite_identifier=ExpectationSuiteIdentifier(name=vd.suite.name), run_id=run_id,
             batch_identifier=batch_id))
     return results, ids
+
+
+def _validate(context: Any, run: SuiteRun, vd: Any, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """``(definition, result)`` of one validation of ``run`` (its definition made again if its suite went stale)."""
+    from great_expectations.exceptions.resource_freshness import ResourceFreshnessAggregateError
+
+    try:
+        return vd, vd.run(**kwargs)
+    except ResourceFreshnessAggregateError:  # another process saved the suite since: its store holds
+        vd = _definition(context, run, again=True)  # another copy now
+        return vd, vd.run(**kwargs)
+
+
+def _detailed(run: SuiteRun) -> dict[str, Any]:
+    """The result format of a failed suite's report: sampled values with counts, and the failing rows
+    identified by the suite's key columns."""
+    detail: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
+    if run.key_columns:
+        detail["unexpected_index_column_names"] = run.key_columns
+    return detail
 
 
 def _definition(context: Any, run: SuiteRun, *, again: bool = False) -> Any:
@@ -201,6 +216,7 @@ def _definition(context: Any, run: SuiteRun, *, again: bool = False) -> Any:
         asset = cache[run.engine].add_dataframe_asset(name)
         batch_def = asset.add_batch_definition_whole_dataframe("all")
         suite = context.suites.add_or_update(run.suite)
+        context.__dict__.setdefault("_eo_rendered", set()).discard(suite.name)  # its page: render it anew
         cache[key] = context.validation_definitions.add_or_update(
             gx.ValidationDefinition(name=f"{suite.name}.{run.engine}", data=batch_def, suite=suite))
     return cache[key]
@@ -212,8 +228,12 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     or with ``publish_to`` (a storage URL) its URL there, after publishing (module docstring)."""
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
-    suite_ids = [ExpectationSuiteIdentifier(name=i.expectation_suite_identifier.name) for i in ids]
+    rendered = context.__dict__.setdefault("_eo_rendered", set())  # suite pages this context rendered, as they are
+    names = {i.expectation_suite_identifier.name for i in ids}
+    stale = sorted(n for n in names if n not in rendered or not os.path.exists(os.path.join(root, _suite_page(n))))
+    suite_ids = [ExpectationSuiteIdentifier(name=n) for n in stale]
     context.build_data_docs(site_names=[SITE], resource_identifiers=[*ids, *suite_ids], build_index=False)
+    rendered.update(stale)
     pages = []
     for rid in ids:
         url = context.get_docs_sites_urls(resource_identifier=rid, site_name=SITE)[0]["site_url"]
@@ -266,6 +286,11 @@ def _publish(root: str, entries: list[dict[str, Any]], url: str, options: dict[s
     return [f"{url.rstrip('/')}/{e['page']}" for e in entries]
 
 
+def _suite_page(name: str) -> str:
+    """The page of suite ``name``, relative to the site's root (GX nests a dotted suite name)."""
+    return "expectations/" + name.replace(".", "/") + ".html"
+
+
 def _localize(root: str, page: str) -> None:
     """Make a page readable offline (its CSS/JS/icons come from CDNs): local logo instead of GX's remote
     one (a tracking image), and a text label next to each per-expectation status icon."""
@@ -303,8 +328,7 @@ def _index(shown: list[dict[str, Any]], total: int, exists: Any) -> str:
     older = (f"<p>{total - len(shown)} older runs are not listed here: their pages stay under "
              "<code>validations/</code> and every run is in the ledger under <code>_gx/</code>.</p>"
              if total > len(shown) else "")
-    pages = {name: "expectations/" + name.replace(".", "/") + ".html"  # GX nests a dotted suite name
-             for name in sorted({e["suite"] for e in shown})}
+    pages = {name: _suite_page(name) for name in sorted({e["suite"] for e in shown})}
     suites = "".join(f"<li><a href=\"{html.escape(page)}\">{html.escape(name)}</a></li>"
                      for name, page in pages.items() if exists(page))
     document = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Data quality reports</title></head>"
