@@ -17,7 +17,8 @@ import pytest
 
 from exactly_once.protocol.config import PipelineConfig
 from exactly_once.contracts import Counts, JobSpec
-from exactly_once.errors import InputsShrankError, NoInputError, OrderingError, OwnershipError
+from exactly_once.errors import (InputsShrankError, NoInputError, OrderingError, OwnershipError,
+                                 ValidationFailedError)
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.job import JobContext
 from exactly_once.protocol.layout import Source
@@ -44,7 +45,7 @@ def land(root: Path, folder: str, name: str, values: list[int]) -> None:
     path.write_text("v\n" + "".join(f"{v}\n" for v in values))
 
 
-def write(spec_url: str, *, partition: str | None = None) -> Counts:
+def write(spec_url: str, *, partition: str | None = None, reported: int = 1, files: int = 1) -> Counts:
     """The write phase: sum the CSV values per partition; state = running total (stateful pipelines)."""
     store, key = storage_for(spec_url)
     ctx = JobContext(None, JobSpec.from_json(store.read_bytes(key)))
@@ -55,13 +56,14 @@ def write(spec_url: str, *, partition: str | None = None) -> Counts:
     part = partition or ctx.partitions[0]
     out = Path(ctx.spec.data_dir) / part
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"n": [len(values)], "total": [prev + sum(values)]}), out / "part-0.parquet")
+    for i in range(files):
+        pq.write_table(pa.table({"n": [len(values)], "total": [prev + sum(values)]}), out / f"part-{i}.parquet")
     if ctx.spec.stateful:
         state = Path(ctx.spec.staging_dir) / "_state"
         state.mkdir(exist_ok=True)
         pq.write_table(pa.table({"total": [prev + sum(values)]}), state / "part-0.parquet")
     files, size = ctx.input_stats()
-    return ctx.finish(Counts(records_in=len(values), records_out=len(values), rows_written={part: 1},
+    return ctx.finish(Counts(records_in=len(values), records_out=len(values), rows_written={part: reported},
                              input_files=files, input_bytes=size))
 
 
@@ -264,3 +266,62 @@ def test_a_reprocess_that_finds_no_file_left_is_a_shrink_not_a_missing_input(tmp
     assert table(cfg) == {"2013-01": (0, 0)}
     with pytest.raises(NoInputError, match="allow_empty"):  # an interval never committed: a missing input
         IntervalRun(cfg, month(2), storage_options={}).begin(refresh_sources=True)
+
+
+def _footers_read(monkeypatch) -> list[str]:
+    """Record every Parquet footer the manifest reads."""
+    import exactly_once.records.manifest as manifests
+    read: list[str] = []
+    real = manifests.describe
+
+    def describe(storage, path, name, size, checksums=True, etag=None, rows=None):
+        if rows is None and name.endswith(".parquet"):
+            read.append(path)
+        return real(storage, path, name, size, checksums, etag, rows)
+    monkeypatch.setattr(manifests, "describe", describe)
+    return read
+
+
+def test_pre_commit_takes_a_one_file_partitions_rows_from_the_job_and_the_gate_holds_the_job_to_them(
+        tmp_path, monkeypatch):
+    land_four(tmp_path)
+    cfg = config(tmp_path)
+    read = _footers_read(monkeypatch)
+    run = IntervalRun(cfg, month(1), storage_options={})
+    txn = TxnRef.from_dict((began := run.begin())["txn"])
+    write(began["spec"])
+    assert run.pre_commit(txn)["rows"] == 1 and read == []  # no footer read: one GET less per file on S3
+    run.validate(txn)
+    run.commit(txn)
+    assert table(cfg) == {"2013-01": (4, 15)}
+    # a job that misreports: the manifest records its count, the gate finds the staged rows differ, and
+    # nothing of the attempt is ever published (not by a retry of the commit, not by recover)
+    run2 = IntervalRun(cfg, month(1), storage_options={})
+    txn2 = TxnRef.from_dict((began2 := run2.begin(refresh_sources=True))["txn"])
+    write(began2["spec"], reported=2)
+    assert run2.pre_commit(txn2)["rows"] == 2
+    with pytest.raises(ValidationFailedError, match=r"rows_written_gap.*job reported 2, staged 1"):
+        run2.validate(txn2)
+    with pytest.raises(Exception):
+        run2.commit(txn2)
+    run2.sink.recover(month(1))
+    assert run2.sink.status_of(txn2).state is not State.COMMITTED and table(cfg) == {"2013-01": (4, 15)}
+    assert run2.abort(txn2) == "ABORTED"
+    # several files in a partition: each file's count comes from its footer
+    run3 = IntervalRun(cfg, month(1), storage_options={})
+    txn3 = TxnRef.from_dict((began3 := run3.begin(refresh_sources=True))["txn"])
+    write(began3["spec"], files=2, reported=2)
+    assert run3.pre_commit(txn3)["rows"] == 2 and len(read) == 2
+
+
+def test_an_ungated_sink_reads_every_footer_whatever_the_writer_says(tmp_path, monkeypatch):
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
+    read = _footers_read(monkeypatch)
+    sink = TwoPhaseCommitSink.at(str(tmp_path / "table"), pipeline="p", sink="t")
+    assert not sink.require_validation
+    iv = month(1)
+    txn = sink.begin(iv)
+    out = Path(sink.data_dir(txn)) / "month=2013-01"
+    out.mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2, 3]}), out / "part-0.parquet")
+    assert sink.pre_commit(txn, rows={"month=2013-01": 7}).rows == 3 and len(read) == 1

@@ -65,8 +65,8 @@ def run(tmp_path: Path, mutate: Callable[[dict], None] | None = None, *, name: s
     if mutate:
         mutate(spec)
     args = stage(tmp_path / name, spec)
-    return validate_staged(suite_path=SUITE, table="app_pv", report_root=str(report_root or tmp_path / "reports"),
-                           run_name=f"pv_pipeline.{name}", **{**args, **kwargs})
+    return validate_staged(**{"suite_path": SUITE, "table": "app_pv", "run_name": f"pv_pipeline.{name}",
+                              "report_root": str(report_root or tmp_path / "reports"), **args, **kwargs})
 
 
 def _set(path: str, value: Any) -> Callable[[dict], None]:
@@ -216,7 +216,8 @@ def test_a_run_reads_no_earlier_runs_results_and_the_index_shows_the_newest(tmp_
         assert f'<a href="{page}">{suite}</a>' in index and (reports / page).is_file()
 
 
-def test_a_passing_suite_stores_the_basic_result_and_a_failing_one_the_details_and_suite_pages_render_once(tmp_path):
+def test_a_passing_suite_stores_the_basic_result_and_a_failing_one_the_details_and_suite_pages_render_once(
+        tmp_path, monkeypatch):
     # what a batch of hundreds of intervals saves per validation: a passing suite skips the failure details
     # (SUMMARY: value counts, the failing rows' keys) and a suite page this process rendered is not rendered again
     reports = tmp_path / "shared_reports"
@@ -240,8 +241,18 @@ def test_a_passing_suite_stores_the_basic_result_and_a_failing_one_the_details_a
     assert not any("partial_unexpected_counts" in r["result"] for s in passing.values() for r in s["results"])
     failed = [r for r in failing["app_pv.checkpoint"]["results"] if not r["success"]]
     assert failed and all(r["result"]["partial_unexpected_index_list"] for r in failed)  # the keys of its rows
-    page.unlink()  # gone (another process' cleanup): rendered again
-    assert run(tmp_path, name="day3", report_root=reports).passed and page.is_file()
+    monkeypatch.setattr("exactly_once.quality.gx._CONTEXTS", {})  # as in the next task's process
+    assert run(tmp_path, name="day3", report_root=reports).passed and page.stat().st_mtime_ns == first
+    page.unlink()  # gone (a cleanup): rendered again
+    assert run(tmp_path, name="day4", report_root=reports).passed and page.is_file()
+    changed = tmp_path / "suite.json"  # the suite file changed: its pages are rendered anew
+    suite = json.loads(Path(SUITE).read_text())
+    suite["expectations"] = suite["expectations"][:-1]
+    changed.write_text(json.dumps(suite))
+    table_page = reports / "expectations" / "app_pv.html"
+    before, table_before = page.stat().st_mtime_ns, table_page.stat().st_mtime_ns
+    assert run(tmp_path, name="day5", report_root=reports, suite_path=str(changed)).passed
+    assert page.stat().st_mtime_ns == before and table_page.stat().st_mtime_ns > table_before
 
 
 def test_typical_output_cost(tmp_path):

@@ -242,14 +242,17 @@ class IntervalRun:
             "with Downstream (or the whole run) to run it; nothing of this attempt is published")
 
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
-        """Seal the staged output (manifest in the log, with the write job's counts).
+        """Seal the staged output (manifest in the log, with the write job's counts; a partition of one
+        data file takes its row count from the job's ``rows_written``, not from a Parquet footer).
 
         Refuses (OwnershipError, before any partition is claimed) staged data outside the partitions
         this interval owns.
         """
         counts = self.counts(txn)  # refuses a transaction of another interval
         self._check_staged_partitions(txn)
-        manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)})
+        written = counts.get("rows_written")  # the gate checks them against the staged rows before any commit
+        manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)},
+                                        rows=written if isinstance(written, dict) else None)
         log.info("pre_commit %s: %s files, %s rows sealed", txn.name, manifest.files, manifest.rows)
         return {"files": manifest.files, "rows": manifest.rows, "counts": counts}
 

@@ -15,8 +15,7 @@ exclusive-create record in the :mod:`transaction log <exactly_once.records.txlog
                  exclusive create of the ``outcome`` record. The *publish* that follows is done by the
                  sink's :mod:`target <exactly_once.targets>`, idempotently, and is rolled forward by
                  whoever comes next (a retry, ``abort``, ``recover``) - Flink's ``recoverAndCommit``.
-* ``abort``      decide ABORTED and delete the staging dir; a no-op on a committed transaction (it
-                 finishes its publish instead); idempotent; never follows symlinks.
+* ``abort``      decide ABORTED, delete the staging dir; on a committed one: finish its publish. Idempotent.
 
 Fencing: an epoch older than the newest begun epoch of its interval is refused before it decides, and only one
 outcome record can exist per epoch, so of any number of concurrent attempts exactly one publishes. A stateful
@@ -24,16 +23,15 @@ transaction names the predecessor version it read (``reads``); before deciding, 
 ``intent`` record, then checks its predecessor (a newer committed or committing version there aborts it:
 InputChangedError) and fences the successors that read an older version of it. Two deciders always see each
 other's intent, so no interval ever commits on replaced state. A batch may chain a predecessor not committed
-yet (``begin(reads_pending=True)``): it commits only after that one, and aborts if that one aborts. The
-internals (log, staging, versions) live in ``home``, outside the table directory that readers list. Garbage
-collection lives in :mod:`exactly_once.ops.maintenance`.
+yet (``begin(reads_pending=True)``): it commits only after that one, and aborts if that one aborts. Internals
+(log, staging, versions) live in ``home``, outside the table dir readers list; gc is in :mod:`exactly_once.ops`.
 """
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import liveness, ordering
 from ..records import manifest as manifests
@@ -154,7 +152,8 @@ class TwoPhaseCommitSink:
         failpoint("begin.after")
         return txn
 
-    def pre_commit(self, txn: TxnRef, *, extra: dict[str, Any] | None = None, gated: bool = False) -> Manifest:
+    def pre_commit(self, txn: TxnRef, *, extra: dict[str, Any] | None = None, gated: bool = False,
+                   rows: Mapping[str, int] | None = None) -> Manifest:
         """Seal the staged output: list every file in a manifest and record PRE_COMMITTED.
 
         Contract: after it returns, the staged files are final (the writer must have closed them) and
@@ -163,6 +162,7 @@ class TwoPhaseCommitSink:
         owns is refused (OwnershipError), as are nested partitions, partitions of another shape than the
         table's, symlinks and unsafe names (the transaction stays OPEN; its teardown aborts it).
         ``gated``: a validator will run; nothing (recovery included) commits it without a passing verdict.
+        ``rows``: the writer's rows per partition; gated (the gate checks them), a partition's only file's count.
         Idempotent: a second call returns the recorded manifest. Refused for an unknown, aborted or fenced
         transaction.
         """
@@ -176,8 +176,8 @@ class TwoPhaseCommitSink:
                                         "was compacted); nothing to pre-commit")
         self._refuse_if_fenced(txn)
         try:
-            manifest = manifests.build(self.storage, txn, self.staging_dir(txn), ("data",),
-                                       checksums=self.checksums)
+            manifest = manifests.build(self.storage, txn, self.staging_dir(txn), ("data",), checksums=self.checksums,
+                                       partition_rows=rows if gated or self.require_validation else None)
         except OSError as exc:  # FileNotFoundError & co: the staging vanished - an abort raced us?
             if self.status_of(txn).state is State.ABORTED:
                 raise TransactionAbortedError(f"{txn.name} was aborted while pre-committing") from exc

@@ -7,6 +7,7 @@ Layout under ``report_root`` (a local directory; Data Docs are static HTML)::
     expectations/<suite>.html        the suites
     static/                          GX's CSS, fonts, images
     _gx/expectations/ _gx/validations/   GX's stores (JSON); _gx/runs.jsonl our ledger; _gx/.lock
+    _gx/rendered/<suite>.sha256      the suite content its page shows (a run renders a suite page only anew)
 
 The context is ephemeral (no ``great_expectations.yml``) but its expectation and validation-result
 stores and its Data Docs site are on disk, so every run is kept and the index lists the runs across
@@ -26,6 +27,7 @@ index is ours, written from the ledger, and shows the newest :data:`INDEX_ROWS` 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import html
 import json
 import os
@@ -216,7 +218,7 @@ def _definition(context: Any, run: SuiteRun, *, again: bool = False) -> Any:
         asset = cache[run.engine].add_dataframe_asset(name)
         batch_def = asset.add_batch_definition_whole_dataframe("all")
         suite = context.suites.add_or_update(run.suite)
-        context.__dict__.setdefault("_eo_rendered", set()).discard(suite.name)  # its page: render it anew
+        context.__dict__.setdefault("_eo_digests", {})[suite.name] = hashlib.sha256(key[1].encode()).hexdigest()
         cache[key] = context.validation_definitions.add_or_update(
             gx.ValidationDefinition(name=f"{suite.name}.{run.engine}", data=batch_def, suite=suite))
     return cache[key]
@@ -228,12 +230,13 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     or with ``publish_to`` (a storage URL) its URL there, after publishing (module docstring)."""
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
-    rendered = context.__dict__.setdefault("_eo_rendered", set())  # suite pages this context rendered, as they are
-    names = {i.expectation_suite_identifier.name for i in ids}
-    stale = sorted(n for n in names if n not in rendered or not os.path.exists(os.path.join(root, _suite_page(n))))
+    digests = context.__dict__.get("_eo_digests", {})  # each suite's content, as validated
+    stale = sorted(n for n in {i.expectation_suite_identifier.name for i in ids} if _rendered(root, n) != digests.get(n))
     suite_ids = [ExpectationSuiteIdentifier(name=n) for n in stale]
     context.build_data_docs(site_names=[SITE], resource_identifiers=[*ids, *suite_ids], build_index=False)
-    rendered.update(stale)
+    for name in stale:  # the suite's page is rendered from this content: later runs of it skip the page
+        if name in digests:
+            _write_text(os.path.join(root, "_gx", "rendered", f"{name}.sha256"), digests[name])
     pages = []
     for rid in ids:
         url = context.get_docs_sites_urls(resource_identifier=rid, site_name=SITE)[0]["site_url"]
@@ -286,6 +289,17 @@ def _publish(root: str, entries: list[dict[str, Any]], url: str, options: dict[s
     return [f"{url.rstrip('/')}/{e['page']}" for e in entries]
 
 
+def _rendered(root: str, name: str) -> str | None:
+    """The content digest of suite ``name`` as its page under ``root`` shows it (None: no page)."""
+    if not os.path.exists(os.path.join(root, _suite_page(name))):
+        return None
+    try:
+        with open(os.path.join(root, "_gx", "rendered", f"{name}.sha256")) as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 def _suite_page(name: str) -> str:
     """The page of suite ``name``, relative to the site's root (GX nests a dotted suite name)."""
     return "expectations/" + name.replace(".", "/") + ".html"
@@ -308,6 +322,7 @@ def _localize(root: str, page: str) -> None:
 
 def _write_text(path: str, text: str) -> None:
     """Replace ``path`` atomically: the Airflow plugin may be serving it right now."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
         f.write(text)
