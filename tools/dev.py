@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import os
 import sys
+import threading
 import time
 from datetime import date, timedelta
 from typing import Any, Iterator
@@ -97,7 +98,7 @@ def demo_spark(mode: str) -> Iterator[tuple[str | None, str]]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from tools.localrun import failure_reason, run_interval
+    from tools.localrun import airflow_env, ensure_db, failure_reason, run_interval
     from tools.sample_data import generate
 
     root = data_root()
@@ -107,25 +108,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     info = generate(f"{root}/landing", days)
     print(f"  generated sample app logs: {len(info['files'])} files, {sum(info['lines'].values())} lines, incl. "
           f"{sum(info['duplicates'].values())} duplicates and {sum(info['malformed'].values())} malformed lines")
-    print("  the first day = one Airflow DAG run (airflow dags test): begin -> spark write -> pre_commit -> "
-          "validate -> commit, abort as teardown;\n  the other days = ONE batched run (a backfill's fast path: "
-          "one Spark job, each day still its own transaction)")
+    print("  the days = ONE Airflow DAG run (airflow dags test) of a batch - a backfill's fast path: one Spark job "
+          "for all days,\n  and each day still its own transaction: begin -> write -> pre_commit -> validate (GX) "
+          "-> commit, abort as teardown")
     failed = 0
+    migrate = threading.Thread(target=ensure_db, args=(airflow_env(),), daemon=True)
+    migrate.start()  # the metadata DB is created while the Spark Connect server starts
     with demo_spark(args.spark) as (remote, how):
+        migrate.join()
         print(f"  Spark: {'Spark Connect server ' + redact(remote) if remote else 'spark-submit'} ({how})")
         env = {"EO_SPARK_REMOTE": remote} if remote else None
         spark = f"Spark Connect {redact(remote)}" if remote else "spark-submit"
-        res = run_interval("pv_pipeline", days[0], extra_env=env)
-        print(f"  [1/{len(days)}] {days[0]} ... {'ok' if res.ok else 'FAILED'} in {res.seconds:.1f} s ({spark})")
-        todo = days[1:] if res.ok else []
-        if not res.ok:
-            failed += 1
-            print(f"      reason: {failure_reason(res.log_path)}\n      full log: {res.log_path}")
+        todo = list(days)
         if len(todo) > 1:
             res = run_interval("pv_pipeline", todo[0], extra_env=env,
                                conf={"eo_batch": {"end": f"{todo[-1]}T00:00:00+00:00"}})
-            print(f"  [2-{len(days)}/{len(days)}] {todo[0]} .. {todo[-1]} as one batch ... "
+            print(f"  [1-{len(days)}/{len(days)}] {todo[0]} .. {todo[-1]} as one batch ... "
                   f"{'ok' if res.ok else 'FAILED'} in {res.seconds:.1f} s ({spark}, one job for {len(todo)} days)")
+            if not res.ok:
+                print(f"      reason: {failure_reason(res.log_path)}\n      full log: {res.log_path}")
             todo = [d for d in todo if not committed_day(d)]  # what the batch did not commit runs on its own
         for day in todo:
             i = days.index(day) + 1
