@@ -325,3 +325,25 @@ def test_an_ungated_sink_reads_every_footer_whatever_the_writer_says(tmp_path, m
     out.mkdir(parents=True)
     pq.write_table(pa.table({"n": [1, 2, 3]}), out / "part-0.parquet")
     assert sink.pre_commit(txn, rows={"month=2013-01": 7}).rows == 3 and len(read) == 1
+
+
+def test_counts_trusted_at_pre_commit_make_the_attempt_gated_for_any_recoverer(tmp_path):
+    # review: the job's rows_written were trusted because the pipeline's sink requires a verdict, but the log
+    # did not say so - a maintenance process recovering through a default (ungated) handle committed the
+    # unvalidated attempt, and the Delta add action carried the job's wrong count as numRecords
+    land_four(tmp_path)
+    cfg = config(tmp_path, table_format="delta")
+    run = IntervalRun(cfg, month(1), storage_options={})
+    txn = TxnRef.from_dict((began := run.begin())["txn"])
+    write(began["spec"], reported=999)  # 1 row staged
+    run.pre_commit(txn)  # ... and the worker dies before validate
+    assert run.sink.status_of(txn).records["pre_committed"].get("gated") is True
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
+    other = TwoPhaseCommitSink.open(cfg.table_url)
+    assert not other.require_validation
+    other.recover(month(1))
+    st = run.sink.status_of(txn)
+    assert st.state is State.PRE_COMMITTED and st.validation is None  # waits for its gate
+    with pytest.raises(ValidationFailedError, match="job reported 999, staged 1"):
+        run.validate(txn)
+    assert run.abort(txn) == "ABORTED" and not list((tmp_path / "warehouse").rglob("*.parquet"))

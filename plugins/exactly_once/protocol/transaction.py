@@ -162,10 +162,8 @@ class TwoPhaseCommitSink:
         owns is refused (OwnershipError), as are nested partitions, partitions of another shape than the
         table's, symlinks and unsafe names (the transaction stays OPEN; its teardown aborts it).
         ``gated``: a validator will run; nothing (recovery included) commits it without a passing verdict.
-        ``rows``: the writer's rows per partition; gated (the gate checks them), a partition's only file's count.
-        Idempotent: a second call returns the recorded manifest. Refused for an unknown, aborted or fenced
-        transaction.
-        """
+        ``rows``: the writer's rows per partition; on a gated sink a partition's only file's count (then gated).
+        Idempotent (a second call returns the recorded manifest); refused for an unknown, aborted or fenced one."""
         st = self.status_of(txn)
         if st.state is State.ABORTED:
             raise TransactionAbortedError(f"{txn.name} was aborted")
@@ -175,9 +173,11 @@ class TwoPhaseCommitSink:
             raise TransactionStateError(f"{txn.name} was committed and superseded long ago (its manifest "
                                         "was compacted); nothing to pre-commit")
         self._refuse_if_fenced(txn)
+        trusted = rows if gated or self.require_validation else None
+        gated = gated or trusted is not None  # the counts are trusted: the log says gated, for any recoverer
         try:
             manifest = manifests.build(self.storage, txn, self.staging_dir(txn), ("data",), checksums=self.checksums,
-                                       partition_rows=rows if gated or self.require_validation else None)
+                                       partition_rows=trusted)
         except OSError as exc:  # FileNotFoundError & co: the staging vanished - an abort raced us?
             if self.status_of(txn).state is State.ABORTED:
                 raise TransactionAbortedError(f"{txn.name} was aborted while pre-committing") from exc

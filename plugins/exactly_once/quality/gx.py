@@ -7,7 +7,7 @@ Layout under ``report_root`` (a local directory; Data Docs are static HTML)::
     expectations/<suite>.html        the suites
     static/                          GX's CSS, fonts, images
     _gx/expectations/ _gx/validations/   GX's stores (JSON); _gx/runs.jsonl our ledger; _gx/.lock
-    _gx/rendered/<suite>.sha256      the suite content its page shows (a run renders a suite page only anew)
+    _gx/rendered/<hash of the name>  the suite content its page shows (a run renders a suite page only anew)
 
 The context is ephemeral (no ``great_expectations.yml``) but its expectation and validation-result
 stores and its Data Docs site are on disk, so every run is kept and the index lists the runs across
@@ -236,7 +236,7 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     context.build_data_docs(site_names=[SITE], resource_identifiers=[*ids, *suite_ids], build_index=False)
     for name in stale:  # the suite's page is rendered from this content: later runs of it skip the page
         if name in digests:
-            _write_text(os.path.join(root, "_gx", "rendered", f"{name}.sha256"), digests[name])
+            _write_text(_marker(root, name), digests[name])
     pages = []
     for rid in ids:
         url = context.get_docs_sites_urls(resource_identifier=rid, site_name=SITE)[0]["site_url"]
@@ -294,10 +294,15 @@ def _rendered(root: str, name: str) -> str | None:
     if not os.path.exists(os.path.join(root, _suite_page(name))):
         return None
     try:
-        with open(os.path.join(root, "_gx", "rendered", f"{name}.sha256")) as f:
+        with open(_marker(root, name)) as f:
             return f.read()
     except FileNotFoundError:
         return None
+
+
+def _marker(root: str, name: str) -> str:
+    """Where the digest of suite ``name``'s rendered content is kept (named by a hash: any suite name is safe)."""
+    return os.path.join(root, "_gx", "rendered", hashlib.sha256(name.encode()).hexdigest()[:32])
 
 
 def _suite_page(name: str) -> str:
