@@ -18,7 +18,7 @@ import pytest
 from exactly_once.protocol.config import PipelineConfig
 from exactly_once.contracts import Counts, JobSpec
 from exactly_once.errors import (InputsShrankError, NoInputError, OrderingError, OwnershipError,
-                                 ValidationFailedError)
+                                 TransactionStateError, ValidationFailedError)
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.job import JobContext
 from exactly_once.protocol.layout import Source
@@ -302,7 +302,7 @@ def test_pre_commit_takes_a_one_file_partitions_rows_from_the_job_and_the_gate_h
     assert run2.pre_commit(txn2)["rows"] == 2
     with pytest.raises(ValidationFailedError, match=r"rows_written_gap.*job reported 2, staged 1"):
         run2.validate(txn2)
-    with pytest.raises(Exception):
+    with pytest.raises(TransactionStateError, match="commit refused, validation failed"):
         run2.commit(txn2)
     run2.sink.recover(month(1))
     assert run2.sink.status_of(txn2).state is not State.COMMITTED and table(cfg) == {"2013-01": (4, 15)}
