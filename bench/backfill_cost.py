@@ -17,7 +17,9 @@ scheduler with the LocalExecutor, dag-processor, a fresh data root each), in thi
 Every range ends yesterday (unpausing a ``catchup=False`` DAG then schedules nothing the backfill lacks);
 ``pv_pipeline`` starts at the range's first day (``EO_PV_START``). Before anything is timed each deployment
 runs ``bench/dags/warmup_connect.py`` once (the forkserver's first fork, a worker's first parse, the Connect
-server's first queries). Each backfill is one ``airflow backfill create --max-active-runs 1``, timed end to
+server's first queries). Each backfill is one ``airflow backfill create --max-active-runs N`` (N = 10 by default,
+as Airflow's CLI and backfill dialog; 1 for the per-interval variant, which stands for scheduled runs, one
+at a time), timed end to
 end: from the bench calling it until the bench sees every run final (polled every second:
 ``wall_seconds``), and in the metadata DB from the backfill's ``created_at`` to its last run's end
 (``span``). Per-interval medians: :func:`bench.backfill_metrics.timings` (a backfill's first run excluded).
@@ -59,12 +61,12 @@ def _warm_up(deploy: Deployment, landing_day: Path) -> float:
 
 
 def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeout: float,
-             batched: bool) -> dict[str, Any]:
+             batched: bool, max_active_runs: int) -> dict[str, Any]:
     """One backfill of ``days``, timed end to end (module docstring)."""
     say(f"{label}: backfill of {dag_id}, {len(days)} intervals {days[0]} .. {days[-1]}")
     load0 = loadavg()
     t0 = time.perf_counter()
-    deploy.backfill(dag_id, days[0], days[-1])
+    deploy.backfill(dag_id, days[0], days[-1], max_active_runs=max_active_runs)
     backfill_id = newest_backfill(deploy, dag_id)
     assert backfill_id is not None, f"no backfill of {dag_id} in the metadata DB"
     wait_for_runs(deploy, dag_id, lambda: backfill_runs(deploy, backfill_id), len(days), timeout, report_every=25)
@@ -72,6 +74,7 @@ def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeo
     tim = timings(deploy, dag_id, backfill_id)
     sp = span(deploy, backfill_id)
     res: dict[str, Any] = {"dag": dag_id, "batched": batched, "intervals": len(days), "days": [days[0], days[-1]],
+                           "max_active_runs": max_active_runs,
                            "wall_seconds": wall, "span": sp, "timings": tim, "loadavg": [load0, loadavg()]}
     if batched:
         hosts = [batch_phases(p) for p in host_logs(deploy.run_dir / "airflow-home", dag_id)]
@@ -86,7 +89,7 @@ def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeo
 
 def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
                 plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
-                idle_sleep: float | None) -> dict[str, Any]:
+                idle_sleep: float | None, max_active_runs: int) -> dict[str, Any]:
     """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``."""
     run_dir = work / f"cost-{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -112,7 +115,7 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
         res["warmup_seconds"] = _warm_up(deploy, landing / "app_logs" / f"dt={days[0]}")
         for label, dag_id, batched in plan:
             res["variants"][label] = _variant(deploy, f"{name}: {label}", dag_id, days,
-                                              timeout_per_interval * len(days) + 600, batched)
+                                              timeout_per_interval * len(days) + 600, batched, max_active_runs)
     oracle = oracle_rows(landing, days)
     checks: dict[str, Any] = {}
     ours = ours_rows(run_dir / "data") if any(d == OURS for _, d, _ in plan) else None
@@ -159,7 +162,7 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
 
 
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
-                    idle_sleep: float | None = None) -> dict[str, Any]:
+                    idle_sleep: float | None = None, max_active_runs: int = 10) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
     skips either, not both); see the module docstring."""
     if problem := postgres_problem():
@@ -175,7 +178,10 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
     shutil.rmtree(landing, ignore_errors=True)
     say(f"batched: generating {n} days x {events:,} events")
     generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
-    res: dict[str, Any] = {"events_per_interval": events, "deployments": {}, "loadavg": [loadavg()]}
+    if max_active_runs < 1:
+        raise SystemExit(f"--backfill-max-active-runs must be >= 1, not {max_active_runs}")
+    res: dict[str, Any] = {"events_per_interval": events, "max_active_runs": max_active_runs, "deployments": {},
+                           "loadavg": [loadavg()]}
     with ExitStack() as stack:
         server = spark_connect.Server(free_port(), work / "cost-spark-connect")
         t0 = time.perf_counter()
@@ -184,14 +190,14 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
         res["server"] = {"url": url, "master": server.master, "start_seconds": round(time.perf_counter() - t0, 1)}
         plans = []
         if month:
-            plans += [("month", days[-month:], [("batched", OURS, True), ("naive", NAIVE, False)], 366),
-                      ("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1)]
+            plans += [("month", days[-month:], [("batched", OURS, True), ("naive", NAIVE, False)], 366, max_active_runs),
+                      ("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1, 1)]
         if year:  # 0: the month deployments only
-            plans.append(("year", days[-year:], [("batched", OURS, True), ("naive", NAIVE, False)], 366))
-        for name, span_days, plan, max_batch in plans:
+            plans.append(("year", days[-year:], [("batched", OURS, True), ("naive", NAIVE, False)], 366, max_active_runs))
+        for name, span_days, plan, max_batch, runs_at_once in plans:
             try:
                 res["deployments"][name] = _deployment(work, name, landing, server, span_days, plan, max_batch,
-                                                       timeout_per_interval, idle_sleep)
+                                                       timeout_per_interval, idle_sleep, runs_at_once)
             except Exception as exc:  # noqa: BLE001 - the other deployments' figures still count
                 say(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
                 res["deployments"][name] = {"intervals": len(span_days), "error": f"{type(exc).__name__}: {exc}",

@@ -228,11 +228,20 @@ def compute(ctx: JobContext) -> Counts:
 IV = BatchContext.INTERVAL
 
 
-def _events(parsed: DataFrame) -> DataFrame:
-    """Per interval and event: the kept copy (the rule of :func:`per_app`) and how many valid lines it had."""
-    first = F.min(F.struct("ts_us", "raw", "app_id", "user_id", "event")).alias("e")
-    return (parsed.filter(F.col("reason").isNull()).groupBy(IV, "event_id").agg(first, F.count(F.lit(1)).alias("n"))
-            .select(IV, "n", "e.app_id", "e.user_id", "e.event"))
+def _one_pass(parsed: DataFrame) -> DataFrame:
+    """Per interval, in ONE aggregation of the parsed lines (the wide rows are never stored): every distinct
+    valid event once - the copy the rule of :func:`per_app` keeps, ``n`` = its valid lines - and every
+    malformed line alone (``n`` = 1; ``file`` and ``raw``, cut to ``RAW_CHARS``, for the quarantine).
+    Columns ``eo_interval, reason, n, app_id, user_id, event, file, raw``."""
+    valid = F.col("reason").isNull()
+    keyed = parsed.select(
+        IV, "reason", F.when(valid, F.col("event_id")).alias("_k"),
+        F.when(~valid, F.monotonically_increasing_id()).alias("_line"),  # a malformed line is its own group
+        F.struct("ts_us", F.when(valid, F.col("raw")).otherwise(F.substring("raw", 1, RAW_CHARS)).alias("raw"),
+                 "app_id", "user_id", "event", "file").alias("_e"))
+    return (keyed.groupBy(IV, "reason", "_k", "_line").agg(F.min("_e").alias("e"), F.count(F.lit(1)).alias("n"))
+            .select(IV, "reason", "n", "e.app_id", "e.user_id", "e.event",
+                    F.when(~valid, F.col("e.file")).alias("file"), F.when(~valid, F.col("e.raw")).alias("raw")))
 
 
 def _chained_state(batch: BatchContext, apps: DataFrame) -> DataFrame:
@@ -270,31 +279,29 @@ def compute_batch(batch: BatchContext) -> list[Counts]:
     raw = spark.read.option("lineSep", "\n").text(batch.inputs()) if batch.inputs() else \
         spark.createDataFrame([], "value string")
     lines = batch.tag(raw).select(IV, F.col(BatchContext.FILE).alias("file"), F.make_valid_utf8("value").alias("raw"))
-    parsed = classify(lines, keep=[IV]).persist()
+    lines_once = _one_pass(classify(lines, keep=[IV])).persist()
     apps = state = None
     try:
         by_reason: dict[int, dict[Any, int]] = {}
-        for r in parsed.groupBy(IV, "reason").count().collect():
-            by_reason.setdefault(r[IV], {})[r["reason"]] = r["count"]
-        events = _events(parsed)
+        for r in lines_once.groupBy(IV, "reason").agg(F.sum("n").alias("n")).collect():
+            by_reason.setdefault(r[IV], {})[r["reason"]] = r["n"]
         is_pv = F.col("event") == PAGE_VIEW
-        apps = events.groupBy(IV, "app_id").agg(
+        apps = lines_once.filter(F.col("reason").isNull()).groupBy(IV, "app_id").agg(
             F.count(F.lit(1)).alias("events"), F.count_if(is_pv).alias("pv"),
             F.count_distinct(F.when(is_pv, F.col("user_id"))).alias("uv")).persist()
         state = _chained_state(batch, apps).persist()
-        valid = {r[IV]: r["n"] for r in events.groupBy(IV).agg(F.sum("n").alias("n")).collect()}
         tot = {r[IV]: r for r in apps.groupBy(IV).agg(
             F.sum("events").alias("events"), F.sum("pv").alias("pv"), F.count_if(F.col("pv") > 0).alias("rows"))
             .collect()}
         state_rows = {r[IV]: r["count"] for r in state.groupBy(IV).count().collect()}
         out = apps.filter(F.col("pv") > 0).join(state, [IV, "app_id"]).select(IV, "app_id", "pv", "uv", "cumulative_pv")
         batch.write(out, "data", sort_by=["app_id"])
-        batch.write(parsed.filter(F.col("reason").isNotNull())
-                    .select(IV, "file", F.substring("raw", 1, RAW_CHARS).alias("raw"), "reason"), "quarantine", fmt="json")
+        batch.write(lines_once.filter(F.col("reason").isNotNull()).select(IV, "file", "raw", "reason"),
+                    "quarantine", fmt="json")
         failpoint("write.partial")
         batch.write(state, "state", sort_by=["app_id"])
     finally:
-        for frame in (state, apps, parsed):
+        for frame in (state, apps, lines_once):
             if frame is not None:
                 frame.unpersist()
 
@@ -302,7 +309,7 @@ def compute_batch(batch: BatchContext) -> list[Counts]:
     for i, job in enumerate(batch.jobs):
         malformed = dict(sorted((k, v) for k, v in by_reason.get(i, {}).items() if k is not None))
         t = tot.get(i)
-        distinct, ok = int(t["events"]) if t else 0, int(valid.get(i, 0))
+        distinct, ok = int(t["events"]) if t else 0, int(by_reason.get(i, {}).get(None, 0))
         files, size = job.input_stats()
         counts.append(Counts(records_in=ok + sum(malformed.values()), records_out=distinct,
                              records_rejected=sum(malformed.values()), records_deduplicated=ok - distinct,

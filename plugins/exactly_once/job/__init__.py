@@ -228,6 +228,11 @@ class BatchContext:
         self._store, self._scratch = storage_for(batch.scratch_dir, **self._options)
         if spark is not None:
             spark.catalog.clearCache()  # as JobContext does, once for the whole batch
+            # the frozen inputs are files, not directories: stat them on the driver. Past this many
+            # paths (default 32) Spark would start a job with one task per path just to list them:
+            # seconds for a year of files, for nothing
+            files = len({i.path for job in self.jobs for src in job.spec.sources for i in src.inputs})
+            spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", str(max(32, files + 1)))
 
     def __len__(self) -> int:
         return len(self.jobs)
