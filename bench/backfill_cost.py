@@ -17,9 +17,9 @@ scheduler with the LocalExecutor, dag-processor, a fresh data root each), in thi
 Every range ends yesterday (unpausing a ``catchup=False`` DAG then schedules nothing the backfill lacks);
 ``pv_pipeline`` starts at the range's first day (``EO_PV_START``). Before anything is timed each deployment
 runs ``bench/dags/warmup_connect.py`` once (the forkserver's first fork, a worker's first parse, the Connect
-server's first queries). Each backfill is one ``airflow backfill create --max-active-runs N`` (N = 10 by default,
-as Airflow's CLI and backfill dialog; 1 for the per-interval variant, which stands for scheduled runs, one
-at a time), timed end to
+server's first queries). Each backfill is one ``airflow backfill create --max-active-runs N`` (N = 1 unless
+``--backfill-max-active-runs`` says otherwise; always 1 for the per-interval variant, which stands for
+scheduled runs, one at a time), timed end to
 end: from the bench calling it until the bench sees every run final (polled every second:
 ``wall_seconds``), and in the metadata DB from the backfill's ``created_at`` to its last run's end
 (``span``). Per-interval medians: :func:`bench.backfill_metrics.timings` (a backfill's first run excluded).
@@ -87,6 +87,62 @@ def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeo
     return res
 
 
+def _trigger(deploy: Deployment, run_id: str, day: str, conf: dict[str, Any]) -> None:
+    """A manual run of the daily interval starting ``day``, through Airflow's REST API (``POST
+    /api/v2/dags/<dag>/dagRuns`` with its data interval: ``airflow dags trigger`` gives a manual run the
+    latest interval, whatever its logical date)."""
+    import urllib.request
+
+    base = f"http://127.0.0.1:{deploy.api_port}"
+    with urllib.request.urlopen(f"{base}/auth/token", timeout=30) as r:  # all-admins deployment: no credentials
+        token = json.loads(r.read())["access_token"]
+    start = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
+    body = {"dag_run_id": run_id, "logical_date": start.isoformat(), "data_interval_start": start.isoformat(),
+            "data_interval_end": (start + timedelta(days=1)).isoformat(), "conf": conf}
+    req = urllib.request.Request(f"{base}/api/v2/dags/{OURS}/dagRuns", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        made = json.loads(r.read())
+    if made.get("dag_run_id") != run_id:
+        raise RuntimeError(f"the range trigger made {made}")
+
+
+def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> dict[str, Any]:
+    """Ours over ``days`` as ONE DAG run under the scheduler: the range trigger (a manual run of the first day
+    with conf ``{"eo_batch": {"end": <the last day>}}``, README "Backfills", made through the REST API), timed
+    from the trigger until that run is final. The DAG is unpaused first: with catchup=False the scheduler then runs the latest day
+    alone, which cannot begin before the days ahead of it commit and fails at once (nothing is running that
+    could commit them); that run ends before the range is triggered and is not timed."""
+    deploy.airflow("unpause", ["dags", "unpause", OURS])
+    deploy.wait("the latest day's scheduled run", lambda: bool(deploy.db.query(
+        "select 1 from dag_run where dag_id = %s and run_type = 'scheduled' and state in ('success', 'failed')",
+        (OURS,))), 300)
+    say(f"{label}: one range run of {OURS}, {len(days)} intervals {days[0]} .. {days[-1]}")
+    load0, run_id = loadavg(), f"range__{days[0]}"
+    t0 = time.perf_counter()
+    _trigger(deploy, run_id, days[0], {"eo_batch": {"end": f"{days[-1]}T00:00:00+00:00"}})
+    state = lambda: {r[0]: r[1] for r in deploy.db.query(  # noqa: E731
+        "select run_id, state from dag_run where dag_id = %s and run_id = %s", (OURS, run_id))}
+    wait_for_runs(deploy, OURS, state, 1, timeout)
+    wall = round(time.perf_counter() - t0, 1)
+    (created, start, end, first), = deploy.db.query(
+        "select coalesce(queued_at, start_date), start_date, end_date, data_interval_start at time zone 'UTC' "
+        "from dag_run where dag_id = %s and run_id = %s", (OURS, run_id))
+    if first.date().isoformat() != days[0]:
+        raise RuntimeError(f"the range run's interval starts {first}, not {days[0]}")
+    sp = {"runs": 1, "created_to_last_end": round((end - created).total_seconds(), 2),
+          "created_to_first_task": round((start - created).total_seconds(), 2),
+          "first_run": round((end - start).total_seconds(), 2), "after_first_run": 0.0}
+    hosts = [batch_phases(p) for p in host_logs(deploy.run_dir / "airflow-home", OURS) if run_id in str(p)]
+    res: dict[str, Any] = {"dag": OURS, "batched": True, "range": True, "intervals": len(days),
+                           "days": [days[0], days[-1]], "max_active_runs": 1, "wall_seconds": wall, "span": sp,
+                           "timings": {"intervals": 0, "per_interval": {"n": 0, "median": None}},
+                           "loadavg": [load0, loadavg()], "batch": hosts,
+                           "where_time_goes": where_batch_time_goes(sp, hosts, {})}
+    say(f"  {label}: {OURS} {len(days)} intervals in one range run, {wall:.0f}s end to end ({wall / 60:.1f} min)")
+    return res
+
+
 def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
                 plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
                 idle_sleep: float | None, max_active_runs: int) -> dict[str, Any]:
@@ -114,6 +170,9 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
         deploy.start([OURS, NAIVE, WARMUP])
         res["warmup_seconds"] = _warm_up(deploy, landing / "app_logs" / f"dt={days[0]}")
         for label, dag_id, batched in plan:
+            if label == "range":
+                res["variants"][label] = _range(deploy, f"{name}: {label}", days, timeout_per_interval * len(days) + 600)
+                continue
             res["variants"][label] = _variant(deploy, f"{name}: {label}", dag_id, days,
                                               timeout_per_interval * len(days) + 600, batched, max_active_runs)
     oracle = oracle_rows(landing, days)
@@ -149,6 +208,10 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
             out[f"{scope}_naive_per_interval_median"] = n["timings"]["per_interval"]["median"]
         if b is not None and n is not None:
             out[f"{scope}_naive_over_batched"] = round(n["wall_seconds"] / b["wall_seconds"], 2)
+    r = var("year-range", "range")
+    if r is not None:
+        out["year_range_seconds"] = r["wall_seconds"]
+        out["year_range_intervals"] = r["intervals"]
     p = var("month-per-interval", "per-interval")
     if p is not None:
         out["month_per_interval_seconds"] = p["wall_seconds"]
@@ -162,7 +225,7 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
 
 
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
-                    idle_sleep: float | None = None, max_active_runs: int = 10) -> dict[str, Any]:
+                    idle_sleep: float | None = None, max_active_runs: int = 1, range_run: bool = True) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
     skips either, not both); see the module docstring."""
     if problem := postgres_problem():
@@ -194,6 +257,8 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
                       ("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1, 1)]
         if year:  # 0: the month deployments only
             plans.append(("year", days[-year:], [("batched", OURS, True), ("naive", NAIVE, False)], 366, max_active_runs))
+            if range_run:  # the same year as ONE DAG run (a range trigger): a fresh data root
+                plans.append(("year-range", days[-year:], [("range", OURS, True)], 366, 1))
         for name, span_days, plan, max_batch, runs_at_once in plans:
             try:
                 res["deployments"][name] = _deployment(work, name, landing, server, span_days, plan, max_batch,

@@ -66,8 +66,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-month", type=int,
                    help="batched section: days of the short backfills, ours batched, ours per interval and naive "
                         "(default 30; quick 2; 0 skips them)")
-    p.add_argument("--backfill-max-active-runs", type=int, default=10,
-                   help="batched section: each backfill's --max-active-runs (default 10, as Airflow's CLI and UI dialog)")
+    p.add_argument("--backfill-max-active-runs", type=int, default=1,
+                   help="batched section: the batched and naive backfills' --max-active-runs (default 1)")
+    p.add_argument("--backfill-no-range", action="store_true",
+                   help="batched section: skip the year as one range-triggered DAG run (its own deployment)")
     p.add_argument("--backfill-naive-first", action="store_true", help="backfill the naive DAG before ours")
     p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                 from bench.backfill_cost import batched_compare
 
                 res = batched_compare(work, a.backfill_batched, a.backfill_month, a.events,
-                                      idle_sleep=a.backfill_idle_sleep, max_active_runs=a.backfill_max_active_runs)
+                                      idle_sleep=a.backfill_idle_sleep, max_active_runs=a.backfill_max_active_runs,
+                                      range_run=not a.backfill_no_range)
             else:
                 from bench.airflow_cmp import airflow_compare
 

@@ -228,11 +228,19 @@ class BatchContext:
         self._store, self._scratch = storage_for(batch.scratch_dir, **self._options)
         if spark is not None:
             spark.catalog.clearCache()  # as JobContext does, once for the whole batch
-            # the frozen inputs are files, not directories: stat them on the driver. Past this many
-            # paths (default 32) Spark would start a job with one task per path just to list them:
-            # seconds for a year of files, for nothing
-            files = len({i.path for job in self.jobs for src in job.spec.sources for i in src.inputs})
-            spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", str(max(32, files + 1)))
+            self._list_on_driver(spark)
+
+    def _list_on_driver(self, spark: Any) -> None:
+        """The frozen inputs are files, not directories: on local storage, stat them on the driver. Past
+        ``spark.sql.sources.parallelPartitionDiscovery.threshold`` paths (default 32) Spark would start
+        a job with one task per path just to list them: seconds for a year of files, for nothing. Only
+        ever raised (an operator's higher value stays); object stores keep Spark's parallel listing."""
+        paths = {i.path for job in self.jobs for src in job.spec.sources for i in src.inputs}
+        if not paths or any("://" in p and not p.startswith("file:") for p in paths):
+            return
+        key = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+        if len(paths) + 1 > int(spark.conf.get(key, "32") or 32):
+            spark.conf.set(key, str(len(paths) + 1))
 
     def __len__(self) -> int:
         return len(self.jobs)
