@@ -260,3 +260,92 @@ def test_a_write_whose_scratch_vanishes_mid_hand_over_fails_instead_of_staging_e
     outcomes = BatchRun(setup.config(), ivs, batch_id="t-vanish").run_all(batch_write(spark, pv.compute_batch))
     assert [o.status for o in outcomes] == ["committed"] * len(ivs)
     assert visible_rows(setup) == oracle_rows(landing, DAYS)
+
+
+HOSTILE_DAYS = ["2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04"]
+
+
+def _ev(eid: str, app: str, user: str, event: str = "page_view", ts: str = "2026-03-01T10:00:00Z", **extra) -> str:
+    return json.dumps({"event_id": eid, "app_id": app, "user_id": user, "event": event, "ts": ts, **extra},
+                      separators=(",", ":"), ensure_ascii=False)
+
+
+def hostile_landing(landing: Path) -> None:
+    """Lines that tell apart a dedup or a quarantine done wrongly (from the review of the one-pass batch
+    job): identical malformed lines within and across files and days, malformed lines carrying a valid
+    line's event_id, long lines equal in their first 10,000 chars (valid duplicates whose order, and
+    malformed ones whose quarantine records, depend on what follows), equal instants spelled apart, lone
+    surrogates, a BOM, invalid UTF-8, a day of one empty file, a day of malformed lines only."""
+    d = {day: landing / "app_logs" / f"dt={day}" for day in HOSTILE_DAYS}
+    for p in d.values():
+        p.mkdir(parents=True, exist_ok=True)
+    pad = "x" * 10_050
+    bad1, bad2 = '{"event_id":"Q","pad":"' + "y" * 10_050 + '1"', '{"event_id":"Q","pad":"' + "y" * 10_050 + '2"'
+    lone = '{"event_id":"\\u%s","app_id":"appS","user_id":"u","event":"page_view","ts":"2026-03-01T00:00:00Z"}'
+    f1 = [_ev("E1", "appA", "u1"), _ev("E1", "appA", "u1"), _ev("E1", "appA", "u1"),
+          _ev("E2", "appA", "u2"), json.dumps({"event_id": "E2", "app_id": "appB", "user_id": "u2",
+                                               "event": "page_view", "ts": "2026-03-01T10:00:00Z"}),
+          _ev("E3", "appB", "u3", ts="2026-03-01T12:00:00+02:00"), _ev("E3", "appC", "u3", ts="2026-03-01T10:00:00.0000001Z"),
+          "not json", "not json", "not json", "", "", "   ", '{"event_id":"E1","app_id":"appA"}',
+          '{"event_id":"E1","app_id":"appA"}', _ev("E1", "appA", "u1", ts="bad"),
+          _ev("L1", "appA", "u1", pad=pad + "A"), _ev("L1", "appA", "u1", pad=pad + "B"),
+          _ev("L2", "appZ", "u9", pad=pad + "B"), _ev("L2", "appY", "u8", pad=pad + "A"),
+          bad1, bad2, bad1, "[1,2]", "null", '"s"', lone % "d800", lone % "dfff"]
+    f2 = ["not json", "not json", _ev("E1", "appA", "u1"), '{"event_id":"E1","app_id":"appA"}', bad1,
+          _ev("E4", "appD", "u4", event="click")]
+    (d[HOSTILE_DAYS[0]] / "a.jsonl").write_bytes(("\ufeff" + "\n".join(f1) + "\n").encode())
+    (d[HOSTILE_DAYS[0]] / "b.jsonl").write_bytes(("\n".join(f2) + "\n").encode() + b"\xff\xfe bad utf8\n" * 2)
+    (d[HOSTILE_DAYS[1]] / "b.jsonl").write_bytes((d[HOSTILE_DAYS[0]] / "b.jsonl").read_bytes())
+    (d[HOSTILE_DAYS[1]] / "c.jsonl").write_text("\n".join([_ev("E1", "appA", "u1"), _ev("E2", "appB", "u5"),
+                                                          "not json", "not json"]) + "\n")
+    (d[HOSTILE_DAYS[2]] / "empty.jsonl").write_text("")
+    (d[HOSTILE_DAYS[3]] / "m.jsonl").write_text("\n".join(["{bad"] * 50 + ['{"a":1}'] * 20 + [""] * 5) + "\n")
+    (d[HOSTILE_DAYS[3]] / "n.jsonl").write_text("\n".join(["{bad"] * 50) + "\n")
+
+
+def test_a_batch_over_hostile_lines_equals_single_runs_and_the_oracle(spark, pv, tmp_path):
+    """The batch job's one aggregation (each distinct valid event once, each malformed line alone) against
+    the single-interval job and the oracle: rows, counts, state and quarantine (as a multiset), every day."""
+    lake = tmp_path / "landing"
+    hostile_landing(lake)
+    setups = []
+    for name in ("single", "batched"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "landing").symlink_to(lake)
+        setups.append(Setup(root=str(tmp_path / name), start=HOSTILE_DAYS[0], reports=str(tmp_path / name / "reports"),
+                            suite=None, max_malformed_ratio=1.0))
+    single, batched = setups
+    single_runs(spark, pv, single, HOSTILE_DAYS)
+    outcomes = BatchRun(batched.config(), [Interval.daily(d) for d in HOSTILE_DAYS], batch_id="t-hostile",
+                        run={"run_id": "test"}).run_all(batch_write(spark, pv.compute_batch))
+    assert [o.status for o in outcomes] == ["committed"] * len(HOSTILE_DAYS), outcomes
+    oracle = oracle_rows(lake, HOSTILE_DAYS)
+    seen = visible_rows(batched)
+    assert seen == visible_rows(single)
+    for day in HOSTILE_DAYS:
+        assert checkpoint(batched, day) == checkpoint(single, day), day
+        assert sorted(seen.get(day, [])) == oracle[day], day
+    quarantined = checkpoint(batched, HOSTILE_DAYS[3])
+    assert sum(quarantined["quarantine"].values()) == 125 and quarantined["counts"]["records_rejected"] == 125
+
+
+def test_a_batch_lists_local_inputs_on_the_driver_and_never_lowers_the_threshold(spark, landing, tmp_path):
+    """Past ``parallelPartitionDiscovery.threshold`` paths Spark starts a listing job with one task per path:
+    a batch of local files raises it above its number of files; an operator's higher value stays."""
+    from exactly_once.job import BatchContext
+
+    setup = _setup(tmp_path, landing, "listing")
+    batch = BatchRun(setup.config(), [Interval.daily(d) for d in DAYS], batch_id="t-listing", run={"run_id": "t"})
+    store, key = storage_for(batch.begin()["batch"])
+    spec, name = BatchSpec.from_json(store.read_bytes(key)), "spark.sql.sources.parallelPartitionDiscovery.threshold"
+    before = spark.conf.get(name)
+    try:
+        spark.conf.set(name, "2")
+        files = len(BatchContext(spark, spec).inputs())
+        assert files > 2 and spark.conf.get(name) == str(files + 1)
+        spark.conf.set(name, "100000")
+        BatchContext(spark, spec)
+        assert spark.conf.get(name) == "100000"
+    finally:
+        spark.conf.set(name, before)
+        batch.abort()

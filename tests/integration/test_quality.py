@@ -185,14 +185,22 @@ def test_index_lists_every_run_across_intervals(tmp_path):
 _OPENED: list[str] | None = None  # paths opened while a test records them (an audit hook cannot be removed)
 
 
+_LISTED: list[str] | None = None  # directories listed meanwhile (os.scandir, os.listdir: os.walk too)
+
+
 def _record_opens(event: str, args: tuple) -> None:
-    if _OPENED is not None and event == "open" and isinstance(args[0], (str, os.PathLike)):
+    if not args or not isinstance(args[0], (str, os.PathLike)):
+        return
+    if _OPENED is not None and event == "open":
         _OPENED.append(os.fspath(args[0]))
+    if _LISTED is not None and event in ("os.scandir", "os.listdir"):
+        _LISTED.append(os.path.abspath(os.fspath(args[0])))
 
 
 def test_a_run_reads_no_earlier_runs_results_and_the_index_shows_the_newest(tmp_path, monkeypatch):
-    # GX's own index builder re-reads every stored validation result on each build: O(history) per run
-    global _OPENED
+    # GX's own index builder re-reads every stored validation result on each build, and its section
+    # builder lists (walks) every stored result to pick the ones to render: O(history) per run
+    global _OPENED, _LISTED
     reports = tmp_path / "shared_reports"
     for day in (1, 2):
         assert run(tmp_path, name=f"day{day}", report_root=reports).passed
@@ -200,13 +208,15 @@ def test_a_run_reads_no_earlier_runs_results_and_the_index_shows_the_newest(tmp_
     assert len(earlier) == 8  # 4 suites x 2 runs
     monkeypatch.setattr("exactly_once.quality.gx.INDEX_ROWS", 4)
     sys.addaudithook(_record_opens)
-    _OPENED = []
+    _OPENED, _LISTED = [], []
     try:
         assert run(tmp_path, name="day3", report_root=reports).passed
-        opened = set(_OPENED)
+        opened, listed = set(_OPENED), set(_LISTED)
     finally:
-        _OPENED = None
+        _OPENED = _LISTED = None
     assert not earlier & opened, sorted(earlier & opened)[:3]
+    results = str((reports / "_gx" / "validations").resolve())
+    assert not [p for p in listed if p == results or p.startswith(results + os.sep)], sorted(listed)[:5]
     index = (reports / "index.html").read_text()
     rows = re.findall(r'<tr class="eo-run eo-ok">(.*?)</tr>', index)
     assert len(rows) == 4 and all("pv_pipeline.day3" in r for r in rows)  # the newest run's 4 suites

@@ -113,6 +113,7 @@ def locked(root: str) -> Iterator[None]:
 
 _CONTEXTS: dict[str, Any] = {}
 _VIEW = {"module_name": "exactly_once.quality.gx_view", "class_name": "CachedJinjaPageView"}
+_SECTION = {"module_name": "exactly_once.quality.gx_view", "class_name": "KeyedSiteSectionBuilder"}
 
 
 def make_context(root: str) -> Any:
@@ -146,8 +147,9 @@ def _new_context(root: str) -> Any:
         data_docs_sites={SITE: {"class_name": "SiteBuilder", "show_how_to_buttons": False,
                                 "store_backend": {"class_name": "TupleFilesystemStoreBackend",
                                                   "base_directory": root},
-                                "site_section_builders": {"expectations": {"view": _VIEW},
-                                                          "validations": {"view": _VIEW}, "profiling": "None"},
+                                "site_section_builders": {"expectations": {**_SECTION, "view": _VIEW},
+                                                          "validations": {**_SECTION, "view": _VIEW},
+                                                          "profiling": "None"},
                                 "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}},
         analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False))
     return gx.get_context(project_config=config, mode="ephemeral")
@@ -254,10 +256,10 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     with open(ledger, "a") as f:
         f.writelines(json.dumps(e) + "\n" for e in entries)
     with open(ledger) as f:
-        everything = [json.loads(line) for line in f if line.strip()]
-    shown = everything[-INDEX_ROWS:]
+        lines = [line for line in f if line.strip()]
+    shown = [json.loads(line) for line in lines[-INDEX_ROWS:]]  # only the shown ones are parsed
     _write_text(os.path.join(root, "index.html"), _index(
-        shown, len(everything), lambda page: os.path.exists(os.path.join(root, page))))
+        shown, len(lines), lambda page: os.path.exists(os.path.join(root, page))))
     return pages
 
 

@@ -1,4 +1,5 @@
-"""The Data Docs page view of the quality gate: GX's own, with its Jinja templates compiled once per process.
+"""The Data Docs page view and section builder of the quality gate: GX's own, with its Jinja templates
+compiled once per process, and each build rendering only the pages it is asked for.
 
 GX builds a new site builder, and so new Jinja environments, on every ``build_data_docs`` call: every
 validation recompiled the same ~40 templates (about half of the Data Docs time of a validation). This
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from great_expectations.render.renderer.site_builder import DefaultSiteSectionBuilder
 from great_expectations.render.view import DefaultJinjaPageView
 from jinja2 import BytecodeCache
 
@@ -38,3 +40,37 @@ class CachedJinjaPageView(DefaultJinjaPageView):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.env.bytecode_cache = _BYTECODE
+
+
+class _Listed:
+    """A store seen through the keys it is asked about: ``list_keys`` returns them (those it holds)."""
+
+    def __init__(self, store: Any, keys: list[Any]) -> None:
+        self._store, self._keys = store, keys
+
+    def list_keys(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return list(self._keys)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class KeyedSiteSectionBuilder(DefaultSiteSectionBuilder):
+    """GX's ``DefaultSiteSectionBuilder`` that renders the resources it is given without listing its store.
+
+    GX's own lists EVERY key of the section's store (each validation result ever stored: a walk of the
+    whole results tree) and then skips all but the given ones: a validation cost more with every run
+    before it (measured: 0.26 s a validation after none, 0.43 s after 1,400). Given resources, this one
+    looks up just those; with none (a full rebuild) it is GX's."""
+
+    def build(self, resource_identifiers: Any = None) -> None:
+        if not resource_identifiers:
+            return super().build(resource_identifiers)
+        store = self.source_store
+        kind = getattr(store, "key_class", None)
+        keys = [r for r in resource_identifiers if (kind is None or isinstance(r, kind)) and store.has_key(r)]
+        self.source_store = _Listed(store, keys)
+        try:
+            return super().build(resource_identifiers)
+        finally:
+            self.source_store = store
