@@ -225,7 +225,8 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
 
 
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
-                    idle_sleep: float | None = None, max_active_runs: int = 1, range_run: bool = True) -> dict[str, Any]:
+                    idle_sleep: float | None = None, max_active_runs: int = 1, range_run: bool = True,
+                    naive: bool = True) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
     skips either, not both); see the module docstring."""
     if problem := postgres_problem():
@@ -256,7 +257,8 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
             plans += [("month", days[-month:], [("batched", OURS, True), ("naive", NAIVE, False)], 366, max_active_runs),
                       ("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1, 1)]
         if year:  # 0: the month deployments only
-            plans.append(("year", days[-year:], [("batched", OURS, True), ("naive", NAIVE, False)], 366, max_active_runs))
+            plans.append(("year", days[-year:], [("batched", OURS, True), *([("naive", NAIVE, False)] if naive else [])],
+                          366, max_active_runs))
             if range_run:  # the same year as ONE DAG run (a range trigger): a fresh data root
                 plans.append(("year-range", days[-year:], [("range", OURS, True)], 366, 1))
         for name, span_days, plan, max_batch, runs_at_once in plans:
