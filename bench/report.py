@@ -340,8 +340,22 @@ def _newest_per_section(results_dir: Path, extra: list[tuple[Path, dict[str, Any
         for key, sec in r.get("sections", {}).items():
             if key == "airflow":  # one result per interval size: the overhead's share depends on it
                 key = f"airflow@{int(sec.get('events_per_interval', 0))}"
+            if key == "batched" and key in pick:  # a run of some of its deployments: the others stay
+                sec = _merge_batched(pick[key], name, sec)
             pick[key] = (name, r, sec)  # newest wins
     return pick
+
+
+def _merge_batched(older: tuple[str, dict, dict], name: str, sec: dict[str, Any]) -> dict[str, Any]:
+    """The ``batched`` section of results file ``name`` with the deployments (month, year, year-range) it did
+    not run taken from the older one; each deployment names its results file, the summary is made anew."""
+    from bench.backfill_cost import _summary  # noqa: PLC0415
+
+    old_name, _, old_sec = older
+    deps = {n: {"results_file": d.get("results_file", old_name), **d} for n, d in old_sec.get("deployments", {}).items()}
+    deps.update({n: {**d, "results_file": name} for n, d in sec.get("deployments", {}).items()})
+    return {**sec, "deployments": deps, "summary": _summary(deps),
+            "outputs_equal": all(d.get("outputs_equal") for d in deps.values())}
 
 
 def _load_note(runs: dict[str, tuple[dict[str, Any], list[str]]], cores: int) -> str:

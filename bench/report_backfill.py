@@ -132,11 +132,16 @@ def cost_table(sec: dict[str, Any]) -> str:
     cross = [f"`{n}` {d['checks']['ours_vs_naive']['rows']:,} rows " +
              ("equal" if d["checks"]["ours_vs_naive"]["equal"] else "**NOT equal**")
              for n, d in sec["deployments"].items() if "ours_vs_naive" in d["checks"]]
-    text += (f"\n\n{sec['events_per_interval']:,} events per interval, the same landing files for every backfill. "
-             "End to end: from the bench calling `airflow backfill create` until it sees every run final (polled "
-             "every second). Ours vs the naive DAG in the same deployment, row for row: " + "; ".join(cross) + ". "
+    files = sorted({d["results_file"] for d in sec["deployments"].values() if d.get("results_file")})
+    text += (f"\n\n{sec['events_per_interval']:,} events per interval, the same landing files for every backfill"
+             " of a bench run. End to end: from the bench calling `airflow backfill create` (or the range run's "
+             "trigger) until it sees every run final (polled every second). Ours vs the naive DAG in the same "
+             "deployment, row for row: " + "; ".join(cross) + ". "
              "1-minute load average before -> after each backfill: "
              + "; ".join(f"{n} {lb}: {v['loadavg'][0][0]} -> {v['loadavg'][1][0]}" for n, lb, v, _ in _runs(sec)) + ".")
+    if len(files) > 1:
+        text += " Deployments from more than one bench run: " + "; ".join(
+            f"`{n}` {d['results_file']}" for n, d in sec["deployments"].items()) + "."
     for name, d in sec["deployments"].items():
         if "error" in d:
             text += f"\n\n**`{name}` did not finish**: {d['error']}."
