@@ -265,6 +265,12 @@ def test_a_passing_suite_stores_the_basic_result_and_a_failing_one_the_details_a
     assert page.stat().st_mtime_ns == before and table_page.stat().st_mtime_ns > table_before
 
 
+def test_a_run_whose_name_holds_profiling_gets_its_pages(tmp_path):
+    # GX's default filter skips validation pages of runs named "...profiling..." (a pipeline "user_profiling")
+    outcome = run(tmp_path, name="user_profiling_day1")
+    assert outcome.passed and outcome.reports and all(Path(p).is_file() for p in outcome.reports.values()), outcome.reports
+
+
 def test_typical_output_cost(tmp_path):
     apps = [f"app{i:05d}" for i in range(5000)]
     pv = [1 + i % 50 for i in range(5000)]

@@ -32,6 +32,11 @@ NULL = {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "x"}
      r"meta\.eo\.fill/derive: apply to the counts and checkpoint frames only"),
     ({"expectations": [NULL], "data_asset_type": None}, r"data_asset_type: unknown field; name: a non-empty string"),
     ({"name": "t", "expectations": [{**NULL, "severity": "fatal"}]}, r"expectations\[0\]\.severity: must be one of"),
+    # GX stores suite a.b at a/b: "dq..orders" would share dq.orders' page, ".x" would land outside the site
+    ({"name": "dq..orders", "expectations": [NULL]}, r"name: 'dq\.\.orders' must not start or end with '\.', hold '\.\.'"),
+    ({"name": ".lead", "expectations": [NULL]}, r"name: '\.lead' must not start or end"),
+    ({"name": "tail.", "expectations": [NULL]}, r"name: 'tail\.' must not start or end"),
+    ({"name": "a/b", "expectations": [NULL]}, r"name: 'a/b' must not"),
 ])
 def test_a_broken_suite_names_the_file_and_the_field(tmp_path, doc, message):
     path = write(tmp_path / "t.json", doc)

@@ -148,7 +148,10 @@ def _new_context(root: str) -> Any:
                                 "store_backend": {"class_name": "TupleFilesystemStoreBackend",
                                                   "base_directory": root},
                                 "site_section_builders": {"expectations": {**_SECTION, "view": _VIEW},
-                                                          "validations": {**_SECTION, "view": _VIEW},
+                                                          # {}: no run name filter (GX's default skips
+                                                          # runs whose name holds "profiling")
+                                                          "validations": {**_SECTION, "view": _VIEW,
+                                                                          "run_name_filter": {}},
                                                           "profiling": "None"},
                                 "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}},
         analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False))

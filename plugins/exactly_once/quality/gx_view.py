@@ -68,7 +68,8 @@ class KeyedSiteSectionBuilder(DefaultSiteSectionBuilder):
             return super().build(resource_identifiers)
         store = self.source_store
         kind = getattr(store, "key_class", None)
-        keys = [r for r in resource_identifiers if (kind is None or isinstance(r, kind)) and store.has_key(r)]
+        keys = [r for r in resource_identifiers if (kind is None or isinstance(r, kind))
+                and all(r.to_tuple()) and store.has_key(r)]  # (an empty part: a path GX cannot list back)
         self.source_store = _Listed(store, keys)
         try:
             return super().build(resource_identifiers)

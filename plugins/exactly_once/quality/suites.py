@@ -83,8 +83,13 @@ def _shape(data: Any) -> list[str]:
     if not isinstance(data, dict):
         return [f"the file must hold an object, not {type(data).__name__}"]
     problems = _fields("", data, SUITE_FIELDS)
-    if not isinstance(data.get("name"), str) or not data.get("name"):
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
         problems.append("name: a non-empty string is required")
+    elif not all(name.split(".")) or any(c in name for c in "/\\\0"):
+        # GX stores suite a.b at a/b.json: "a..b" would share a.b's page, ".a" would land outside the site
+        problems.append(f"name: {name!r} must not start or end with '.', hold '..', '/', '\\' or NUL "
+                        "(its dotted parts become directories of the report site)")
     expectations = data.get("expectations")
     if not isinstance(expectations, list):
         problems.append("expectations: a list is required")
