@@ -180,12 +180,10 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
         res["deployment"] = {"id": deploy.id, "metadata_db": deploy.db.name}
         deploy.start([OURS, NAIVE, WARMUP])
         res["warmup_seconds"] = _warm_up(deploy, landing / "app_logs" / f"dt={days[0]}")
+        timeout = timeout_per_interval * len(days) + 600
         for label, dag_id, batched in plan:
-            if label == "range":
-                res["variants"][label] = _range(deploy, f"{name}: {label}", days, timeout_per_interval * len(days) + 600)
-                continue
-            res["variants"][label] = _variant(deploy, f"{name}: {label}", dag_id, days,
-                                              timeout_per_interval * len(days) + 600, batched, max_active_runs)
+            res["variants"][label] = _range(deploy, f"{name}: {label}", days, timeout) if label == "range" else \
+                _variant(deploy, f"{name}: {label}", dag_id, days, timeout, batched, max_active_runs)
     oracle = oracle_rows(landing, days)
     checks: dict[str, Any] = {}
     ours = ours_rows(run_dir / "data") if any(d == OURS for _, d, _ in plan) else None
