@@ -12,6 +12,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,3 +236,51 @@ def test_gc_collects_the_bookkeeping_of_batches_that_are_over_and_keeps_the_live
     assert batch_mod.claim_intervals(sink, ivs[1:], "b-next", {}, stale_after=60) == ivs[1:]  # past g1, gone
     assert batch_mod.holder(sink, ivs[1])[0] == 2
     assert leftovers(sink) == [] and visible_rows(setup) == oracle(setup)
+
+
+def test_a_run_whose_interval_a_live_batch_committed_finishes_without_waiting_for_the_batch(world, monkeypatch):
+    """A backfill's runs start together (``--max-active-runs``: 10 by default in the CLI and the UI's dialog)
+    and wait while a live batch holds their interval. Between two of the batch's commits (forced at
+    batch.between_commits, after day 2 committed): day 2's run finishes at once - its group's other tasks
+    skipped, its note naming the batch -, day 3's run (held, not committed yet) waits. Before, every run
+    waited for the end of the whole batch, and the backfill's tail started only then. Nothing either run
+    did is written; the batch publishes every day."""
+    from types import SimpleNamespace
+
+    from exactly_once.airflow import batching
+    from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped
+    from exactly_once.airflow.notes import NOTE_KEY
+    from exactly_once.airflow.operators import BeginOperator
+    from exactly_once.protocol.batch import claim_intervals
+
+    setup = world.fresh()
+    sink, ivs = sink_of(setup), [Interval.daily(d) for d in DAYS]
+    assert claim_intervals(sink, ivs, "b-live", {"host": {"run_id": "r-host"}}, stale_after=300) == ivs
+    begin = BeginOperator(task_id="begin", config=setup.config(), begin_task_id="app_pv.begin")
+    seen: dict[str, Any] = {}
+
+    def run_of(day: str) -> str:
+        pushed: dict[str, Any] = {}
+        ti = SimpleNamespace(run_id=f"backfill__{day}", try_number=1, dag_id="pv_pipeline", task_id="app_pv.begin",
+                             xcom_push=lambda key, value: pushed.__setitem__(key, value))
+        ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id=ti.run_id, conf={}, clear_number=0), "outlet_events": {}}
+        try:
+            batching.before_begin(begin, setup.run(day), ctx, reprocess=False)
+        except DownstreamTasksSkipped:
+            return f"finished: {pushed[NOTE_KEY]}"
+        except AirflowRescheduleException:
+            return "waits"
+        return "went on alone"
+
+    def between(name: str) -> None:
+        if name == "batch.between_commits" and not seen:
+            seen.update({day: run_of(day) for day in DAYS[:2]})
+            seen["epochs"] = {d: sorted(sink.status(Interval.daily(d))) for d in DAYS}
+
+    monkeypatch.setattr(batch_mod, "failpoint", between)
+    out = batch_task(setup, DAYS, "b-live", child=False)
+    assert out.ok and [o["status"] for o in out.result] == ["committed"] * 3, out
+    assert seen[DAYS[0]].startswith("finished: published e1") and seen[DAYS[0]].endswith("in batch b-live"), seen
+    assert seen[DAYS[1]] == "waits", seen
+    assert seen["epochs"] == {d: [1] for d in DAYS}  # neither run began an attempt of its own
+    assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []

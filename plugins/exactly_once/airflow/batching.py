@@ -6,7 +6,8 @@ when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last i
 (``make backfill``, or a trigger). Its ``begin`` task then, before beginning its own interval:
 
 1. its interval is committed already (a backfill skips it; ``conf.reprocess`` replaces it) - the run
-   finishes at once;
+   finishes at once, also while the batch that committed it is still running (it commits interval by
+   interval: the runs of a backfill with ``--max-active-runs`` above 1 finish behind its gate);
 2. a live batch holds its interval - it waits: the task is rescheduled (its worker slot freed) every
    ``EO_BATCH_POKE_SECONDS`` (default 10) and looks again;
 3. otherwise it **hosts** a batch: it claims (write-once records, :func:`exactly_once.protocol.batch.claim_intervals`)
@@ -76,12 +77,12 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     DownstreamTasksSkipped when it finished at once, AirflowRescheduleException while it waits."""
     own, sink = run.interval, run.sink
     held = holder(sink, own)
+    if published(run, held, reprocess):  # a live batch commits interval by interval: no need to wait for its end
+        finish_at_once(operator, run, context, held)
     if held is not None and batch_live(sink, held[1]["batch"], stale_seconds()) and held[1]["batch"] != \
             batch_id(context, own):
         log.info("%s is in batch %s, still running: waiting for it", own, held[1]["batch"])
         raise AirflowRescheduleException(datetime.now(timezone.utc) + timedelta(seconds=poke_seconds()))
-    if published(run, held, reprocess):
-        finish_at_once(operator, run, context, held)
     if held is not None and held[1]["batch"] != batch_id(context, own) and failed_in(run, held[1]["batch"]):
         return  # the batch tried it and it failed: as a single run it shows why (gate, report) and retries
     if run.config.stateful:
