@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from exactly_once.settings import data_root
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 BIN = Path(sys.executable).parent
+LOCAL_RETRY_DELAY = 2  # seconds between the retries of a `make run-interval` / `make backfill` task
 # What every task process of the pipeline imports. A scheduler running the LocalExecutor can fork its
 # workers from a server that imported them once (Airflow 3.3+), so a task starts with them loaded instead
 # of paying the imports again (Great Expectations alone: ~5 s per validate task; docs/DEPLOYING.md).
@@ -249,8 +251,11 @@ def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None 
         raise ValueError("run_interval needs day or start")
     if end is None:
         start, end = dag_interval(dag_id, start)
-    # `airflow dags test` runs one interval: a stateful begin must fail at once, not wait for a predecessor
-    env = airflow_env({"EO_PREDECESSOR_TIMEOUT_SECONDS": "0", **(extra_env or {})})
+    # `airflow dags test` runs one interval: a stateful begin must fail at once, not wait for a predecessor.
+    # Retries stay (the restart strategy), 2 s apart unless EO_RETRY_DELAY_SECONDS says otherwise: at the
+    # DAG's 30 s with exponential backoff a broken job kept the console silent for six minutes.
+    quick = {} if os.environ.get("EO_RETRY_DELAY_SECONDS") else {"EO_RETRY_DELAY_SECONDS": str(LOCAL_RETRY_DELAY)}
+    env = airflow_env({"EO_PREDECESSOR_TIMEOUT_SECONDS": "0", **quick, **(extra_env or {})})
     label = day or start.strftime("%Y%m%dT%H%M%SZ")
     with interval_lock(dag_id, label):
         ensure_db(env)
@@ -266,14 +271,33 @@ def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None 
     return IntervalResult(dag_id, label, code, time.perf_counter() - t0, log)
 
 
+_LOG_PREFIX = re.compile(r"^\S+\s+\[\w+\s*\]\s+")  # "<timestamp> [info     ] "
+_LOG_SUFFIX = re.compile(r"\s+\[[\w.]+\](?:\s+\w+=\S+)*\s*$")  # " [logger] loc=... key=value"
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
+
+
 def failure_reason(log_path: Path) -> str:
-    """The most telling line of a failed run's log (our errors are one line by design)."""
+    """The most telling line of a failed run's log (our errors are one line by design). When the task
+    failed because its Spark job did ("Cannot execute: spark-submit ..."), the job's own last exception
+    line from its output, which says what to fix."""
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return "no log"
     keys = ("ValidationFailedError", "OrderingError", "FencedError", "Error:", "error:", "Exception")
-    for line in reversed(lines):
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
         if any(k in line for k in keys) and "Traceback" not in line:
+            if "Cannot execute:" in line and (job := _job_error(lines[:i])):
+                return f"the Spark job failed: {job}"[:400]
             return line.strip()[:400]
     return (lines[-1] if lines else "").strip()[:400]
+
+
+def _job_error(lines: list[str]) -> str | None:
+    """The last exception line (``NameError: ...``) the job printed before the task gave up on it."""
+    for line in reversed(lines):
+        text = _LOG_SUFFIX.sub("", _LOG_PREFIX.sub("", line.strip()))
+        if _RAISED.match(text) and "Cannot execute:" not in text and not text.startswith("airflow."):
+            return text
+    return None

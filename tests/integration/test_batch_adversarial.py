@@ -284,3 +284,36 @@ def test_a_run_whose_interval_a_live_batch_committed_finishes_without_waiting_fo
     assert seen[DAYS[1]] == "waits", seen
     assert seen["epochs"] == {d: [1] for d in DAYS}  # neither run began an attempt of its own
     assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []
+
+
+def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
+    """A host whose write fails keeps its batch live while a retry will come (the retry resumes it). On its
+    last try it ends the batch's attempts and marks the batch done: Airflow does not run the teardown of a
+    run whose setup failed, so before, the runs waiting on those intervals (and a resumed `make backfill`)
+    waited until the batch went stale (EO_BATCH_STALE_SECONDS, 5 minutes)."""
+    from types import SimpleNamespace
+
+    from exactly_once.airflow import batching
+    from exactly_once.airflow.operators import BeginOperator
+
+    setup = world.fresh()
+    sink, ivs = sink_of(setup), [Interval.daily(d) for d in DAYS]
+    begin = BeginOperator(task_id="begin", config=setup.config(), begin_task_id="app_pv.begin", retries=1)
+
+    def broken_write(url: str, attempt: int) -> None:
+        raise RuntimeError(f"Cannot execute: spark-submit ... --batch {url} (try {attempt})")
+
+    begin.write_batch = broken_write
+
+    def host(try_number: int) -> str:
+        ti = SimpleNamespace(run_id="backfill__h", try_number=try_number, dag_id="pv_pipeline", task_id="app_pv.begin")
+        ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id="backfill__h", conf={}, clear_number=0)}
+        with pytest.raises(RuntimeError, match="Cannot execute"):
+            batching.host(begin, setup.run(DAYS[0]), ctx, ivs, reprocess=False)
+        return batching.batch_id(ctx, ivs[0])
+
+    bid = host(1)  # a retry will come: the batch stays live, its attempts open for the retry to resume
+    assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
+    assert host(2) == bid  # the last try: released
+    assert not batching.batch_live(sink, bid, 300)
+    assert states(setup) == {d: {1: State.ABORTED} for d in DAYS} and leftovers(sink) == []

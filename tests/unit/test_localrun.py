@@ -43,3 +43,42 @@ def test_loading_a_dag_in_process_leaves_the_callers_environment_as_it_was(monke
     before = dict(os.environ)
     assert localrun.load_dag("pv_pipeline").dag_id == "pv_pipeline"
     assert dict(os.environ) == before
+
+
+HOOK = "[airflow.task.hooks.airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook] loc=spark_submit.py:965"
+
+
+def test_a_failed_spark_job_is_explained_by_its_own_error_not_by_spark_submit(tmp_path):
+    """The job's traceback reaches the task log through the spark-submit hook, and the task then fails with
+    "Cannot execute: spark-submit ..." (the last error line). `make backfill` / `make run-interval` print
+    the job's own exception instead - what the user has to fix."""
+    log = tmp_path / "run.log"
+    job = [f"2026-11-27T05:03:47.910681Z [info     ] Traceback (most recent call last): {HOOK}",
+           f"2026-11-27T05:03:47.911505Z [info     ] File \"/x/job.py\", line 6, in compute_batch {HOOK}",
+           f"2026-11-27T05:03:47.911602Z [info     ] AttributeError: 'NoneType' object has no attribute '_jvm' {HOOK}"]
+    task = ["2026-11-27T05:03:48.138763Z [error    ] Task failed with exception     [task] loc=task_runner.py:1651",
+            "Traceback (most recent call last):",
+            '  File "/x/airflow/sdk/execution_time/task_runner.py", line 1579, in _run_task_and_map_outcome',
+            "airflow.sdk.exceptions.AirflowException: Cannot execute: spark-submit --master local[*] job.py --batch x"]
+    log.write_text("\n".join(job + task) + "\n")
+    assert localrun.failure_reason(log) == \
+        "the Spark job failed: AttributeError: 'NoneType' object has no attribute '_jvm'"
+    log.write_text("\n".join(task) + "\n")  # no job output kept: the task's own line
+    assert localrun.failure_reason(log).startswith("airflow.sdk.exceptions.AirflowException: Cannot execute:")
+    log.write_text("2026-11-27T05:03:48Z [error    ] ValidationFailedError: dq failed: 3 rows [task]\n")
+    assert "ValidationFailedError: dq failed" in localrun.failure_reason(log)
+
+
+def test_local_runs_retry_quickly_unless_told_otherwise(tmp_path, monkeypatch):
+    """`airflow dags test` honours the tasks' retries: at the DAG's 30 s with exponential backoff a broken job
+    kept `make backfill` silent for six minutes. Local runs retry 2 s apart; EO_RETRY_DELAY_SECONDS wins."""
+    monkeypatch.setenv("EO_DATA_ROOT", str(tmp_path))
+    monkeypatch.setattr(localrun, "ensure_db", lambda env=None: None)
+    seen: list[dict[str, str]] = []
+    monkeypatch.setattr(localrun, "airflow", lambda args, env=None, log_path=None, timeout=None: seen.append(env) or 0)
+    monkeypatch.setattr(localrun, "run_logical_date", lambda dag_id, start, end: start)
+    monkeypatch.delenv("EO_RETRY_DELAY_SECONDS", raising=False)
+    localrun.run_interval("pv_pipeline", "2026-01-03")
+    monkeypatch.setenv("EO_RETRY_DELAY_SECONDS", "45")
+    localrun.run_interval("pv_pipeline", "2026-01-04")
+    assert [e["EO_RETRY_DELAY_SECONDS"] for e in seen] == ["2", "45"]

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from ..protocol import liveness
 from ..protocol.batch import BatchRun, Outcome, batch_live, claim_intervals, holder, hosted_intervals, mark_done
-from ..errors import BatchPendingError, ExactlyOnceError
+from ..errors import FINAL, BatchPendingError, ExactlyOnceError
 from ..ids import Interval, utc
 from ..protocol.layout import timetable_intervals
 from ..protocol.pipeline import IntervalRun
@@ -155,12 +155,17 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
                      run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id, "task_id": ti.task_id})
     log.info("hosting batch %s: %d intervals (%s .. %s)", bid, len(claimed), claimed[0], claimed[-1])
     beat = liveness.Heartbeat(sink.storage, sink.storage.join(sink.home, "_batches", bid, "_heartbeat"))
-    with beat:
-        outcomes = batch.run_all(lambda url: operator.write_batch(url, int(ti.try_number or 1)))
-    pending = [o for o in outcomes if o.status == "pending"]
-    if pending:  # a retry of this task resumes them (the claims stay ours meanwhile)
-        raise BatchPendingError(f"batch {bid}: {len(pending)} intervals not finished, e.g. "
-                                      f"{pending[0].interval}: {pending[0].detail}; the retry resumes them")
+    try:
+        with beat:
+            outcomes = batch.run_all(lambda url: operator.write_batch(url, int(ti.try_number or 1)))
+        pending = [o for o in outcomes if o.status == "pending"]
+        if pending:  # a retry of this task resumes them (the claims stay ours meanwhile)
+            raise BatchPendingError(f"batch {bid}: {len(pending)} intervals not finished, e.g. "
+                                    f"{pending[0].interval}: {pending[0].detail}; the retry resumes them")
+    except Exception as exc:
+        if not retried(operator, ti, exc):
+            release(batch, exc)
+        raise
     mark_done(sink, bid)
     if mode(operator, context) == "range":  # no run of their own announces them: the host does
         from .notes import announce  # noqa: PLC0415
@@ -173,6 +178,31 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
              sum(o.status == "skipped" for o in outcomes), len(failed),
              f" (first: {failed[0].interval}: {failed[0].detail})" if failed else "")
     return outcomes
+
+
+def retried(operator: Any, ti: Any, exc: BaseException) -> bool:
+    """Will Airflow run this task again after ``exc``? (Not after its last try, nor after an error that
+    fails the task at once.)"""
+    from .compat import AirflowFailException  # noqa: PLC0415
+
+    if isinstance(exc, (AirflowFailException, *FINAL)):
+        return False
+    return int(ti.try_number or 1) <= int(getattr(operator, "retries", 0) or 0)
+
+
+def release(batch: BatchRun, exc: BaseException) -> None:
+    """The host's last try failed: end the batch's unfinished attempts and mark it done, so the runs that
+    wait on its intervals go on alone now - not after ``EO_BATCH_STALE_SECONDS``. (The run's teardown
+    does not run after a failed setup: Airflow marks it upstream_failed.)"""
+    try:
+        ended = batch.abort()
+        mark_done(batch.sink, batch.batch_id)
+    except (ExactlyOnceError, OSError) as again:  # the claims then go stale, as after a crash
+        log.warning("batch %s: could not release its intervals after %s: %s", batch.batch_id, type(exc).__name__, again)
+        return
+    log.warning("batch %s failed on the host's last try (%s: %s); its %d unfinished attempts were ended and "
+                "its intervals released: their own runs go on alone", batch.batch_id, type(exc).__name__, exc,
+                len(ended))
 
 
 def finish_at_once(operator: Any, run: IntervalRun, context: Any, held: tuple[int, dict[str, Any]] | None) -> None:
