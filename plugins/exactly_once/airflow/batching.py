@@ -33,7 +33,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from ..protocol import liveness
-from ..protocol.batch import BatchRun, Outcome, batch_live, claim_intervals, holder, hosted_intervals, mark_done
+from ..protocol.batch import (BatchRun, Outcome, batch_live, claim_intervals, holder, hosted_intervals, is_done,
+                              mark_done)
 from ..errors import FINAL, BatchPendingError, ExactlyOnceError
 from ..ids import Interval, utc
 from ..protocol.layout import timetable_intervals
@@ -76,14 +77,19 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     """Cases 1-3 of the module docstring. Returns when the run goes on as a single run; raises
     DownstreamTasksSkipped when it finished at once, AirflowRescheduleException while it waits."""
     own, sink = run.interval, run.sink
+    bid = batch_id(context, own)
+    alone = bid if mode(operator, context) == "range" else None  # a range run: only its own batch's versions
     held = holder(sink, own)
-    if published(run, held, reprocess):  # a live batch commits interval by interval: no need to wait for its end
-        finish_at_once(operator, run, context, held)
-    if held is not None and batch_live(sink, held[1]["batch"], stale_seconds()) and held[1]["batch"] != \
-            batch_id(context, own):
-        log.info("%s is in batch %s, still running: waiting for it", own, held[1]["batch"])
-        raise AirflowRescheduleException(datetime.now(timezone.utc) + timedelta(seconds=poke_seconds()))
-    if held is not None and held[1]["batch"] != batch_id(context, own) and failed_in(run, held[1]["batch"]):
+    by = held[1]["batch"] if held is not None else None
+    if not (by == bid and not is_done(sink, bid)):  # else: a retry of this run's host resumes its batch first
+        live = by is not None and by != bid and batch_live(sink, by, stale_seconds())
+        found = published(run, held, reprocess, own=alone)
+        if found is not None and (not live or committed_by(found[1]) == by):  # a live batch commits interval
+            finish_at_once(operator, run, context, found)  # by interval: no need to wait for its end
+        if live:
+            log.info("%s is in batch %s, still running: waiting for it", own, by)
+            raise AirflowRescheduleException(datetime.now(timezone.utc) + timedelta(seconds=poke_seconds()))
+    if by is not None and by != bid and failed_in(run, by):
         return  # the batch tried it and it failed: as a single run it shows why (gate, report) and retries
     if run.config.stateful:
         try:
@@ -92,29 +98,40 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
             return  # the single begin waits for the predecessor (or fails) as it always does
     intervals = candidates(operator, run, context)
     host(operator, run, context, intervals, reprocess=reprocess)
-    if published(run, holder(sink, own), reprocess):
-        finish_at_once(operator, run, context, holder(sink, own))
+    found = published(run, holder(sink, own), reprocess, own=alone)
+    if found is not None:
+        finish_at_once(operator, run, context, found)
 
 
-def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reprocess: bool) -> bool:
-    """Is the run's interval done: committed (a backfill skips it), or - for a reprocess - committed by
-    the batch that holds it, from the inputs as they are now? (The holder may be the batch of an EARLIER
-    backfill, done: its claim stays the newest until this backfill's host claims the interval, and runs of
-    a backfill start together - a run that looks first must not take that old version for its reprocess
-    when files landed or changed since. Inputs unchanged, it cannot tell: see the README, "Backfills".)"""
+def committed_by(st: Any) -> str | None:
+    """The batch whose attempt ``st`` is (its ``meta.run.batch``), if any."""
+    return (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch")
+
+
+def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reprocess: bool,
+              own: str | None = None) -> tuple[Any, Any] | None:
+    """The run's interval's committed ``(txn, status)`` if the run is done with it: committed (a backfill
+    skips it), or - for a reprocess - committed by the batch that holds it, from the inputs as they are now
+    (with ``own``, a run's own batch: only by that batch). Else None. (The holder may be the batch of an
+    EARLIER backfill, done: its claim stays the newest until this backfill's host claims the interval, and
+    runs of a backfill start together - a run that looks first must not take that old version for its
+    reprocess when files landed or changed since. Inputs unchanged, it cannot tell: see the README,
+    "Backfills".)"""
     found = run.sink.committed(run.interval)
     if found is None or not found[1].published:
-        return False
+        return None
     if not reprocess:
-        return True
-    by = (((found[1].records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch")
-    return held is not None and by == held[1].get("batch") and not any(run.late_files().values())
+        return found
+    by = committed_by(found[1])
+    if own is not None:
+        return found if by == own else None
+    ok = held is not None and by == held[1].get("batch") and not any(run.late_files().values())
+    return found if ok else None
 
 
 def failed_in(run: IntervalRun, bid: str) -> bool:
     """Did batch ``bid`` try the run's interval and abort it?"""
-    mine = [st for st in run.sink.status(run.interval).values()
-            if (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch") == bid]
+    mine = [st for st in run.sink.status(run.interval).values() if committed_by(st) == bid]
     return bool(mine) and mine[-1].state.value == "ABORTED"
 
 
@@ -146,6 +163,8 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
     bid = batch_id(context, run.interval)
     sink.storage.remove_tree(sink.storage.join(sink.home, "_batches", bid, "_done"))  # a retry: live again
     record = {"host": {"dag_id": ti.dag_id, "run_id": ti.run_id, "try": ti.try_number}}
+    # a retry resumes every interval its batch set out to claim, also those whose own runs are over now
+    intervals = sorted({*intervals, *hosted_intervals(sink, bid)}, key=lambda iv: iv.start)
     claimed = claim_intervals(sink, intervals, bid, record, stale_after=stale_seconds())
     if not claimed:
         return []
@@ -205,13 +224,14 @@ def release(batch: BatchRun, exc: BaseException) -> None:
                 len(ended))
 
 
-def finish_at_once(operator: Any, run: IntervalRun, context: Any, held: tuple[int, dict[str, Any]] | None) -> None:
-    """The run's interval is published: its asset event and note, then skip the group's other tasks."""
+def finish_at_once(operator: Any, run: IntervalRun, context: Any, found: tuple[Any, Any]) -> None:
+    """The run's interval is published as ``found`` (the committed ``(txn, status)`` judged, announced as
+    is): its asset event and note, then skip the group's other tasks."""
     from .notes import NOTE_KEY, announce, published_note  # noqa: PLC0415
 
-    txn, st = run.sink.committed(run.interval)  # type: ignore[misc]
+    txn, st = found
     summary = run_summary(run, txn, st)
-    by = (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch")
+    by = committed_by(st)
     announce(operator, context, summary)
     note = published_note(summary) + (f" in batch {by}" if by else " before this run (nothing to do)")
     context["ti"].xcom_push(key=NOTE_KEY, value=note)

@@ -292,7 +292,7 @@ def batch_live(sink: Any, batch_id: str, stale_after: float) -> bool:
     its first beat, its claim) is older than ``stale_after`` seconds on the storage's clock."""
     st = sink.storage
     home = st.join(sink.home, BATCHES, check_name(batch_id, "batch id"))
-    if st.exists(st.join(home, "_done")):
+    if is_done(sink, batch_id):
         return False
     try:
         alive = st.modified_at(st.join(home, "_heartbeat"))
@@ -331,6 +331,12 @@ def mark_done(sink: Any, batch_id: str) -> None:
     """The batch is over: its claims no longer hold anyone back."""
     st = sink.storage
     st.write_atomic(st.join(sink.home, BATCHES, check_name(batch_id, "batch id"), "_done"), b"")
+
+
+def is_done(sink: Any, batch_id: str) -> bool:
+    """Was batch ``batch_id`` marked done?"""
+    st = sink.storage
+    return st.exists(st.join(sink.home, BATCHES, check_name(batch_id, "batch id"), "_done"))
 
 
 def hosted_intervals(sink: Any, batch_id: str) -> list[Interval]:

@@ -1,0 +1,192 @@
+"""The Airflow side of batched backfills (exactly_once.airflow.batching): what a run's ``begin`` does when a
+batch holds its interval - finish at once, wait, resume its own batch, or host one. Found by an adversarial
+review of the early finish (helper-29, reproducers in tests/repro/batch/r09-r12); each race is forced at its
+exact point, without a JVM or a scheduler (the write is tests/batch_helpers.stage_batch_write; the operator
+and context are what Airflow would hand ``begin``). Days 2-4 of a stateful pv_pipeline whose day 1 is
+committed; asserted on versions, notes and the published rows."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+from batch_helpers import batch_task, pv_oracle, stage_batch_write
+from fault_helpers import Driver, Setup, leftovers, sink_of, visible_rows
+
+import exactly_once.protocol.batch as batch_mod
+import exactly_once.protocol.pipeline as pipeline_mod
+from exactly_once.airflow import batching
+from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped
+from exactly_once.airflow.notes import NOTE_KEY
+from exactly_once.ids import Interval
+from exactly_once.protocol.batch import claim_intervals, mark_done
+from tools.sample_data import generate
+
+pytestmark = pytest.mark.timeout(300)
+D1, DAYS = "2026-01-01", ["2026-01-02", "2026-01-03", "2026-01-04"]
+IVS = [Interval.daily(d) for d in DAYS]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    base = tmp_path_factory.mktemp("batch-runs")
+    setup = Setup(root=str(base / "tmpl"), start=D1, reports=str(base / "reports"),
+                  env={"EO_REPORTS_DIR": str(base / "reports")})
+    generate(str(base / "tmpl" / "landing"), [D1, *DAYS], events_per_day=60)
+    Driver(setup).clean_run(D1)
+    return base, setup
+
+
+@pytest.fixture
+def setup(template):
+    base, tmpl = template
+    dst = base / f"s-{uuid.uuid4().hex[:10]}"
+    shutil.copytree(tmpl.root, dst, symlinks=True)
+    return tmpl.replace(root=str(dst))
+
+
+class Begin:
+    """What before_begin, host, candidates and finish_at_once use of a BeginOperator; counts write jobs."""
+
+    task_id, dag_id, outlets, retries = "app_pv.begin", "pv_pipeline", [], 2
+
+    def __init__(self, setup: Setup, **config: Any) -> None:
+        self.setup, self.config, self.writes = setup, dataclasses.replace(setup.config(), max_batch=4, **config), 0
+        self.dag = SimpleNamespace(timetable=CronDataIntervalTimetable("@daily", timezone="UTC"))
+
+    def write_batch(self, url: str, attempt: int) -> None:
+        self.writes += 1
+        stage_batch_write(url, self.setup.options())
+
+    def get_flat_relatives(self, upstream: bool = False) -> list[Any]:
+        return []
+
+    def run(self, day: str, active: set[str] = frozenset(DAYS), *, try_number: int = 1, reprocess: bool = False,
+            conf: dict[str, Any] | None = None, run_type: str = "backfill") -> str:
+        """One try of ``day``'s begin (its backfill's runs of ``active`` queued or running): what it did."""
+        pushed: dict[str, Any] = {}
+        ti = SimpleNamespace(run_id=f"{run_type}__{day}", try_number=try_number, dag_id=self.dag_id,
+                             task_id=self.task_id, xcom_push=lambda key, value: pushed.__setitem__(key, value),
+                             get_dr_count=lambda dag_id, logical_dates, states: sum(
+                                 d.date().isoformat() in active for d in logical_dates))
+        ctx = {"ti": ti, "outlet_events": {}, "dag_run": SimpleNamespace(
+            run_id=ti.run_id, conf=conf or {}, clear_number=0, logical_date=Interval.daily(day).start,
+            run_type=run_type)}
+        try:
+            batching.before_begin(self, self.setup.run(day, config=self.config), ctx, reprocess=reprocess)
+        except DownstreamTasksSkipped:
+            return f"finished: {pushed[NOTE_KEY]}"
+        except AirflowRescheduleException:
+            return "waits"
+        return "went on alone"
+
+
+def epochs(setup: Setup) -> dict[str, dict[int, str]]:
+    sink = sink_of(setup)
+    return {d: {e: s.state.value for e, s in sink.status(Interval.daily(d)).items()} for d in DAYS}
+
+
+def oracle(setup: Setup, stateful: bool = True) -> dict[str, list]:
+    if stateful:
+        return pv_oracle(setup.root, [D1, *DAYS])
+    return {d: pv_oracle(setup.root, [d])[d] for d in [D1, *DAYS]}
+
+
+def test_a_hosts_retry_resumes_a_day_whose_own_run_finished_meanwhile(setup, monkeypatch):
+    """Stateless (as flights_hourly). The host (day 2's run) hosts days 2-4; day 2's pre_commit hits a
+    transient error, day 3 commits, the host dies (day 4 written, not pre-committed). Day 3's run finishes at
+    once - its DAG run is over. The host's retry must still resume day 4's written attempt: before, it
+    claimed only the days whose runs were still active, released day 4, and day 4's run wrote it again."""
+    begin = Begin(setup, stateful=False)
+    real_pre, flaky = pipeline_mod.IntervalRun.pre_commit, {"left": 1}
+
+    def pre_commit(self: Any, txn: Any, *a: Any, **k: Any) -> Any:
+        if txn.interval == IVS[0] and flaky["left"]:
+            flaky["left"] = 0
+            raise OSError("transient: storage timeout")
+        return real_pre(self, txn, *a, **k)
+
+    def die(name: str) -> None:
+        if name == "batch.between_commits":
+            raise RuntimeError("host worker killed")
+
+    monkeypatch.setattr(pipeline_mod.IntervalRun, "pre_commit", pre_commit)
+    monkeypatch.setattr(batch_mod, "failpoint", die)
+    with pytest.raises(RuntimeError, match="killed"):
+        begin.run(DAYS[0])
+    monkeypatch.setattr(batch_mod, "failpoint", lambda name: None)
+    assert epochs(setup) == {DAYS[0]: {1: "OPEN"}, DAYS[1]: {1: "COMMITTED"}, DAYS[2]: {1: "OPEN"}}
+    assert begin.run(DAYS[1]).startswith("finished: published e1")
+    assert begin.run(DAYS[2], {DAYS[0], DAYS[2]}) == "waits"
+    assert begin.run(DAYS[0], {DAYS[0], DAYS[2]}, try_number=2).startswith("finished: published e1")
+    assert begin.run(DAYS[2], {DAYS[2]}).startswith("finished: published e1")
+    assert epochs(setup) == {d: {1: "COMMITTED"} for d in DAYS} and begin.writes == 1
+    assert visible_rows(setup) == oracle(setup, stateful=False) and leftovers(sink_of(setup)) == []
+
+
+def test_a_hosts_retry_resumes_its_batch_although_its_own_day_is_committed(setup, monkeypatch):
+    """Stateful. The host dies after days 2 and 3 committed. Its retry finds its own day committed: before,
+    it finished at once and never resumed - day 4 waited for the batch to go stale (5 minutes), then was
+    written again. Now the retry resumes the batch first: day 4 commits its written attempt, the batch is
+    done, no second write."""
+    begin, deaths = Begin(setup), {"n": 0}
+
+    def die_after_day3(name: str) -> None:
+        if name == "batch.between_commits":
+            deaths["n"] += 1
+            if deaths["n"] == 2:
+                raise RuntimeError("host worker killed")
+
+    monkeypatch.setattr(batch_mod, "failpoint", die_after_day3)
+    with pytest.raises(RuntimeError, match="killed"):
+        begin.run(DAYS[0])
+    monkeypatch.setattr(batch_mod, "failpoint", lambda name: None)
+    assert epochs(setup)[DAYS[2]] == {1: "OPEN"}
+    assert begin.run(DAYS[0], try_number=2).startswith("finished: published e1")
+    assert begin.run(DAYS[2]).startswith("finished: published e1")
+    assert epochs(setup) == {d: {1: "COMMITTED"} for d in DAYS} and begin.writes == 1
+    assert visible_rows(setup) == oracle(setup) and leftovers(sink_of(setup)) == []
+
+
+def test_a_run_waits_while_a_live_batch_that_did_not_commit_its_version_holds_its_day(setup):
+    """Days 2-4 committed (e1) by batch b-old, done. A late file lands for day 3 and a reprocess batch holds
+    days 2-4, live, not yet at day 3. A (non-reprocess) backfill run of day 3 waits for it: finishing at
+    once on e1 raced that batch's commit - its note and asset event could name a version whose publish had
+    not finished. Once the reprocess batch is done, the run finishes on what the batch published, and says so."""
+    begin, sink = Begin(setup), sink_of(setup)
+    assert claim_intervals(sink, IVS, "b-old", {}, stale_after=300) == IVS
+    assert batch_task(setup, DAYS, "b-old", child=False).ok
+    mark_done(sink, "b-old")
+    late = Path(setup.root) / "landing" / "app_logs" / f"dt={DAYS[1]}" / "hour=23" / "late.jsonl"
+    late.parent.mkdir(parents=True, exist_ok=True)
+    late.write_text(json.dumps({"event_id": "late-1", "app_id": "app_late", "user_id": "u1", "event": "page_view",
+                                "ts": f"{DAYS[1]}T23:59:00Z"}) + "\n")
+    assert claim_intervals(sink, IVS, "b-reproc", {}, stale_after=300) == IVS  # live, nothing committed yet
+    assert begin.run(DAYS[1]) == "waits"
+    assert batch_task(setup, DAYS, "b-reproc", child=False, reprocess=True).ok
+    mark_done(sink, "b-reproc")
+    assert begin.run(DAYS[1]) == "finished: published e2: 6 rows, 1 file in batch b-reproc"
+    assert ("app_late", 1, 1, 1) in visible_rows(setup)[DAYS[1]]
+
+
+def test_a_reprocess_range_over_unchanged_inputs_reprocesses_every_day(setup):
+    """`make backfill ... REPROCESS=1` runs a range (conf eo_batch + reprocess): the run hosts its own batch.
+    Over days an earlier batch (done) committed, inputs unchanged, it used to take that batch's version for
+    its own day and finish - nothing reprocessed, success reported. A range run now counts only its own
+    batch's versions: every day gets a new epoch."""
+    begin, sink = Begin(setup), sink_of(setup)
+    assert claim_intervals(sink, IVS, "b-old", {}, stale_after=300) == IVS
+    assert batch_task(setup, DAYS, "b-old", child=False).ok
+    mark_done(sink, "b-old")
+    conf = {"reprocess": True, "eo_batch": {"end": IVS[-1].start.isoformat()}}
+    done = begin.run(DAYS[0], reprocess=True, conf=conf, run_type="manual")
+    assert done.startswith("finished: published e2") and "in batch b-" in done and "b-old" not in done, done
+    assert epochs(setup) == {d: {1: "COMMITTED", 2: "COMMITTED"} for d in DAYS} and begin.writes == 1
+    assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []
