@@ -17,7 +17,7 @@ $(BIN)/.installed: requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	@echo "installing pinned dependencies from requirements.lock into $(VENV) ..."
-	@$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
+	@$(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python -r requirements.lock
 	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	@rm -rf plugins/*.egg-info  # build leftover: a 2nd copy of the entry points on sys.path (plugin loaded twice)
 	@touch $@
