@@ -305,8 +305,9 @@ def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
 
     begin.write_batch = broken_write
 
-    def host(try_number: int) -> str:
-        ti = SimpleNamespace(run_id="backfill__h", try_number=try_number, dag_id="pv_pipeline", task_id="app_pv.begin")
+    def host(try_number: int, **max_tries: int) -> str:
+        ti = SimpleNamespace(run_id="backfill__h", try_number=try_number, dag_id="pv_pipeline", task_id="app_pv.begin",
+                             **max_tries)
         ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id="backfill__h", conf={}, clear_number=0)}
         with pytest.raises(RuntimeError, match="Cannot execute"):
             batching.host(begin, setup.run(DAYS[0]), ctx, ivs, reprocess=False)
@@ -314,6 +315,8 @@ def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
 
     bid = host(1)  # a retry will come: the batch stays live, its attempts open for the retry to resume
     assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
-    assert host(2) == bid  # the last try: released
+    assert host(2, max_tries=3) == bid  # the task was cleared after try 1 (Airflow: max_tries 3): not the last
+    assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
+    assert host(4, max_tries=3) == bid  # the last try: released
     assert not batching.batch_live(sink, bid, 300)
     assert states(setup) == {d: {1: State.ABORTED} for d in DAYS} and leftovers(sink) == []

@@ -206,7 +206,10 @@ def retried(operator: Any, ti: Any, exc: BaseException) -> bool:
 
     if isinstance(exc, (AirflowFailException, *FINAL)):
         return False
-    return int(ti.try_number or 1) <= int(getattr(operator, "retries", 0) or 0)
+    max_tries = getattr(ti, "max_tries", None)  # Airflow's own count: a clear of the task adds its retries
+    if not isinstance(max_tries, int) or isinstance(max_tries, bool) or max_tries < 0:
+        max_tries = int(getattr(operator, "retries", 0) or 0)
+    return int(ti.try_number or 1) <= max_tries
 
 
 def release(batch: BatchRun, exc: BaseException) -> None:
