@@ -274,30 +274,57 @@ def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None 
 _LOG_PREFIX = re.compile(r"^\S+\s+\[\w+\s*\]\s+")  # "<timestamp> [info     ] "
 _LOG_SUFFIX = re.compile(r"\s+\[[\w.]+\](?:\s+\w+=\S+)*\s*$")  # " [logger] loc=... key=value"
 _RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
+# where one try's output starts (``airflow dags test``), or the try before it ended
+_TRY_EDGES = ("::group::Pre Execute", "[DAG TEST] starting", "Cannot execute:", "Last spark-submit output:")
+_SECRET = re.compile(r"(?i)(\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key)[\w.-]*\s*[=:]\s*)"
+                     r"(['\"]?)[^\s'\"]+\2")
+_USERINFO = re.compile(r"(://)[^/\s@:]+:[^/\s@]+@")
 
 
 def failure_reason(log_path: Path) -> str:
-    """The most telling line of a failed run's log (our errors are one line by design). When the task
-    failed because its Spark job did ("Cannot execute: spark-submit ..."), the job's own last exception
-    line from its output, which says what to fix."""
+    """The most telling line of a failed run's log (our errors are one line by design), secrets masked.
+    When the task failed because its Spark job did ("Cannot execute: spark-submit ..."), the last exception
+    line that job printed in that same try - what to fix - else the task's own line (an exit code)."""
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return "no log"
     keys = ("ValidationFailedError", "OrderingError", "FencedError", "Error:", "error:", "Exception")
+    reason = (lines[-1] if lines else "").strip()
     for i in range(len(lines) - 1, -1, -1):
         line = lines[i]
         if any(k in line for k in keys) and "Traceback" not in line:
-            if "Cannot execute:" in line and (job := _job_error(lines[:i])):
-                return f"the Spark job failed: {job}"[:400]
-            return line.strip()[:400]
-    return (lines[-1] if lines else "").strip()[:400]
+            reason = line.strip()
+            if "Cannot execute:" in line and (job := _job_error(lines, i)):
+                reason = f"the Spark job failed: {job}"
+            break
+    return mask(reason)[:400]
 
 
-def _job_error(lines: list[str]) -> str | None:
-    """The last exception line (``NameError: ...``) the job printed before the task gave up on it."""
-    for line in reversed(lines):
+def _job_error(lines: list[str], failed_at: int) -> str | None:
+    """The last exception line (``NameError: ...``) the job printed in the try that failed at line
+    ``failed_at``: in the hook's tail after it ("Last spark-submit output:"), else in that try's output."""
+    tail = []
+    for line in lines[failed_at + 1:]:
+        if any(edge in line for edge in _TRY_EDGES[:3]):
+            break
+        tail.append(line)
+    for line in reversed(tail):
+        if _RAISED.match(line.strip()):
+            return line.strip()
+    own_failure = False  # the try's "Task failed with exception" line: the job's output is above it
+    for line in reversed(lines[:failed_at]):
+        if any(edge in line for edge in _TRY_EDGES) or ("Task failed with exception" in line and own_failure):
+            return None
+        own_failure = own_failure or "Task failed with exception" in line
+        if "SparkSubmitHook" not in line:
+            continue  # only what the job printed, as the hook logged it
         text = _LOG_SUFFIX.sub("", _LOG_PREFIX.sub("", line.strip()))
-        if _RAISED.match(text) and "Cannot execute:" not in text and not text.startswith("airflow."):
+        if _RAISED.match(text):
             return text
     return None
+
+
+def mask(text: str) -> str:
+    """``text`` with the values of password/secret/token/key settings and URL passwords replaced by ``***``."""
+    return _USERINFO.sub(r"\1***@", _SECRET.sub(lambda m: f"{m.group(1)}***", text))

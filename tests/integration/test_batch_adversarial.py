@@ -304,6 +304,16 @@ def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
         raise RuntimeError(f"Cannot execute: spark-submit ... --batch {url} (try {attempt})")
 
     begin.write_batch = broken_write
+    interrupted: list[tuple[str, int, dict[str, Any]]] = []  # over Spark Connect: the batch's live queries
+
+    def interrupt(batch_id: str, scratch_url: str, attempts: int) -> list[str]:
+        assert scratch_url.endswith(f"_batches/{batch_id}/scratch"), scratch_url
+        interrupted.append((batch_id, attempts, states(setup)))
+        if attempts == 3:
+            raise ConnectionError("the Spark Connect server does not answer")
+        return []
+
+    begin.interrupt_batch = interrupt
 
     def host(try_number: int, **max_tries: int) -> str:
         ti = SimpleNamespace(run_id="backfill__h", try_number=try_number, dag_id="pv_pipeline", task_id="app_pv.begin",
@@ -317,6 +327,11 @@ def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
     assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
     assert host(2, max_tries=3) == bid  # the task was cleared after try 1 (Airflow: max_tries 3): not the last
     assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
-    assert host(4, max_tries=3) == bid  # the last try: released
+    assert interrupted == []
+    assert host(3, max_tries=2) == bid  # a last try whose queries cannot be interrupted: no release (goes stale)
+    assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
+    assert host(4, max_tries=3) == bid  # the last try: its queries interrupted first, then released
+    assert [(a, b) for a, b, _ in interrupted] == [(bid, 3), (bid, 4)]
+    assert interrupted[-1][2] == {d: {1: State.OPEN} for d in DAYS}  # interrupted before any attempt ended
     assert not batching.batch_live(sink, bid, 300)
     assert states(setup) == {d: {1: State.ABORTED} for d in DAYS} and leftovers(sink) == []

@@ -67,6 +67,16 @@ def test_a_failed_spark_job_is_explained_by_its_own_error_not_by_spark_submit(tm
     assert localrun.failure_reason(log).startswith("airflow.sdk.exceptions.AirflowException: Cannot execute:")
     log.write_text("2026-11-27T05:03:48Z [error    ] ValidationFailedError: dq failed: 3 rows [task]\n")
     assert "ValidationFailedError: dq failed" in localrun.failure_reason(log)
+    # two tries (helper-30): the last one was killed (exit 137) without an exception - try 1's error is not
+    # its reason; a job line holding a password is masked, as the hook masks its own tail
+    killed = [f"2026-11-27T05:03:50Z [info     ] Killed {HOOK}", *task[:3],
+              task[3].replace("--batch x", "--batch x. Error code is: 137."), "Last spark-submit output:", "Killed"]
+    log.write_text("\n".join(["::group::Pre Execute", *job, *task, "Last spark-submit output:", job[-1],
+                              "[DAG TEST] starting task_id=t.begin", "::group::Pre Execute", *killed]) + "\n")
+    assert localrun.failure_reason(log).endswith("Error code is: 137.")
+    secret = f"2026-11-27T05:03:47Z [info     ] ValueError: jdbc user=etl password=hunter2 url=postgresql://u:pw@db/x {HOOK}"
+    log.write_text("\n".join([secret, *task]) + "\n")
+    assert localrun.failure_reason(log) == "the Spark job failed: ValueError: jdbc user=etl password=*** url=postgresql://***@db/x"
 
 
 def test_local_runs_retry_quickly_unless_told_otherwise(tmp_path, monkeypatch):

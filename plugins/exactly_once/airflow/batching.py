@@ -183,7 +183,7 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
                                     f"{pending[0].interval}: {pending[0].detail}; the retry resumes them")
     except Exception as exc:
         if not retried(operator, ti, exc):
-            release(batch, exc)
+            release(operator, batch, exc, int(ti.try_number or 1))
         raise
     mark_done(sink, bid)
     if mode(operator, context) == "range":  # no run of their own announces them: the host does
@@ -212,15 +212,20 @@ def retried(operator: Any, ti: Any, exc: BaseException) -> bool:
     return int(ti.try_number or 1) <= max_tries
 
 
-def release(batch: BatchRun, exc: BaseException) -> None:
-    """The host's last try failed: end the batch's unfinished attempts and mark it done, so the runs that
-    wait on its intervals go on alone now - not after ``EO_BATCH_STALE_SECONDS``. (The run's teardown
-    does not run after a failed setup: Airflow marks it upstream_failed.)"""
+def release(operator: Any, batch: BatchRun, exc: BaseException, attempts: int) -> None:
+    """The host's last try failed: interrupt the batch's write queries still running on a Spark Connect
+    server, then end its unfinished attempts and mark it done, so the runs that wait on its intervals go on
+    alone now - not after ``EO_BATCH_STALE_SECONDS``. (The run's teardown does not run after a failed
+    setup: Airflow marks it upstream_failed.) If any step fails, the batch goes stale as after a crash."""
     try:
+        interrupt = getattr(operator, "interrupt_batch", None)
+        if interrupt is not None:  # a live query could recreate the staging of the attempts ended below
+            interrupt(batch.batch_id, batch.storage.url(batch.storage.join(batch.dir, "scratch")), attempts)
         ended = batch.abort()
         mark_done(batch.sink, batch.batch_id)
-    except (ExactlyOnceError, OSError) as again:  # the claims then go stale, as after a crash
-        log.warning("batch %s: could not release its intervals after %s: %s", batch.batch_id, type(exc).__name__, again)
+    except Exception as again:  # noqa: BLE001 - the claims then go stale, as after a crash
+        log.warning("batch %s: could not release its intervals after %s: %s: %s", batch.batch_id,
+                    type(exc).__name__, type(again).__name__, again)
         return
     log.warning("batch %s failed on the host's last try (%s: %s); its %d unfinished attempts were ended and "
                 "its intervals released: their own runs go on alone", batch.batch_id, type(exc).__name__, exc,

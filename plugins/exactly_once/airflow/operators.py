@@ -169,6 +169,13 @@ class BeginOperator(PhaseOperator):
                                        "exactly_once_group)")
         write_batch(self.batch_write, batch_url, attempt)
 
+    def interrupt_batch(self, batch_id: str, scratch_url: str, attempts: int) -> list[str]:
+        """Interrupt the batch's write queries still running on a Spark Connect server (write attempts
+        1..``attempts``), before its attempts are ended: none may recreate their staging afterwards."""
+        from .write import interrupt_batch_writes  # noqa: PLC0415
+
+        return interrupt_batch_writes(self.batch_write, batch_id, scratch_url, attempts) if self.batch_write else []
+
     def call(self, run: IntervalRun, context: Any) -> Any:
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}
         ti = context["ti"]

@@ -166,6 +166,17 @@ def write_batch(settings: dict[str, Any], batch_url: str, attempt: int) -> None:
     hook.submit(settings["application"])
 
 
+def interrupt_batch_writes(settings: dict[str, Any], batch_id: str, scratch_url: str, attempts: int) -> list[str]:
+    """Over Spark Connect, interrupt the queries of write attempts 1..``attempts`` of batch ``batch_id``
+    (:func:`run_connect_batch`'s session scope: the batch's scratch dir); nothing to do for spark-submit."""
+    from ..job.connect import interrupt_writes
+
+    remote = spark_remote(settings["conn_id"])
+    if remote is None:
+        return []
+    return interrupt_writes(remote, batch_id, range(1, attempts + 1), scope=scratch_url)
+
+
 def interrupt_dead_writes(run: IntervalRun, txn: TxnRef, remote: str, attempts: int) -> list[str]:
     """The abort's side of :func:`run_connect`: interrupt write attempts 1..``attempts`` of ``txn`` still
     running on ``remote``. No spec means begin never handed the transaction on: no write ran."""
