@@ -168,6 +168,7 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
     (run_dir / "data").mkdir()
     (run_dir / "data" / "landing").symlink_to(landing)
     settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0",
+                "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",  # as docker-compose.yaml ships it (DEPLOYING.md)
                 "EO_PV_MAX_BATCH": str(max_batch), "EO_SPARK_REMOTE": server.url,
                 "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
                     {"conn_type": "spark_connect", "host": "127.0.0.1", "port": server.port})}
@@ -175,6 +176,7 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
         settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
     res: dict[str, Any] = {"intervals": len(days), "days": [days[0], days[-1]], "max_batch": max_batch,
                            "scheduler_idle_sleep_time": idle_sleep if idle_sleep is not None else 1.0,
+                           "min_heartbeat_interval": float(settings["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"]),
                            "variants": {}}
     with Deployment(run_dir, purpose="bench", settings=settings, log=say) as deploy:
         res["deployment"] = {"id": deploy.id, "metadata_db": deploy.db.name}
