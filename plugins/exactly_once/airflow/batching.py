@@ -33,8 +33,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from ..protocol import liveness
-from ..protocol.batch import (BatchRun, Outcome, batch_live, claim_intervals, holder, hosted_intervals, is_done,
-                              mark_done)
+from ..protocol.batch import (BatchRun, Outcome, batch_live, batch_of, claim_intervals, holder, hosted_intervals,
+                              is_done, mark_done)
 from ..errors import FINAL, BatchPendingError, ExactlyOnceError
 from ..ids import Interval, utc
 from ..protocol.layout import timetable_intervals
@@ -84,7 +84,7 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     if not (by == bid and not is_done(sink, bid)):  # else: a retry of this run's host resumes its batch first
         live = by is not None and by != bid and batch_live(sink, by, stale_seconds())
         found = published(run, held, reprocess, own=alone)
-        if found is not None and (not live or committed_by(found[1]) == by):  # a live batch commits interval
+        if found is not None and (not live or batch_of(found[1]) == by):  # a live batch commits interval
             finish_at_once(operator, run, context, found)  # by interval: no need to wait for its end
         if live:
             log.info("%s is in batch %s, still running: waiting for it", own, by)
@@ -103,11 +103,6 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
         finish_at_once(operator, run, context, found)
 
 
-def committed_by(st: Any) -> str | None:
-    """The batch whose attempt ``st`` is (its ``meta.run.batch``), if any."""
-    return (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch")
-
-
 def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reprocess: bool,
               own: str | None = None) -> tuple[Any, Any] | None:
     """The run's interval's committed ``(txn, status)`` if the run is done with it: committed (a backfill
@@ -122,7 +117,7 @@ def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reproce
         return None
     if not reprocess:
         return found
-    by = committed_by(found[1])
+    by = batch_of(found[1])
     if own is not None:
         return found if by == own else None
     ok = held is not None and by == held[1].get("batch") and not any(run.late_files().values())
@@ -131,7 +126,7 @@ def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reproce
 
 def failed_in(run: IntervalRun, bid: str) -> bool:
     """Did batch ``bid`` try the run's interval and abort it?"""
-    mine = [st for st in run.sink.status(run.interval).values() if committed_by(st) == bid]
+    mine = [st for st in run.sink.status(run.interval).values() if batch_of(st) == bid]
     return bool(mine) and mine[-1].state.value == "ABORTED"
 
 
@@ -239,7 +234,7 @@ def finish_at_once(operator: Any, run: IntervalRun, context: Any, found: tuple[A
 
     txn, st = found
     summary = run_summary(run, txn, st)
-    by = committed_by(st)
+    by = batch_of(st)
     announce(operator, context, summary)
     note = published_note(summary) + (f" in batch {by}" if by else " before this run (nothing to do)")
     context["ti"].xcom_push(key=NOTE_KEY, value=note)

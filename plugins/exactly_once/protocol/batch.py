@@ -129,7 +129,7 @@ class BatchRun:
     def attempt(self, iv: Interval) -> tuple[TxnRef, EpochStatus] | None:
         """This batch's newest attempt of ``iv`` (an attempt whose ``meta.run.batch`` names it), if any."""
         for epoch, st in sorted(self.sink.status(iv).items(), reverse=True):
-            if ((st.records.get("open") or {}).get("meta") or {}).get("run", {}).get("batch") == self.batch_id:
+            if batch_of(st) == self.batch_id:
                 return self.sink.ref(iv, epoch), st
         return None
 
@@ -252,7 +252,7 @@ class BatchRun:
         done = []
         for iv in self.intervals:
             for epoch, st in self.sink.status(iv).items():
-                batch = ((st.records.get("open") or {}).get("meta") or {}).get("run", {}).get("batch")
+                batch = batch_of(st)
                 txn = self.sink.ref(iv, epoch)
                 if batch == self.batch_id and (st.state in (State.OPEN, State.PRE_COMMITTED) or (
                         st.state is State.ABORTED and self.storage.exists(self.sink.staging_dir(txn)))):
@@ -274,6 +274,11 @@ class BatchRun:
 
 
 # ------------------------------------------------------------------ claims: who runs which batch
+def batch_of(st: EpochStatus) -> str | None:
+    """The batch whose attempt ``st`` is (its ``meta.run.batch``), if any."""
+    return (((st.records.get("open") or {}).get("meta") or {}).get("run") or {}).get("batch")
+
+
 def _claims(sink: Any, iv: Interval) -> str:
     return sink.storage.join(sink.home, BATCHES, "_claims", iv.token)
 
@@ -379,7 +384,6 @@ def _unfinished(sink: Any, batch_id: str) -> bool:
     """Does an attempt the batch began (its hosted intervals) still wait to end?"""
     for iv in hosted_intervals(sink, batch_id):
         for status in sink.status(iv).values():
-            run = ((status.records.get("open") or {}).get("meta") or {}).get("run") or {}
-            if run.get("batch") == batch_id and status.state in (State.OPEN, State.PRE_COMMITTED):
+            if batch_of(status) == batch_id and status.state in (State.OPEN, State.PRE_COMMITTED):
                 return True
     return False
