@@ -72,6 +72,14 @@ def assert_published_notes_and_events(root, versions: list[tuple[str, int]]) -> 
             assert notes[day] == f"published e{epoch}: {rows} rows, {files} file{'s' if files != 1 else ''}"
 
 
+def task_states(day: str) -> dict[str, str]:
+    """The task states of the latest run of pv_pipeline for ``day`` (without the group's prefix)."""
+    rows = _db("select t.task_id, t.state from task_instance t join dag_run r on r.run_id = t.run_id "
+               "and r.dag_id = t.dag_id where r.id = (select max(id) from dag_run where dag_id = 'pv_pipeline' "
+               f"and substr(data_interval_start, 1, 10) = '{day}')")
+    return {task.rsplit(".", 1)[-1]: state for task, state in rows}
+
+
 def run_ok(day: str, **kw) -> None:
     res = run_interval("pv_pipeline", day, **kw)
     assert res.ok, f"{day} failed; log tail:\n" + "\n".join(res.log_path.read_text().splitlines()[-40:])
@@ -81,6 +89,9 @@ def test_intervals_match_the_reference_and_reruns_publish_identical_versions(dat
     generate(str(data_root / "landing"), DAYS, events_per_day=600)
     for day in DAYS:
         run_ok(day)
+        # the write's first try wrote what commit published: the teardown had nothing to do (no task start)
+        assert task_states(day) == {"begin": "success", "write": "success", "pre_commit": "success",
+                                    "validate": "success", "commit": "success", "abort": "skipped"}
     expected = expected_rows(data_root, DAYS)
     assert visible_rows(data_root) == expected
     assert_clean(data_root, DAYS)

@@ -362,3 +362,33 @@ def test_a_suite_broken_after_the_dag_was_built_fails_validate_at_once_and_ends_
         tasks["t.validate"].execute(context("run", iv, **{"t.begin": began}))
     assert sink.status(iv)[txn.epoch].state is State.ABORTED
     assert not os.path.exists(sink.staging_dir(txn))
+
+
+@pytest.mark.parametrize("wrote, skipped", [
+    ({"spark": "connect", "attempt": 1}, True), ({"spark": "submit", "attempt": 1}, True),
+    ({"spark": "connect", "attempt": 2}, False),  # an earlier, dead try's queries may still run: abort interrupts
+    (None, False)])                               # the write left no XCom (marked success, an older version)
+def test_commit_skips_the_teardown_only_when_the_first_write_try_wrote_what_it_published(tmp_path, wrote, skipped):
+    """After a publish, the teardown's only work is interrupting Spark Connect queries of dead write tries.
+    When the write's first try wrote (its XCom says so), commit skips the teardown (no task start; the
+    summary is still its XCom); otherwise the teardown runs."""
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from exactly_once.airflow.compat import DownstreamTasksSkipped
+
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", reports=str(tmp_path / "reports"))
+    iv, sink, tasks, began, txn = begun_daily_with_output(tmp_path, cfg, "scheduled", [1, 2])
+    sink.pre_commit(txn)
+    sink.record_validation(txn, True, {})
+    ctx = context("scheduled", iv, **{"t.begin": began, "t.write": wrote})
+    ctx["outlet_events"] = OutletEventAccessors()
+    if skipped:
+        with pytest.raises(DownstreamTasksSkipped) as raised:
+            tasks["t.commit"].execute(ctx)
+        assert raised.value.tasks == ["t.abort"]
+        summary = ctx["ti"].pushed["return_value"]
+    else:
+        summary = tasks["t.commit"].execute(ctx)
+        assert "return_value" not in ctx["ti"].pushed  # Airflow pushes what execute returns
+    assert summary["version"] == txn.name and sink.live_version("dt=2013-01-01") == txn.name
+    assert not os.path.exists(sink.staging_dir(txn))  # nothing the teardown would have removed

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
-from .compat import AirflowFailException, AirflowRescheduleException, AirflowSkipException
+from .compat import AirflowFailException, AirflowRescheduleException, AirflowSkipException, DownstreamTasksSkipped
 
 from .. import settings
 from ..protocol.config import PipelineConfig
@@ -283,10 +283,17 @@ class ValidateOperator(PhaseOperator):
 
 class CommitOperator(PhaseOperator):
     """Publish atomically and announce the table's Asset (through the group's AssetAlias outlet) - only
-    when a version went live: a commit that found the interval already committed announces nothing."""
+    when a version went live: a commit that found the interval already committed announces nothing.
+
+    After a publish whose write ran once (its first try), the teardown has nothing left to do and is
+    skipped - no task start (:meth:`teardown_idle`)."""
 
     phase = "commit"
     ui_color = "#cfe2ff"
+
+    def __init__(self, *, write_task_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.write_task_id = write_task_id
 
     def call(self, run: IntervalRun, context: Any) -> Any:
         from .notes import on_commit  # noqa: PLC0415 - asset event extra + the run's note
@@ -295,7 +302,25 @@ class CommitOperator(PhaseOperator):
         if not summary.get("already_committed"):
             self.published(run, summary)  # its lineage, even should the task fail after this
             on_commit(self, context, summary)
+            if teardown := self.teardown_idle(context):
+                context["ti"].xcom_push(key="return_value", value=summary)  # raising skips Airflow's push
+                log.info("%s published by its write's first try: nothing left for %s, skipped",
+                         summary.get("version"), ", ".join(teardown))
+                raise DownstreamTasksSkipped(tasks=teardown)
         return summary
+
+    def teardown_idle(self, context: Any) -> list[str]:
+        """The group's teardown task ids when it has nothing to do after this commit published, else [].
+
+        Contract: after a publish, the teardown only interrupts the Spark Connect queries that earlier,
+        dead write tries may have left running (it neither deletes nor decides anything for a COMMITTED
+        attempt). The write's XCom (``{"spark": ..., "attempt": try}``) says which try wrote: the first
+        means no earlier try ever ran, and the successful one stopped its own session - so nothing is
+        left. A write without that XCom (marked success, an older version) keeps the teardown."""
+        wrote = context["ti"].xcom_pull(task_ids=self.write_task_id) if self.write_task_id else None
+        if not isinstance(wrote, dict) or wrote.get("attempt") != 1:
+            return []
+        return [t.task_id for t in self.downstream_list if isinstance(t, AbortOperator)]
 
 
 class AbortOperator(PhaseOperator):

@@ -110,7 +110,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
                               *config.application_args], **retry)
         pre_commit = PreCommitOperator(task_id="pre_commit", **common)
         validate = ValidateOperator(task_id="validate", **common)
-        commit = CommitOperator(task_id="commit", **finishers, **common)
+        commit = CommitOperator(task_id="commit", write_task_id=write.task_id, **finishers, **common)
         abort = AbortOperator(task_id="abort", spark_conn_id=spark_conn_id,
                               write_attempts=retry["retries"] + 1, **finishers, **common)
         begin >> write >> pre_commit >> validate >> commit >> abort

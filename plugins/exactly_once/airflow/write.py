@@ -198,15 +198,18 @@ class WriteOperator(SparkSubmitOperator):
         with write_heartbeat(args, storage_options(settings.storage_conn_id())):  # the job is alive
             return self._run(args, context)
 
-    def _run(self, args: list[str], context: Any) -> Any:
-        remote = spark_remote(self._conn_id)
+    def _run(self, args: list[str], context: Any) -> dict[str, Any]:
+        """Run the job; returns what ran (its XCom): ``spark`` ("submit" or "connect") and ``attempt``,
+        the task's try - commit reads it (:meth:`~exactly_once.airflow.operators.CommitOperator.teardown_idle`)."""
+        remote, attempt = spark_remote(self._conn_id), int(context["ti"].try_number or 1)
         if remote is None:
             self._prepare_submit()
-            return super().execute(context)
+            super().execute(context)
+            return {"spark": "submit", "attempt": attempt}
         if len(args) < 2 or args[0] != "--spec":
             raise ConfigError(f"the write task's arguments must start with --spec <url>, got {args[:1]}")
-        return run_connect(self.application, args[1], remote, attempt=int(context["ti"].try_number or 1),
-                           args=tuple(args[2:]))
+        return {**run_connect(self.application, args[1], remote, attempt=attempt, args=tuple(args[2:])),
+                "attempt": attempt}
 
     def _prepare_submit(self) -> None:
         """Fit the spark-submit to where its driver runs (module docstring): the connection as the
