@@ -1,6 +1,7 @@
 """The two-phase commit: one interval's transaction from begin to commit or abort.
 
-:class:`TwoPhaseCommitSink` (:mod:`.transaction`) is the protocol in one file; :class:`IntervalRun`
+:class:`TwoPhaseCommitSink` (:mod:`.transaction`) is the protocol's phases in one file (the checks
+before a decision and the outcome record: :mod:`.decisions`); :class:`IntervalRun`
 (:mod:`.pipeline`) runs its phases for a :class:`PipelineConfig` (:mod:`.config`), :class:`BatchRun`
 (:mod:`.batch`) for many intervals with one write. Beside them: which input files an interval reads
 (:mod:`.layout`), a stateful interval's predecessor (:mod:`.ordering`), heartbeats and takeovers on the
