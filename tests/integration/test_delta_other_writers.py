@@ -1,74 +1,26 @@
 """Other writers on an open Delta table (issue 25, class 4): another engine - delta-rs here, as Spark or
-Databricks would - runs OPTIMIZE, DELETE, UPDATE or VACUUM between our commits, or a change of
-partitioning. After each, a reprocess of an interval leaves exactly its new rows and every other interval
-as it was; what cannot be replaced exactly is refused before the decision. Races are forced at the exact
-step (the other engine commits between our snapshot read and our commit), never with sleeps."""
+Databricks would - runs OPTIMIZE, DELETE, UPDATE, MERGE, RESTORE or VACUUM between our commits, or cleans up
+the log. After each, a reprocess of an interval leaves exactly its new rows and every other interval as it
+was. Races are forced at the exact step (the other engine commits between our snapshot read and our commit),
+never with sleeps. The table rules another engine can add (partitioning, features, constraints) are in
+test_delta_other_writers_rules.py; the helpers both use in tests/other_writers.py."""
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from exactly_once import Interval, State
-from exactly_once.errors import FailpointError, StorageError, TargetSchemaError, TransactionStateError
+from exactly_once import State
+from exactly_once.errors import FailpointError, StorageError, TransactionStateError
 from exactly_once.ops.maintenance import gc
 from exactly_once.ops.rollback import rollback
 from exactly_once.targets.base import StagedVersion
 from exactly_once.targets.delta import DeltaTarget
-from protocol_helpers import (CRASH_EXIT, commit_version, failpoints, interleave, make_rows, open_sink, refresh,
-                              run_child,
+from other_writers import (DELTA, FIRST, IV, IV2, LATE, PART, PART2, delta_sink, engine, expect, kv_rows,
+                           outside_files, rows, staged_replacement, two_intervals)
+from protocol_helpers import (CRASH_EXIT, commit_version, failpoints, interleave, make_rows, refresh, run_child,
                               table_url, write_output)  # noqa: F401 - table_url is a fixture
 
 deltalake = pytest.importorskip("deltalake")
-IV, IV2 = Interval.daily("2026-01-01"), Interval.daily("2026-01-02")
-PART, PART2, LATE = f"dt={IV.day}", f"dt={IV2.day}", "dt=2025-12-31"  # LATE: late rows IV also owns
-DELTA = {"table_format": "delta"}
-FIRST = 1  # the first publish's Delta version: the check created the table (version 0, no files)
-
-
-def delta_sink(url: str):
-    return open_sink(url, **DELTA)
-
-
-def engine(sink):
-    """The other engine's handle on the table (delta-rs, newest snapshot)."""
-    refresh(sink)
-    return deltalake.DeltaTable(sink.target.uri, storage_options=sink.target.options)
-
-
-def rows(sink, part: str | None = None) -> list[tuple]:
-    """What a Delta reader sees: sorted ``(k, v, dt)``, of one partition if given."""
-    t = engine(sink).to_pyarrow_table()
-    found = zip(t.column("k").to_pylist(), t.column("v").to_pylist(), t.column("dt").to_pylist())
-    return sorted(r for r in found if part is None or r[2] == part.split("=", 1)[1])
-
-
-def expect(data, part: str = PART) -> list[tuple]:
-    return sorted((k, v, part.split("=", 1)[1]) for k, v in data)
-
-
-def outside_files(sink) -> list[str]:
-    """Live files that none of our transactions wrote (the other engine's rewrites)."""
-    return [a["path"] for a in sink.target.live_actions(engine(sink)) if not a["path"].startswith("2026")]
-
-
-def staged_replacement(sink) -> tuple[list, object, list]:
-    """:func:`two_intervals`, then IV's next version (rows ``b``) staged and pre-committed, not committed:
-    ``(IV2's rows, the transaction, b)``."""
-    _, c = two_intervals(sink)
-    txn = sink.begin(IV)
-    b = make_rows("b", 3, start=100)
-    write_output(sink, txn, {PART: [b]})
-    sink.pre_commit(txn)
-    return c, txn, b
-
-
-def two_intervals(sink) -> tuple[list, list]:
-    """IV: two files in PART and two late ones in LATE; IV2: two files in PART2 (something to compact)."""
-    a, late, c = make_rows("a", 6), make_rows("late", 4, start=20), make_rows("c", 4, start=40)
-    commit_version(sink, IV, {PART: [a[:3], a[3:]], LATE: [late[:2], late[2:]]})
-    commit_version(sink, IV2, {PART2: [c[:2], c[2:]]})
-    assert rows(sink) == sorted(expect(a) + expect(late, LATE) + expect(c, PART2))
-    return a + late, c
 
 
 @pytest.mark.parametrize("op", ["compact", "z_order"])
@@ -194,7 +146,6 @@ def test_vacuum_with_the_default_retention_touches_nothing_of_ours(tmp_path):
     assert sorted(t.column("v").to_pylist()) == sorted(v for _, v in old + c)
 
 
-
 def test_a_slow_publisher_clock_does_not_start_vacuums_retention_early(tmp_path):
     """The bug: the ``remove`` actions carried the publisher's clock, so a publisher 8 days slow made a
     VACUUM with Delta's default 7-day retention delete the version it superseded a moment ago: a reader
@@ -255,84 +206,6 @@ def test_a_full_vacuum_with_no_retention_during_an_open_transaction_publishes_no
     assert rows(sink, PART2) == expect(e, PART2)
 
 
-def test_a_repartitioned_table_is_refused_before_the_decision(tmp_path):
-    """Another writer rewrote the table partitioned by another column: its files mix every interval's
-    rows and cannot be removed whole. The commit refuses before deciding; nothing changes."""
-    sink = delta_sink(str(tmp_path / "t"))
-    two_intervals(sink)
-    t = engine(sink).to_pyarrow_table()
-    deltalake.write_deltalake(sink.target.uri, t, mode="overwrite", partition_by=["k"], schema_mode="overwrite")
-    before, version = rows(sink), engine(sink).version()
-    txn = sink.begin(IV)
-    write_output(sink, txn, {PART: [make_rows("b", 3, start=100)]})
-    sink.pre_commit(txn)
-    with pytest.raises(TargetSchemaError, match="partitioned by .'k'."):
-        sink.commit(txn)
-    assert sink.status(IV)[txn.epoch].state is State.ABORTED
-    assert engine(sink).version() == version and rows(sink) == before
-
-
-CHANGES = {  # another engine's table change -> what the refusal names
-    "deletion_vectors": (lambda dt: dt.alter.add_feature(deltalake.TableFeatures.DeletionVectors,
-                                                         allow_protocol_versions_increase=True), "deletionVectors"),
-    "append_only": (lambda dt: dt.alter.set_table_properties({"delta.appendOnly": "true"}), "appendOnly"),
-    "check_constraint": (lambda dt: dt.alter.add_constraint({"k_small": "k < 50"}), "k_small"),
-    "txn_retention": (lambda dt: dt.alter.set_table_properties(
-        {"delta.setTransactionRetentionDuration": "interval 1 days"}), "setTransactionRetentionDuration"),
-    # writer features delta-rs cannot commit to (Databricks turns rowTracking on for new tables): the commit
-    # was refused only after the decision, and the interval was stuck (adversarial review)
-    "row_tracking": (lambda dt: dt.alter.add_feature(deltalake.TableFeatures.RowTracking,
-                                                     allow_protocol_versions_increase=True), "rowTracking"),
-    "domain_metadata": (lambda dt: dt.alter.add_feature(deltalake.TableFeatures.DomainMetadata,
-                                                        allow_protocol_versions_increase=True), "domainMetadata"),
-}
-
-
-@pytest.mark.parametrize("change", sorted(CHANGES))
-def test_table_rules_another_engine_added_are_refused_before_the_decision(tmp_path, change):
-    """Deletion vectors (a remove by path would not name a file's vector), ``delta.appendOnly`` (the
-    commit would be refused after the decision), a CHECK constraint (a commit of add actions is not
-    checked: rows breaking it were published) and an expiring txn marker: refused before deciding,
-    nothing changes."""
-    sink = delta_sink(str(tmp_path / "t"))
-    two_intervals(sink)
-    alter, named = CHANGES[change]
-    alter(engine(sink))
-    live = sorted(pa.table(engine(sink).get_add_actions(flatten=True)).column("path").to_pylist())
-    version = engine(sink).version()
-    txn = sink.begin(IV)
-    write_output(sink, txn, {PART: [make_rows("b", 3, start=100)]})  # k >= 50: breaks the constraint
-    sink.pre_commit(txn)
-    with pytest.raises(TargetSchemaError, match=named):
-        sink.commit(txn)
-    assert sink.status(IV)[txn.epoch].state is State.ABORTED and engine(sink).version() == version
-    assert sorted(pa.table(engine(sink).get_add_actions(flatten=True)).column("path").to_pylist()) == live
-
-
-@pytest.mark.parametrize("known", [True, False], ids=["checked", "unchecked"])
-def test_a_table_refusing_our_commit_after_the_decision_says_so_at_once(tmp_path, monkeypatch, known):
-    """``delta.appendOnly`` set after the check, before the Delta commit: the publish re-reads the table
-    and refuses (``checked``); for a rule the check does not know (``unchecked``: the check switched
-    off) delta-rs refuses the commit without taking the log entry - before, that counted as a lost race,
-    20 times, then StorageError. Either way one TargetSchemaError after the decision, nothing changed,
-    and ``eo recover`` publishes once the table is fixed."""
-    sink = delta_sink(str(tmp_path / "t"))
-    c, txn, b = staged_replacement(sink)
-    if not known:
-        monkeypatch.setattr(DeltaTarget, "check_layout", lambda *a: None, raising=False)
-    calls = interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, app, t, *r: t == txn,
-                       lambda: engine(sink).alter.set_table_properties({"delta.appendOnly": "true"}))
-    wrapped, seen = DeltaTarget._commit, []
-    monkeypatch.setattr(DeltaTarget, "_commit", lambda self, *a: seen.append(1) or wrapped(self, *a))
-    before = rows(sink)
-    with pytest.raises(TargetSchemaError, match="appendOnly" if known else "append-only"):
-        sink.commit(txn)
-    assert calls["fired"] and len(seen) == 2 and rows(sink) == before  # the lost race, then the refusal
-    engine(sink).alter.set_table_properties({"delta.appendOnly": "false"})
-    sink.recover(IV)
-    assert sink.status(IV)[txn.epoch].published and rows(sink) == sorted(expect(b) + expect(c, PART2))
-
-
 def test_an_outside_restore_is_repaired_by_a_reprocess(tmp_path):
     """RESTORE is table-wide and keeps the app transactions: the table shows IV's old rows while its
     marker still names the newer epoch (unsupported, TARGETS.md). A reprocess of IV makes it exact."""
@@ -345,30 +218,6 @@ def test_an_outside_restore_is_repaired_by_a_reprocess(tmp_path):
     d = make_rows("d", 2, start=200)
     commit_version(sink, IV, {PART: [d]})
     assert rows(sink) == sorted(expect(d) + expect(c, PART2))
-
-
-def test_a_repartitioning_between_the_decision_and_the_publish_loses_nothing(tmp_path, monkeypatch):
-    """Re-partitioned after the check, before the Delta commit: the publish refuses with the same
-    message and changes nothing; the decision stands. The way out TARGETS.md names - restore the
-    partitioning, then ``eo recover`` - publishes exactly the decided version."""
-    sink = delta_sink(str(tmp_path / "t"))
-    c, txn, b = staged_replacement(sink)
-
-    def repartition():
-        t = engine(sink).to_pyarrow_table()
-        deltalake.write_deltalake(sink.target.uri, t, mode="overwrite", partition_by=["k"], schema_mode="overwrite")
-
-    interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, app, t, *r: t == txn, repartition)
-    before = rows(sink)
-    with pytest.raises(TargetSchemaError, match="partitioned by .'k'."):
-        sink.commit(txn)
-    st = sink.status(IV)[txn.epoch]
-    assert st.state is State.COMMITTED and not st.published and rows(sink) == before
-    t = engine(sink).to_pyarrow_table()
-    deltalake.write_deltalake(sink.target.uri, t, mode="overwrite", partition_by=["dt"], schema_mode="overwrite")
-    sink.recover(IV)
-    assert sink.status(IV)[txn.epoch].published and sink.target.live_epoch(IV) == txn.epoch
-    assert rows(sink) == sorted(expect(b) + expect(c, PART2))
 
 
 def test_log_cleanup_keeps_the_marker_and_publishing_goes_on(tmp_path):
@@ -390,7 +239,6 @@ def test_log_cleanup_keeps_the_marker_and_publishing_goes_on(tmp_path):
     d = make_rows("d", 2, start=200)
     commit_version(sink, IV, {PART: [d]})
     assert rows(sink) == sorted(expect(d) + expect(c, PART2))
-
 
 
 def published_days_ago(sink, interval, data, days: float = 3, fp: str | None = None, *,
@@ -447,11 +295,6 @@ def test_an_expired_txn_marker_is_judged_by_the_live_files(tmp_path, case):
     assert sink.target.live_epoch(IV) == t2.epoch
 
 
-def _values(sink) -> list[tuple]:
-    t = engine(sink).to_pyarrow_table()
-    return sorted(zip(t.column("k").to_pylist(), t.column("v").to_pylist()))
-
-
 def test_a_reprocess_after_an_optimize_of_a_partition_value_with_reserved_characters_replaces_it(tmp_path):
     """The log holds paths URI-encoded (the other engine's compacted file of ``ts=...T00:00+00:00`` lands
     under ``%253A``...); a remove must name the decoded path, or delta-rs encodes it again and the remove
@@ -462,7 +305,7 @@ def test_a_reprocess_after_an_optimize_of_a_partition_value_with_reserved_charac
     engine(sink).optimize.compact()
     assert len(outside_files(sink)) == 1
     commit_version(sink, IV, {part: [make_rows("b", 2, start=10)]})
-    assert _values(sink) == [(10, "b-10"), (11, "b-11")]
+    assert kv_rows(sink) == [(10, "b-10"), (11, "b-11")]
 
 
 def test_a_reprocess_replaces_staged_files_whose_names_are_encoded_in_the_log(tmp_path):
@@ -478,34 +321,6 @@ def test_a_reprocess_replaces_staged_files_whose_names_are_encoded_in_the_log(tm
             pq.write_table(pa.table({"k": pa.array([start, start + 1], pa.int64()), "v": [tag, tag]}), f)
         sink.pre_commit(txn)
         sink.commit(txn)
-    assert _values(sink) == [(10, "b"), (11, "b")]
+    assert kv_rows(sink) == [(10, "b"), (11, "b")]
     assert sink.live_files(PART) == [sink.storage.join(sink.table, sink.ref(IV, 2).name, "sealed", PART,
                                                       "part 1.parquet")]
-
-
-def test_nulls_into_a_not_null_column_another_engine_declared_are_refused_before_the_decision(tmp_path):
-    """A NOT NULL column (nullable=false, made by another engine) is a rule a commit of add actions is not
-    checked against: staged nulls there are refused before deciding; rows without nulls publish."""
-    import pyarrow.parquet as pq
-
-    sink = delta_sink(str(tmp_path / "t"))
-    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string(), nullable=False),
-                        pa.field("dt", pa.string())])
-    deltalake.write_deltalake(sink.target.uri, pa.table({"k": [1], "v": ["x"], "dt": ["2025-01-01"]}, schema=schema),
-                              partition_by=["dt"])
-
-    def attempt(values: list):
-        txn = sink.begin(IV)
-        base = sink.storage.join(sink.data_dir(txn), PART)
-        sink.storage.makedirs(base)
-        with sink.storage.open(sink.storage.join(base, "part-0.parquet"), "wb") as f:
-            pq.write_table(pa.table({"k": pa.array([10, 11], pa.int64()), "v": pa.array(values, pa.string())}), f)
-        sink.pre_commit(txn)
-        return txn
-
-    txn = attempt(["b", None])
-    with pytest.raises(TargetSchemaError, match="NOT NULL"):
-        sink.commit(txn)
-    assert sink.status(IV)[txn.epoch].state is State.ABORTED and _values(sink) == [(1, "x")]
-    sink.commit(attempt(["b", "c"]))
-    assert _values(sink) == [(1, "x"), (10, "b"), (11, "c")]

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"exactly_once": ROOT / "plugins" / "exactly_once", "tools": ROOT / "tools", "bench": ROOT / "bench"}
-MAX_LINES = 520  # "~500": a docstring line or two of slack, never a second module's worth
+MAX_LINES = 500  # the standard: no module over ~500 lines (every one is at or under 500 now)
 
 
 def modules(name: str, folder: Path) -> dict[str, Path]:

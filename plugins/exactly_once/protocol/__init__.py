@@ -1,11 +1,13 @@
 """The two-phase commit: one interval's transaction from begin to commit or abort.
 
-:class:`TwoPhaseCommitSink` (:mod:`.transaction`) is the protocol in one file; :class:`IntervalRun`
-(:mod:`.pipeline`) runs its phases for a :class:`PipelineConfig` (:mod:`.config`), :class:`BatchRun`
-(:mod:`.batch`) for many intervals with one write. Beside them: which input files an interval reads
-(:mod:`.layout`), a stateful interval's predecessor (:mod:`.ordering`), heartbeats and takeovers on the
-storage's clock (:mod:`.liveness`), staging (:mod:`.staging`) and the sink's view of its log
-(:mod:`.sinkview`). Below: records, targets, quality, storage; above: ops, airflow, cli."""
+:class:`TwoPhaseCommitSink` (:mod:`.transaction`) is the protocol's phases in one file (the checks
+before a decision and the outcome record: :mod:`.decisions`); :class:`IntervalRun` (:mod:`.pipeline`)
+runs its phases for a :class:`PipelineConfig` (:mod:`.config`), :class:`BatchRun` (:mod:`.batch`) for
+many intervals with one write. Beside them: which input files an interval reads (:mod:`.layout`;
+frozen, replayed and late: :mod:`.inputs`), a stateful interval's predecessor (:mod:`.ordering`),
+heartbeats and takeovers on the storage's clock (:mod:`.liveness`), staging (:mod:`.staging`) and the
+sink's view of its log (:mod:`.sinkview`). Below: records, targets, quality, storage; above: ops,
+airflow, cli."""
 from __future__ import annotations
 
 from importlib import import_module

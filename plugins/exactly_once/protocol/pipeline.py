@@ -1,10 +1,10 @@
 """The phases of one interval of one pipeline, as plain methods - what the Airflow tasks call.
 
 :class:`IntervalRun` adds to the protocol what a *pipeline* needs: the partitions the interval owns
-(:mod:`~exactly_once.protocol.layout`), frozen, replayable source positions, the predecessor's committed state
-(stateful pipelines), the write job's :class:`~exactly_once.contracts.JobSpec`, the two-layer gate
-(completeness from the job's counts + the table's own suite), and after a commit a report of late files
-and of later intervals made stale. Nothing here imports Airflow: a test, the ``eo`` CLI or a DAG drive
+(:mod:`~exactly_once.protocol.layout`), frozen, replayable source positions (:mod:`~exactly_once.protocol.inputs`),
+the predecessor's committed state (stateful pipelines), the write job's :class:`~exactly_once.contracts.JobSpec`,
+the two-layer gate (completeness from the job's counts + the table's own suite), and after a commit a report of
+late files and of later intervals made stale. Nothing here imports Airflow: a test, the ``eo`` CLI or a DAG drive
 the same run.
 """
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Any, Mapping
 from . import liveness
 from .config import PipelineConfig
 from ..contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
-from ..errors import (CommitWithoutWriteError, ConfigError, InputsShrankError, NoInputError, OrderingError,
-                     OwnershipError, PhaseNotRunError, PredecessorPendingError, SinkRenamedError,
-                     TransactionAbortedError, TransactionStateError, ValidationFailedError)
+from ..errors import (CommitWithoutWriteError, ConfigError, OrderingError, OwnershipError, PhaseNotRunError,
+                     PredecessorPendingError, SinkRenamedError, TransactionAbortedError, TransactionStateError,
+                     ValidationFailedError)
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef, parse_txn_name
-from .layout import Source, late_files, list_inputs
+from .inputs import dropped_inputs, frozen_now, late_inputs, replayable, replayed
+from .layout import Source
 from .ordering import same_state, state_fingerprint
 from ..storage import redact, storage_for
 from ..records.txlog import EpochStatus, State
@@ -150,62 +151,29 @@ class IntervalRun:
 
     def _inputs(self, refresh: bool) -> tuple[dict[str, list[FrozenInput]], bool]:
         """The inputs per source: replayed from the committed attempt or the newest live attempt that got
-        past its write (so a retry computes the same answer), else frozen now from the landing zone.
-        Recovery runs first, so an attempt whose gate failed (or that is superseded) is aborted and
-        never replayed."""
+        past its write (so a retry computes the same answer), else frozen now from the landing zone
+        (:mod:`.inputs`). Recovery runs first, so an attempt whose gate failed (or that is superseded) is
+        aborted and never replayed."""
         if not refresh:
             self.sink.recover(self.interval)
-            chosen = self._replayable()
+            chosen = replayable(self.sink.status(self.interval))
             if chosen is not None:
-                first = self._sources()[0].name
-                out: dict[str, list[FrozenInput]] = {s.name: [] for s in self._sources()}
-                for item in (chosen.records.get("open") or {}).get("sources") or []:
-                    out.setdefault(item.get("source", first), []).append(FrozenInput.from_dict(item))
-                return out, True
-        fresh = {}
-        # a reprocess of a committed interval that finds none of its files left is a shrink: refused by
-        # _dropped_inputs (InputsShrankError, naming allow_shrinking), not a missing input
+                return replayed(chosen, self._sources()), True
         shrinking = refresh and self.sink.committed(self.interval) is not None
-        for source in self._sources():
-            store, root = storage_for(source.landing(self.config.root), **self.options)
-            fresh[source.name] = list_inputs(store, root, source, self.interval)
-            if not fresh[source.name] and not source.allow_empty and not shrinking:
-                raise NoInputError(
-                    f"{self.config.pipeline}: no input for interval {self.interval} in source {source.name}: "
-                    f"nothing under {store.url(root)} matches {source.patterns(self.interval)} with a "
-                    f"{source.format} ending {source.endings[:3]}...; if empty intervals are normal, declare "
-                    f"Source({source.name!r}, ..., allow_empty=True)")
-        return fresh, False
+        return frozen_now(self.config.pipeline, self.config.root, self.options, self._sources(), self.interval,
+                          shrinking=shrinking), False
 
     def _dropped_inputs(self, inputs: Mapping[str, list[FrozenInput]], allow: bool) -> list[str]:
         """Files (``source:rel``) the committed version read that are not among ``inputs``; raises
-        InputsShrankError if there are any and ``allow`` is false."""
+        InputsShrankError if there are any and ``allow`` is false (:func:`.inputs.dropped_inputs`)."""
         committed = self.sink.committed(self.interval)
         if committed is None:
             return []
-        first = self._sources()[0].name
-        now = {(name, fi.rel) for name, fis in inputs.items() for fi in fis}
-        before = (committed[1].records.get("open") or {}).get("sources") or []
-        gone = sorted(f"{item.get('source', first)}:{item.get('rel', item['path'])}" for item in before
-                      if (item.get("source", first), item.get("rel", item["path"])) not in now)
-        if gone and not allow:
-            raise InputsShrankError(
-                f"{self.config.pipeline}: interval {self.interval}: {len(gone)} input file(s) that the committed "
-                f"version {committed[0].name} read are no longer in the landing zone ({', '.join(gone[:5])}"
-                f"{', ...' if len(gone) > 5 else ''}); publishing would drop their data. Put them back and "
-                "reprocess, or - if removing them is intended - reprocess with allow_shrinking: trigger the "
-                'run with conf {"reprocess": true, "allow_shrinking": true} (make run-interval ... REPROCESS=1 '
-                "ALLOW_SHRINKING=1)")
+        gone = dropped_inputs(self.config.pipeline, self.interval, committed, inputs, self._sources(), allow)
         if gone:
             log.warning("%s %s: reprocess drops %d input file(s) of %s (allow_shrinking): %s", self.config.pipeline,
                         self.interval, len(gone), committed[0].name, ", ".join(gone[:20]))
         return gone
-
-    def _replayable(self) -> EpochStatus | None:
-        for _, st in sorted(self.sink.status(self.interval).items(), reverse=True):
-            if st.state is State.COMMITTED or (st.state is not State.ABORTED and "pre_committed" in st.records):
-                return st
-        return None
 
     # ------------------------------------------------------------------ pre_commit
     def _own(self, txn: TxnRef) -> TxnRef:
@@ -427,18 +395,9 @@ class IntervalRun:
     def late_files(self) -> dict[str, list[str]]:
         """Files that landed for this interval after its sources were frozen (all sources together)."""
         found = self.sink.committed(self.interval)
-        out: dict[str, list[str]] = {"new": [], "changed": [], "missing": []}
         if not found:
-            return out
-        first = self._sources()[0].name
-        frozen = [(i.get("source", first), FrozenInput.from_dict(i))
-                  for i in (found[1].records.get("open") or {}).get("sources") or []]
-        for source in self._sources():
-            store, root = storage_for(source.landing(self.config.root), **self.options)
-            diff = late_files([fi for name, fi in frozen if name == source.name],
-                              list_inputs(store, root, source, self.interval))
-            for k, v in diff.items():
-                out[k] += v
+            return {"new": [], "changed": [], "missing": []}
+        out = late_inputs(found[1], self.config.root, self.options, self._sources(), self.interval)
         if out["new"] or out["changed"]:
             log.warning("%d late and %d changed input files of %s are not in the committed version; reprocess "
                         "with: make run-interval DAG=%s START=%s REPROCESS=1", len(out["new"]), len(out["changed"]),

@@ -31,13 +31,15 @@ from __future__ import annotations
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import liveness, ordering
+from .decisions import (check_validated, claim_verdict, decide, gated, known_status, raise_aborted, staged_refusal,
+                        validation_ok)
 from ..records import manifest as manifests
-from ..errors import (ABORT_CAUSES, ConfigError, ExactlyOnceError, FencedError, InputChangedError,
-                     PredecessorPendingError, StorageError, TargetSchemaError, TransactionAbortedError,
-                     TransactionStateError)
+from ..errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError, PredecessorPendingError,
+                     StorageError, TargetSchemaError, TransactionAbortedError, TransactionStateError)
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef, check_name, check_partition
 from ..records.manifest import Manifest
@@ -224,13 +226,13 @@ class TwoPhaseCommitSink:
                                           "it can never commit")
         stale: list[str] = []
         if st.state is State.PRE_COMMITTED:
-            self._check_validated(txn, st)
+            check_validated(txn, st, self.require_validation)
             newest = self._newest_epoch(txn.interval)
-            decided = self._decide(txn, State.ABORTED, "fenced", f"fenced: epoch {newest} of the interval "
-                                   "began") if newest > txn.epoch else self._decide_commit(txn, st, stale)
+            decided = decide(self.log, txn, State.ABORTED, "fenced", f"fenced: epoch {newest} of the interval "
+                             "began") if newest > txn.epoch else self._decide_commit(txn, st, stale)
             if decided is not State.COMMITTED:
                 self._cleanup(txn)
-                self._raise_aborted(txn)
+                raise_aborted(self.log, txn)
         result = self._publish(txn)
         result.extra["stale"] = stale
         return result
@@ -244,7 +246,7 @@ class TwoPhaseCommitSink:
         concurrently with a zombie attempt, which will find itself fenced.
         """
         self.status_of(txn)
-        if self._decide(txn, State.ABORTED, "aborted", reason) is State.COMMITTED:
+        if decide(self.log, txn, State.ABORTED, "aborted", reason) is State.COMMITTED:
             if not self.status_of(txn).published:
                 self._publish(txn)
             return State.COMMITTED
@@ -314,7 +316,7 @@ class TwoPhaseCommitSink:
             return "commit finished (rolled forward)"
         if state is State.PRE_COMMITTED:
             verdict = (st.validation or {}).get("passed")
-            if self.is_live(st) or (txn.epoch == newest and self._validation_ok(st)):
+            if self.is_live(st) or (txn.epoch == newest and validation_ok(st, self.require_validation)):
                 try:
                     return "recovered and committed" if self._commit_recovered(txn, st) else "aborted (fenced)"
                 except PredecessorPendingError:  # chained on a predecessor not decided yet: its batch goes on
@@ -339,15 +341,12 @@ class TwoPhaseCommitSink:
     def _commit_recovered(self, txn: TxnRef, st: EpochStatus) -> bool:
         """Commit ``txn`` unless its outcome says otherwise, then finish; True if it is committed."""
         self._bind()  # the target must be ours before deciding (OwnershipError: nothing decided)
-        if st.validation is None and not self._gated(st):
-            # claim the verdict: a validation still running can no longer record a failure on it
-            self.log.append(txn.interval, txn.epoch, "validated",
-                            {"passed": True, "summary": {"note": "committed by recovery without a verdict"}})
-            st = self.log.status(txn.interval, txn.epoch)
-            if not self._validation_ok(st):
+        if st.validation is None and not gated(st, self.require_validation):
+            st = claim_verdict(self.log, txn)
+            if not validation_ok(st, self.require_validation):
                 self.abort(txn, reason="recovery: validation failed")
                 return False
-        decided = (self._decide(txn, State.COMMITTED, request=st.request) if self.is_live(st)
+        decided = (decide(self.log, txn, State.COMMITTED, request=st.request) if self.is_live(st)
                    else self._decide_commit(txn, st, []))
         if decided is State.COMMITTED:
             self._publish(txn)
@@ -412,13 +411,7 @@ class TwoPhaseCommitSink:
 
     def status_of(self, txn: TxnRef) -> EpochStatus:
         """``txn``'s status; TransactionStateError for another sink's or an unknown transaction."""
-        if (txn.pipeline, txn.sink) != (self.pipeline, self.sink):
-            raise TransactionStateError(f"{txn.name} belongs to {txn.pipeline}/{txn.sink}, not this sink")
-        st = self.log.status(txn.interval, txn.epoch)
-        if not st.records or ("open" not in st.records and "outcome" not in st.records):
-            raise TransactionStateError(f"{txn.name}: no such transaction in the log (epochs are "
-                                        "allocated by begin)")
-        return st
+        return known_status(self.log, self.pipeline, self.sink, txn)
 
     def _newest_epoch(self, interval: Interval) -> int:
         return max(self.log.statuses(interval), default=0)
@@ -429,59 +422,19 @@ class TwoPhaseCommitSink:
             self.abort(txn, reason=f"fenced: epoch {newest} of the interval began")
             raise FencedError(f"{txn.name} was fenced: epoch {newest} of {txn.interval} began after it")
 
-    def _decide(self, txn: TxnRef, state: State, cause: str = "", reason: str = "",
-                stale: Sequence[str] = (), request: str | None = None) -> State:
-        """Create the outcome record (the linearization point) unless it exists; return the decision.
-        An abort records its ``cause`` and ``reason``; a commit the successors it made ``stale`` and the
-        begin's ``meta["request"]`` (which outlives gc's compaction there: ``EpochStatus.request``)."""
-        payload = {"state": state.value, **({"cause": cause, "reason": reason} if state is State.ABORTED
-                                            else {"stale": list(stale), **({"request": request} if request else {})})}
-        self.log.append(txn.interval, txn.epoch, "outcome", payload)
-        rec = self.log.read(txn.interval, txn.epoch, "outcome")
-        return State(rec["state"]) if rec else state
-
-    def _raise_aborted(self, txn: TxnRef) -> None:
-        rec = self.log.read(txn.interval, txn.epoch, "outcome") or {}
-        reason, cause = rec.get("reason") or "aborted", rec.get("cause")
-        if cause in ABORT_CAUSES:
-            raise ABORT_CAUSES[cause](f"{txn.name} aborted: {reason}; re-run the interval (fixed, if need be)")
-        raise FencedError(f"{txn.name} was not committed: {reason}")
-
     def _decide_commit(self, txn: TxnRef, st: EpochStatus, stale: list[str]) -> State:
-        """Seal and verify the staged files (what commits is what pre_commit sealed and the gate read:
-        sha256 of every byte locally, sizes and ETags of one LIST per 1,000 files on S3), let the target
-        refuse them, announce the intent, check the predecessor and fence the successors, then decide
-        COMMITTED (unless someone decided first). Returns the decision."""
+        """Seal, verify and let the target check the staged files (:func:`.decisions.staged_refusal`),
+        announce the intent, check the predecessor and fence the successors, then decide COMMITTED
+        (unless someone decided first). Returns the decision."""
         manifest = st.manifest
         assert manifest is not None
-        changed = "staged output changed after pre_commit: "
-        if problem := manifests.seal(self.storage, self.data_dir(txn), self.sealed_dir(txn), manifest,
-                                     content=self.storage.can_rename):
-            return self._decide(txn, State.ABORTED, "staged_changed", f"{changed}{problem} (a second writer?)")
-        try:  # the target refuses here whatever its publish would refuse (schema, types, keys), not after
-            self.target.check(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), manifest.partitions))
-        except TargetSchemaError as exc:
-            return self._decide(txn, State.ABORTED, "target_refused", str(exc))
-        except FileNotFoundError as exc:  # unverified files gone: only a decided abort removes them
-            return self._decide(txn, State.ABORTED, "staged_changed",
-                                f"{changed}{exc.filename or exc} vanished (a concurrent abort or gc?)")
+        if refused := staged_refusal(self, txn, manifest):
+            return decide(self.log, txn, State.ABORTED, *refused)
         self.log.append(txn.interval, txn.epoch, "intent", {})
         if st.reads is not None and (problem := ordering.read_problem(self, txn, st.reads)):
-            return self._decide(txn, State.ABORTED, "input_changed", problem)
-        stale += ordering.fence_successors(self, txn, self._decide)
-        return self._decide(txn, State.COMMITTED, stale=stale, request=st.request)
-
-    def _gated(self, st: EpochStatus) -> bool:  # no commit without a passing verdict
-        return self.require_validation or bool((st.records.get("pre_committed") or {}).get("gated"))
-
-    def _validation_ok(self, st: EpochStatus) -> bool:  # a failing verdict blocks, gated or not
-        passed = (st.validation or {}).get("passed")
-        return passed is True or (passed is not False and not self._gated(st))
-
-    def _check_validated(self, txn: TxnRef, st: EpochStatus) -> None:
-        if not self._validation_ok(st):
-            verdict = "failed" if st.validation else "has not run"
-            raise TransactionStateError(f"{txn.name}: commit refused, validation {verdict}")
+            return decide(self.log, txn, State.ABORTED, "input_changed", problem)
+        stale += ordering.fence_successors(self, txn, partial(decide, self.log))
+        return decide(self.log, txn, State.COMMITTED, stale=stale, request=st.request)
 
     def _publish(self, txn: TxnRef) -> CommitResult:
         """Roll the decided commit of ``txn`` forward to completion. Idempotent."""

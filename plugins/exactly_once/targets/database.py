@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -30,14 +29,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
+from ..errors import ConfigError, OwnershipError, TargetSchemaError
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
 from ..records.ownership import Owner
 from . import db_claims
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome, \
     partition_values
-from .endpoint import Endpoint, redact, resolve, same_database, where, without_password
+from .db_retries import close_quietly as _close_quietly  # noqa: F401 - importable here as before
+from .db_retries import rollback_quietly as _rollback_quietly  # noqa: F401 - importable here as before
+from .db_retries import with_retries
+from .endpoint import Endpoint, resolve, same_database, where, without_password
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
 logger = logging.getLogger(__name__)
@@ -448,57 +450,6 @@ class DatabaseTarget(PublishTarget):
 
     # ------------------------------------------------------------------ connections and errors
     def _with_retries(self, what: str, body: Callable[[Any], T]) -> T:
-        ep = self.endpoint()
-        d = DIALECTS[ep.dialect]
-        for attempt in range(self.retries + 1):
-            conn = None
-            try:
-                conn = d.connect(ep)
-                return body(conn)
-            except Exception as exc:
-                _rollback_quietly(conn)
-                kind = d.classify(exc)
-                if kind in ("transient", "unavailable") and attempt < self.retries:
-                    logger.warning("%s on %s: %s (%s); starting over (%d/%d)", what, self.describe(), kind,
-                                   redact(exc, *ep.secrets()).splitlines()[0], attempt + 1, self.retries)
-                    time.sleep(min(0.2 * 2 ** attempt, 2.0))
-                    continue
-                if kind is None:
-                    if isinstance(exc, TargetSchemaError):
-                        raise TargetSchemaError(f"{what} into {self.describe()}: {exc}; the transaction rolled "
-                                                "back, nothing was published; fix the table or the job's output"
-                                                ) from None
-                    raise
-                raise self._error(what, exc, kind, ep) from None
-            finally:
-                _close_quietly(conn)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _error(self, what: str, exc: BaseException, kind: str, ep: Endpoint) -> Exception:
-        msg = redact(exc, *ep.secrets()).strip()[:800]
-        where = f"{what} into {self.describe()}"
-        if kind == "schema":
-            return TargetSchemaError(f"{where}: the database refused the rows: {msg}. The transaction rolled back, "
-                                     "nothing was published; fix the table or the job's output")
-        if kind == "permission":
-            return ConfigError(f"{where}: the database user lacks a privilege: {msg}. Grant it (MySQL: also "
-                               "local_infile=ON on the server for LOAD DATA LOCAL) and commit again")
-        return TargetUnavailableError(f"{where}: the database is unavailable ({kind}, {self.retries + 1} attempt(s)): "
-                                      f"{msg}. Anything in flight rolled back or committed with its marker; "
-                                      "publishing again is safe")
-
-
-def _rollback_quietly(conn: Any) -> None:
-    if conn is not None:
-        try:
-            conn.rollback()
-        except Exception:  # the connection is gone: the server rolls back on its own
-            pass
-
-
-def _close_quietly(conn: Any) -> None:
-    if conn is not None:
-        try:
-            conn.close()
-        except Exception:
-            pass
+        """``body(conn)`` on a fresh connection, started over on a deadlock or a broken connection
+        (:func:`.db_retries.with_retries`)."""
+        return with_retries(self.endpoint(), self.retries, self.describe, what, body, logger)
