@@ -298,27 +298,41 @@ class CommitOperator(PhaseOperator):
     def call(self, run: IntervalRun, context: Any) -> Any:
         from .notes import on_commit  # noqa: PLC0415 - asset event extra + the run's note
 
-        summary = run.commit(self.txn(context))
+        txn = self.txn(context)
+        summary = run.commit(txn)
         if not summary.get("already_committed"):
             self.published(run, summary)  # its lineage, even should the task fail after this
             on_commit(self, context, summary)
-            if teardown := self.teardown_idle(context):
+            if teardown := self.teardown_idle(context, txn):
                 context["ti"].xcom_push(key="return_value", value=summary)  # raising skips Airflow's push
                 log.info("%s published by its write's first try: nothing left for %s, skipped",
                          summary.get("version"), ", ".join(teardown))
                 raise DownstreamTasksSkipped(tasks=teardown)
         return summary
 
-    def teardown_idle(self, context: Any) -> list[str]:
-        """The group's teardown task ids when it has nothing to do after this commit published, else [].
+    def teardown_idle(self, context: Any, txn: TxnRef) -> list[str]:
+        """The group's teardown task ids when it has nothing to do after this commit published ``txn``, else [].
 
         Contract: after a publish, the teardown only interrupts the Spark Connect queries that earlier,
         dead write tries may have left running (it neither deletes nor decides anything for a COMMITTED
         attempt). The write's XCom (``{"spark": ..., "attempt": try}``) says which try wrote: the first
         means no earlier try ever ran, and the successful one stopped its own session - so nothing is
-        left. A write without that XCom (marked success, an older version) keeps the teardown."""
-        wrote = context["ti"].xcom_pull(task_ids=self.write_task_id) if self.write_task_id else None
+        left. A write without that XCom (marked success, an older version) keeps the teardown. So does a
+        Clear of ``begin`` or ``write`` while this commit ran: Airflow re-armed the teardown for the new
+        attempt that begin opens - seen as begin or write no longer "success", or begin's XCom naming
+        another attempt. (A Clear landing in the milliseconds between this check and the skip is not seen:
+        that attempt is left to the interval's next run, ``eo recover`` or gc; docs/PROTOCOL.md.)"""
+        ti = context["ti"]
+        wrote = ti.xcom_pull(task_ids=self.write_task_id) if self.write_task_id else None
         if not isinstance(wrote, dict) or wrote.get("attempt") != 1:
+            return []
+        ids = [self.begin_task_id, self.write_task_id]
+        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=ids, run_ids=[ti.run_id])
+        states = found.get(ti.run_id, found) if isinstance(found, dict) else {}
+        began = self.began(context)
+        if any(str(getattr(states.get(t), "value", states.get(t))) != "success" for t in ids) or \
+                not began or TxnRef.from_dict(began["txn"]) != txn:
+            log.info("%s: begin or write was cleared meanwhile (%s): the teardown runs", txn.name, states)
             return []
         return [t.task_id for t in self.downstream_list if isinstance(t, AbortOperator)]
 
