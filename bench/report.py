@@ -60,9 +60,10 @@ def commit_table(sec: dict[str, Any]) -> str:
         for n, r in res.items():
             rows.append([backend, f"{int(n):,}", _s(_med(r["commit"]), 3),
                          f"{_s(r['commit']['min'], 3)}-{_s(r['commit']['max'], 3)}",
-                         _s(_med(r["pre_commit"]), 3), _s(_med(r["stage"]), 2)])
+                         _s(_med(r["pre_commit"]), 3),
+                         _s(_med(r["footers"]), 3) if "footers" in r else "-", _s(_med(r["stage"]), 2)])
     return table(["storage", "files", "commit median s", "min-max s", "pre_commit s (no checksums)",
-                  "staging the files s"], rows)
+                  "the same from the footers s", "staging the files s"], rows)
 
 
 def recovery_table(sec: dict[str, Any]) -> str:

@@ -179,13 +179,24 @@ class JobContext:
         """Remove a quarantine an earlier attempt of this transaction left (when this one rejects nothing)."""
         self._store.remove_tree(self._store.join(self._staging, QUARANTINE))
 
-    def finish(self, counts: Counts) -> Counts:
-        """Write ``counts`` as the job's last act, atomically: its presence means the job finished."""
+    def finish(self, counts: Counts, *, count_files: bool = True) -> Counts:
+        """Write ``counts`` as the job's last act, atomically: its presence means the job finished. Unless
+        the job gave them, the rows per file of each partition it wrote as several Parquet files are counted
+        first (``Counts.file_rows``, one Spark action; none for partitions of one file), so that
+        ``pre_commit`` reads no footer. ``count_files=False``: the job wrote one file per partition."""
         if not isinstance(counts, Counts):
             raise ContractError(f"finish() takes exactly_once.contracts.Counts, not {type(counts).__name__}")
         unknown = set(counts.rows_written) - set(self.spec.partitions)
         if unknown:
             raise ContractError(f"rows_written names partitions this interval does not own: {sorted(unknown)}")
+        if count_files and not counts.file_rows and self.spark is not None and counts.rows_written:
+            from dataclasses import replace
+
+            from .files import count_file_rows
+
+            found = count_file_rows(self.spark, self.spec.data_dir, sorted(counts.rows_written), to_spark=spark_path,
+                                    storage_options=self._options)
+            counts = replace(counts, file_rows=found) if found else counts
         self._store.write_atomic(self._store.join(self._staging, COUNTS), counts.to_json())
         return counts
 
@@ -382,7 +393,7 @@ class BatchContext:
         """Write each interval's counts (``counts[i]`` for ``jobs[i]``) last, in order."""
         if len(counts) != len(self.jobs):
             raise ContractError(f"finish() needs one Counts per interval ({len(self.jobs)}), got {len(counts)}")
-        return [job.finish(c) for job, c in zip(self.jobs, counts)]
+        return [job.finish(c, count_files=False) for job, c in zip(self.jobs, counts)]  # one file each (write)
 
 
 def _file_key(path: str) -> str:

@@ -210,8 +210,9 @@ class IntervalRun:
             "with Downstream (or the whole run) to run it; nothing of this attempt is published")
 
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
-        """Seal the staged output (manifest in the log, with the write job's counts; a partition of one
-        data file takes its row count from the job's ``rows_written``, not from a Parquet footer).
+        """Seal the staged output (manifest in the log, with the write job's counts; a partition's data files
+        take their row counts from the job - ``rows_written`` for a partition of one file, ``file_rows`` for
+        one of several -, not from Parquet footers).
 
         Refuses (OwnershipError, before any partition is claimed) staged data outside the partitions
         this interval owns.
@@ -219,8 +220,10 @@ class IntervalRun:
         counts = self.counts(txn)  # refuses a transaction of another interval
         self._check_staged_partitions(txn)
         written = counts.get("rows_written")  # the gate checks them against the staged rows before any commit
+        files = counts.get("file_rows")  # a partition of several files: its rows per file (JobContext.finish)
         manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)},
-                                        rows=written if isinstance(written, dict) else None)
+                                        rows=written if isinstance(written, dict) else None,
+                                        file_rows=files if isinstance(files, dict) else None)
         log.info("pre_commit %s: %s files, %s rows sealed", txn.name, manifest.files, manifest.rows)
         return {"files": manifest.files, "rows": manifest.rows, "counts": counts}
 

@@ -155,7 +155,8 @@ class TwoPhaseCommitSink:
         return txn
 
     def pre_commit(self, txn: TxnRef, *, extra: dict[str, Any] | None = None, gated: bool = False,
-                   rows: Mapping[str, int] | None = None) -> Manifest:
+                   rows: Mapping[str, int] | None = None,
+                   file_rows: Mapping[str, Mapping[str, int]] | None = None) -> Manifest:
         """Seal the staged output: list every file in a manifest and record PRE_COMMITTED.
 
         Contract: after it returns, the staged files are final (the writer must have closed them) and
@@ -165,6 +166,7 @@ class TwoPhaseCommitSink:
         table's, symlinks and unsafe names (the transaction stays OPEN; its teardown aborts it).
         ``gated``: a validator will run; nothing (recovery included) commits it without a passing verdict.
         ``rows``: the writer's rows per partition; on a gated sink a partition's only file's count (then gated).
+        ``file_rows``: the writer's rows per data file of a partition, taken likewise (when they add up to ``rows``).
         Idempotent (a second call returns the recorded manifest); refused for an unknown, aborted or fenced one."""
         st = self.status_of(txn)
         if st.state is State.ABORTED:
@@ -179,7 +181,7 @@ class TwoPhaseCommitSink:
         gated = gated or trusted is not None  # the counts are trusted: the log says gated, for any recoverer
         try:
             manifest = manifests.build(self.storage, txn, self.staging_dir(txn), ("data",), checksums=self.checksums,
-                                       partition_rows=trusted)
+                                       partition_rows=trusted, file_rows=file_rows if trusted is not None else None)
         except OSError as exc:  # FileNotFoundError & co: the staging vanished - an abort raced us?
             if self.status_of(txn).state is State.ABORTED:
                 raise TransactionAbortedError(f"{txn.name} was aborted while pre-committing") from exc

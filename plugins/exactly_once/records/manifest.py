@@ -88,15 +88,18 @@ def check_layout(txn: TxnRef, partitions: list[str]) -> None:
 
 
 def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...], *,
-          checksums: bool = True, partition_rows: Mapping[str, int] | None = None) -> Manifest:
+          checksums: bool = True, partition_rows: Mapping[str, int] | None = None,
+          file_rows: Mapping[str, Mapping[str, int]] | None = None) -> Manifest:
     """Describe every file under ``staging``: files below one of ``data_dirs`` (top-level names) are
     partitioned data (hidden names - ``_SUCCESS``, ``.crc``, committer temp files - are never data),
     everything else is an extra. Refuses symlinks, data outside a partition dir and nested partitions.
 
     ``partition_rows`` (the writer's own row count per partition): the Parquet file that is a partition's
     only data file takes its row count from there instead of from its footer (one read less per file: one
-    GET on S3). The caller vouches for the counts (a gate compares them with what is staged before
-    anything commits)."""
+    GET on S3). ``file_rows`` (the writer's rows per data file of a partition) does the same for a partition
+    of several files - only when it names exactly the partition's Parquet files and adds up to its
+    ``partition_rows``; otherwise the footers are read. The caller vouches for the counts (a gate compares
+    them with what is staged before anything commits)."""
     todo: list[tuple[str | None, str, str, int, str | None]] = []  # (partition or None, path, name, size, etag)
     for entry in storage.walk_files(staging):  # refuses symlinks
         top, _, rest = entry.rel.partition("/")
@@ -116,13 +119,15 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
             files_in[t[0]] = files_in.get(t[0], 0) + 1
     known = {p: int(n) for p, n in (partition_rows or {}).items() if files_in.get(p) == 1
              and isinstance(n, int) and not isinstance(n, bool) and n >= 0}
+    per_file = _trusted_file_rows(todo, partition_rows or {}, file_rows or {})
     # Reading every byte (sha256) and every parquet footer is I/O plus hashing that releases the GIL:
     # a few threads make it ~N times faster on a multi-core machine and on S3 (one request per read).
     if any(t[2].endswith(".parquet") for t in todo):
         import pyarrow.parquet  # noqa: F401 - imported once here, not concurrently by the workers
     with ThreadPoolExecutor(max_workers=max(1, min(MANIFEST_THREADS, len(todo)))) as pool:
         described = list(pool.map(lambda t: describe(storage, t[1], t[2], t[3], checksums, t[4],
-                                                     known.get(t[0]) if t[0] is not None else None), todo))
+                                                     None if t[0] is None else known.get(t[0], per_file.get((t[0], t[2])))),
+                                  todo))
     partitions: dict[str, list[ManifestFile]] = {}
     extras = []
     for (part, *_), desc in zip(todo, described):
@@ -131,6 +136,25 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
         else:
             partitions.setdefault(part, []).append(desc)
     return Manifest(txn, {p: tuple(fs) for p, fs in sorted(partitions.items())}, tuple(extras))
+
+
+def _trusted_file_rows(todo: list[tuple[str | None, str, str, int, str | None]], partition_rows: Mapping[str, int],
+                       file_rows: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, str], int]:
+    """``(partition, file name) -> rows`` from ``file_rows``, for the partitions where it names exactly the
+    staged Parquet files and adds up to ``partition_rows`` (what the gate checks against the staged data)."""
+    staged: dict[str, set[str]] = {}
+    for part, _, name, *_ in todo:
+        if part is not None and name.endswith(".parquet"):
+            staged.setdefault(part, set()).add(name)
+    out: dict[tuple[str, str], int] = {}
+    for part, files in file_rows.items():
+        counts = dict(files) if isinstance(files, Mapping) else {}
+        if (set(counts) != staged.get(part) or part not in partition_rows
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts.values())
+                or sum(counts.values()) != partition_rows[part]):
+            continue
+        out.update({(part, name): n for name, n in counts.items()})
+    return out
 
 
 def sha256_of(storage: Storage, path: str) -> str:

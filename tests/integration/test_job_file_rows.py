@@ -1,0 +1,92 @@
+"""Row counts per data file from the job (``Counts.file_rows``): a partition written as several Parquet files
+is sealed by ``pre_commit`` without reading one footer, and only counts that name exactly the staged files
+and add up to the job's ``rows_written`` are taken."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from exactly_once.contracts import Counts, FrozenInput, JobSpec, SourceInputs
+from exactly_once.ids import Interval, TxnRef
+from exactly_once.job import JobContext, execute
+from exactly_once.records import manifest as manifests
+from exactly_once.storage import LocalStorage
+
+DAY = "2026-01-01"
+PARTS = ("dt=2026-01-01/kind=many", "dt=2026-01-01/kind=one")
+
+
+def spec_for(tmp: Path) -> JobSpec:
+    landing = tmp / "landing.csv"
+    landing.write_text("x\n1\n")
+    st = os.stat(landing)
+    iv = Interval.daily(DAY)
+    staging = str(tmp / "staging")
+    return JobSpec(pipeline="p", sink="t", txn="t1", interval_start=iv.start.isoformat(),
+                   interval_end=iv.end.isoformat(), partitions=PARTS,
+                   sources=(SourceInputs("s", "csv", {}, (FrozenInput(str(landing), "landing.csv", st.st_size,
+                                                                      st.st_mtime),)),),
+                   staging_dir=staging, data_dir=os.path.join(staging, "data"))
+
+
+def footer_rows(staging: str, part: str) -> dict[str, int]:
+    return {os.path.basename(f): pq.ParquetFile(f).metadata.num_rows
+            for f in glob.glob(os.path.join(staging, "data", part, "*.parquet"))}
+
+
+def test_the_job_counts_the_rows_of_each_file_of_a_partition_of_several_files(spark, tmp_path):
+    """One Spark action counts the files of the partition written as three files (a file with no rows
+    included); the partition of one file needs none (its count is ``rows_written``)."""
+    spec = spec_for(tmp_path)
+
+    def compute(ctx: JobContext) -> Counts:
+        many = spark.createDataFrame([(i,) for i in range(10)], "n long").repartition(3)
+        many.write.mode("overwrite").parquet(ctx.output_dir(PARTS[0]))
+        spark.createDataFrame([], "n long").coalesce(1).write.mode("append").parquet(ctx.output_dir(PARTS[0]))
+        spark.createDataFrame([(1,), (2,)], "n long").coalesce(1).write.mode("overwrite").parquet(ctx.output_dir(PARTS[1]))
+        return Counts(records_in=1, records_out=1, rows_written={PARTS[0]: 10, PARTS[1]: 2})
+
+    counts = execute(compute, spark, spec)
+    truth = footer_rows(spec.staging_dir, PARTS[0])
+    assert len(truth) == 4 and sum(truth.values()) == 10 and 0 in truth.values()
+    assert counts.file_rows == {PARTS[0]: truth}  # the one-file partition is not listed
+    written = json.loads((Path(spec.staging_dir) / "_counts.json").read_text())
+    assert written["file_rows"] == {PARTS[0]: truth}
+
+
+def staged(tmp: Path, files: dict[str, int]) -> tuple[LocalStorage, TxnRef, str]:
+    storage, staging = LocalStorage(), str(tmp / "staging")
+    os.makedirs(os.path.join(staging, "data", PARTS[0]))
+    for name, n in files.items():
+        pq.write_table(pa.table({"n": list(range(n))}), os.path.join(staging, "data", PARTS[0], name))
+    return storage, TxnRef("p", "t", Interval.daily(DAY), 1), staging
+
+
+@pytest.mark.parametrize("given, trusted", [
+    ({"a.parquet": 3, "b.parquet": 4}, True),
+    ({"a.parquet": 4, "b.parquet": 3}, True),       # the sum is what the gate checks; the job's split is believed
+    ({"a.parquet": 3, "b.parquet": 5}, False),      # does not add up to rows_written
+    ({"a.parquet": 7}, False),                      # does not name every staged file
+    ({"a.parquet": 3, "b.parquet": 4, "c.parquet": 0}, False)])  # names a file that is not staged
+def test_pre_commit_takes_the_jobs_file_rows_only_when_they_name_the_staged_files_and_add_up(
+        tmp_path, monkeypatch, given, trusted):
+    storage, txn, staging = staged(tmp_path, {"a.parquet": 3, "b.parquet": 4})
+    read: list[str] = []
+    real = pq.ParquetFile
+
+    def spy(source, *args, **kwargs):
+        read.append(getattr(source, "path", str(source)))
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "ParquetFile", spy)
+    manifest = manifests.build(storage, txn, staging, ("data",), checksums=False,
+                               partition_rows={PARTS[0]: 7}, file_rows={PARTS[0]: given})
+    rows = {f.name: f.rows for f in manifest.partitions[PARTS[0]]}
+    assert rows == (given if trusted else {"a.parquet": 3, "b.parquet": 4})
+    assert (read == []) is trusted, read
