@@ -25,6 +25,7 @@ from .ids import Interval, check_name, check_partition
 SPEC = "_job.json"            # the job spec, in the staging dir
 BATCH_SPEC = "_batch.json"    # a batch's spec, in its batch dir
 COUNTS = "_counts.json"       # the job's counts, in the staging dir; written last
+FILE_ROWS = "_file_rows.json"  # {partition: {file: rows}} of partitions of several data files (JobContext.finish)
 STATE = "_state"              # the job's new keyed state (stateful pipelines), in the staging dir
 QUARANTINE = "_quarantine"    # rejected input records, in the staging dir
 CONTRACT_VERSION = 1
@@ -41,21 +42,6 @@ def _int(d: Mapping[str, Any], key: str, what: str, default: Any = ...) -> Any:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ContractError(f"{what}: {key} must be a non-negative integer, not {value!r}")
     return value
-
-
-def _file_rows(d: Mapping[str, Any], what: str) -> dict[str, dict[str, int]]:
-    """``file_rows``: partition -> {data file name (no ``/``) -> rows}."""
-    value = d.get("file_rows", {})
-    if not isinstance(value, Mapping):
-        raise ContractError(f"{what}: file_rows must be an object, not {type(value).__name__}")
-    out = {}
-    for part in value:
-        check_partition(part)
-        named = _int_map(value, part, f"{what} file_rows")
-        if any(not name or "/" in name or name in (".", "..") for name in named):
-            raise ContractError(f"{what}: file_rows of {part} must map file names (no '/') to row counts")
-        out[str(part)] = named
-    return dict(sorted(out.items()))
 
 
 def _int_map(d: Mapping[str, Any], key: str, what: str, *, partitions: bool = False) -> dict[str, int]:
@@ -226,10 +212,7 @@ class Counts:
     exactly once: ``records_in == records_out + records_rejected + records_deduplicated +
     records_filtered``. ``rows_written`` maps each partition written to its output row count (it must
     equal the staged rows). ``rejected_by_reason`` breaks ``records_rejected`` down; ``metrics`` holds a
-    job's own numbers (for its own suite, e.g. ``flights``). ``file_rows`` (optional; ``JobContext.finish``
-    fills it in for a partition of several Parquet files) gives a partition's rows per data file, so that
-    ``pre_commit`` reads no Parquet footer; it is used only where it names exactly the staged files and
-    adds up to ``rows_written``.
+    job's own numbers (for its own suite, e.g. ``flights``).
     """
 
     records_in: int
@@ -243,7 +226,6 @@ class Counts:
     input_bytes: int = 0
     rejected_by_reason: Mapping[str, int] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
-    file_rows: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     version: int = CONTRACT_VERSION
 
     def __post_init__(self) -> None:
@@ -259,9 +241,7 @@ class Counts:
                 "records_filtered": self.records_filtered, "rows_written": dict(sorted(self.rows_written.items())),
                 "state_rows": self.state_rows, "input_files": self.input_files, "input_bytes": self.input_bytes,
                 "rejected_by_reason": dict(sorted(self.rejected_by_reason.items())),
-                "metrics": dict(sorted(self.metrics.items())),
-                **({"file_rows": {p: dict(sorted(f.items())) for p, f in sorted(self.file_rows.items())}}
-                   if self.file_rows else {})}  # absent when empty: what a reader of 0.3 knows
+                "metrics": dict(sorted(self.metrics.items()))}
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_dict(), sort_keys=True).encode()
@@ -295,8 +275,7 @@ class Counts:
             "state_rows": _int(d, "state_rows", what, None), "input_files": _int(d, "input_files", what, 0),
             "input_bytes": _int(d, "input_bytes", what, 0),
             "rejected_by_reason": _int_map(d, "rejected_by_reason", what),
-            "metrics": dict(sorted((str(k), v) for k, v in metrics.items())), "file_rows": _file_rows(d, what),
-            "version": CONTRACT_VERSION}
+            "metrics": dict(sorted((str(k), v) for k, v in metrics.items())), "version": CONTRACT_VERSION}
         for k, v in values.items():
             object.__setattr__(obj, k, v)
         return obj

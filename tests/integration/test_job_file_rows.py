@@ -1,6 +1,7 @@
-"""Row counts per data file from the job (``Counts.file_rows``): a partition written as several Parquet files
-is sealed by ``pre_commit`` without reading one footer, and only counts that name exactly the staged files
-and add up to the job's ``rows_written`` are taken."""
+"""Row counts per data file from the job (``_file_rows.json``): a partition written as several Parquet files is
+sealed by ``pre_commit`` without reading one footer; only counts that name exactly the staged files and add up
+to the job's ``rows_written`` are taken, and the gate checks every file's rows as it reads them (review 33:
+a job's own wrong split, or a rewrite after the count, fails the gate)."""
 from __future__ import annotations
 
 import glob
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from exactly_once.contracts import Counts, FrozenInput, JobSpec, SourceInputs
+from exactly_once.contracts import FILE_ROWS, Counts, FrozenInput, JobSpec, SourceInputs
 from exactly_once.ids import Interval, TxnRef
 from exactly_once.job import JobContext, execute
 from exactly_once.records import manifest as manifests
@@ -55,9 +56,19 @@ def test_the_job_counts_the_rows_of_each_file_of_a_partition_of_several_files(sp
     counts = execute(compute, spark, spec)
     truth = footer_rows(spec.staging_dir, PARTS[0])
     assert len(truth) == 4 and sum(truth.values()) == 10 and 0 in truth.values()
-    assert counts.file_rows == {PARTS[0]: truth}  # the one-file partition is not listed
-    written = json.loads((Path(spec.staging_dir) / "_counts.json").read_text())
-    assert written["file_rows"] == {PARTS[0]: truth}
+    side = json.loads((Path(spec.staging_dir) / FILE_ROWS).read_text())
+    assert side == {PARTS[0]: truth}  # the one-file partition is not listed
+    # a side file, not a Counts field: the counts document is what an older release reads
+    assert json.loads((Path(spec.staging_dir) / "_counts.json").read_text()) == counts.to_dict()
+    assert "file_rows" not in counts.to_dict()
+
+    def one_file_each(ctx: JobContext) -> Counts:
+        for part in PARTS:
+            spark.createDataFrame([(1,)], "n long").coalesce(1).write.mode("overwrite").parquet(ctx.output_dir(part))
+        return Counts(records_in=1, records_out=1, rows_written={PARTS[0]: 1, PARTS[1]: 1})
+
+    execute(one_file_each, spark, spec)  # the next attempt of the same staging: the earlier side file goes
+    assert not (Path(spec.staging_dir) / FILE_ROWS).exists()
 
 
 def staged(tmp: Path, files: dict[str, int]) -> tuple[LocalStorage, TxnRef, str]:
@@ -90,3 +101,29 @@ def test_pre_commit_takes_the_jobs_file_rows_only_when_they_name_the_staged_file
     rows = {f.name: f.rows for f in manifest.partitions[PARTS[0]]}
     assert rows == (given if trusted else {"a.parquet": 3, "b.parquet": 4})
     assert (read == []) is trusted, read
+
+
+@pytest.mark.parametrize("claimed, passes", [({"a.parquet": 3, "b.parquet": 7}, True),
+                                             ({"a.parquet": 7, "b.parquet": 3}, False),   # a wrong split (r01)
+                                             ({"a.parquet": 3, "b.parquet": 6, "c.parquet": 1}, False)])
+def test_the_gate_checks_each_files_rows_against_the_jobs_counts(tmp_path, claimed, passes):
+    """pre_commit takes the job's split when it adds up; the gate reads every file and fails a split that does
+    not describe the bytes (a job's own wrong numbers, or a file rewritten after the job counted it: r02)."""
+    from exactly_once.quality import validate_staged
+
+    part, staging = PARTS[0], tmp_path / "staging"
+    for name, n in {"a.parquet": 3, "b.parquet": 7}.items():
+        (staging / "data" / part).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"n": list(range(n))}), staging / "data" / part / name)
+    counts = Counts(records_in=10, records_out=10, rows_written={part: 10}).to_dict()
+    outcome = validate_staged(suite_path=None, staging_dir=str(staging), partitions=[part], counts=counts,
+                              prev_state_dir=None, report_root=str(tmp_path / "reports"), run_name="p.t1",
+                              file_rows={part: claimed})
+    assert outcome.passed is passes, outcome.failures
+    if not passes:
+        [line] = outcome.failures
+        assert line.startswith("expect_column_values_to_be_between(rows_written_gap)") and "_file_rows.json" in line
+        staged = {"a.parquet": 3, "b.parquet": 7}
+        for name in set(claimed) | set(staged):
+            said = f"{part}/{name}: job counted {claimed.get(name)}, staged {staged.get(name, 0)}"
+            assert (said in line) is (claimed.get(name) != staged.get(name, 0)), (said, line)

@@ -32,7 +32,7 @@ from functools import reduce
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import unquote
 
-from ..contracts import COUNTS, QUARANTINE, STATE, BatchSpec, Counts, FrozenInput, JobSpec, SourceInputs
+from ..contracts import COUNTS, FILE_ROWS, QUARANTINE, STATE, BatchSpec, Counts, FrozenInput, JobSpec, SourceInputs
 from ..errors import ContractError, StorageError
 from ..storage import storage_for
 
@@ -95,6 +95,7 @@ class JobContext:
         self._prev = spec.prev_state if prev_state is True else prev_state
         self._store, self._staging = storage_for(spec.staging_dir, **self._options)
         self._store.remove_tree(self._store.join(self._staging, COUNTS))
+        self._store.remove_tree(self._store.join(self._staging, FILE_ROWS))  # an earlier attempt's
         for source in spec.sources:
             check_frozen(source.inputs, self._options)
         if spark is not None and clear_cache:
@@ -180,23 +181,21 @@ class JobContext:
         self._store.remove_tree(self._store.join(self._staging, QUARANTINE))
 
     def finish(self, counts: Counts, *, count_files: bool = True) -> Counts:
-        """Write ``counts`` as the job's last act, atomically: its presence means the job finished. Unless
-        the job gave them, the rows per file of each partition it wrote as several Parquet files are counted
-        first (``Counts.file_rows``, one Spark action; none for partitions of one file), so that
-        ``pre_commit`` reads no footer. ``count_files=False``: the job wrote one file per partition."""
+        """Write ``counts`` as the job's last act, atomically: its presence means the job finished. First
+        the rows of each file of a partition written as several Parquet files are counted and written beside
+        them (:data:`~exactly_once.contracts.FILE_ROWS`, one Spark action; none for partitions of one file),
+        so that ``pre_commit`` reads no footer. ``count_files=False``: the job wrote one file per partition."""
         if not isinstance(counts, Counts):
             raise ContractError(f"finish() takes exactly_once.contracts.Counts, not {type(counts).__name__}")
         unknown = set(counts.rows_written) - set(self.spec.partitions)
         if unknown:
             raise ContractError(f"rows_written names partitions this interval does not own: {sorted(unknown)}")
-        if count_files and not counts.file_rows and self.spark is not None and counts.rows_written:
-            from dataclasses import replace
+        if count_files and self.spark is not None and counts.rows_written:
+            from .files import count_file_rows, write_file_rows
 
-            from .files import count_file_rows
-
-            found = count_file_rows(self.spark, self.spec.data_dir, sorted(counts.rows_written), to_spark=spark_path,
-                                    storage_options=self._options)
-            counts = replace(counts, file_rows=found) if found else counts
+            write_file_rows(self._store, self._staging, count_file_rows(
+                self.spark, self.spec.data_dir, sorted(counts.rows_written), to_spark=spark_path,
+                storage_options=self._options))
         self._store.write_atomic(self._store.join(self._staging, COUNTS), counts.to_json())
         return counts
 

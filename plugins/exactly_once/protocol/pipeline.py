@@ -211,8 +211,8 @@ class IntervalRun:
 
     def pre_commit(self, txn: TxnRef) -> dict[str, Any]:
         """Seal the staged output (manifest in the log, with the write job's counts; a partition's data files
-        take their row counts from the job - ``rows_written`` for a partition of one file, ``file_rows`` for
-        one of several -, not from Parquet footers).
+        take their row counts from the job - ``rows_written`` for a partition of one file, ``_file_rows.json``
+        for one of several -, not from Parquet footers; the gate then checks them against the files).
 
         Refuses (OwnershipError, before any partition is claimed) staged data outside the partitions
         this interval owns.
@@ -220,12 +220,17 @@ class IntervalRun:
         counts = self.counts(txn)  # refuses a transaction of another interval
         self._check_staged_partitions(txn)
         written = counts.get("rows_written")  # the gate checks them against the staged rows before any commit
-        files = counts.get("file_rows")  # a partition of several files: its rows per file (JobContext.finish)
         manifest = self.sink.pre_commit(txn, extra={"counts": counts, "state_fingerprint": self._fingerprint(txn)},
                                         rows=written if isinstance(written, dict) else None,
-                                        file_rows=files if isinstance(files, dict) else None)
+                                        file_rows=self.file_rows(txn))
         log.info("pre_commit %s: %s files, %s rows sealed", txn.name, manifest.files, manifest.rows)
         return {"files": manifest.files, "rows": manifest.rows, "counts": counts}
+
+    def file_rows(self, txn: TxnRef) -> dict[str, dict[str, int]] | None:
+        """The write job's rows per file of its partitions of several files (``_file_rows.json``), if any."""
+        from ..job.files import read_file_rows
+
+        return read_file_rows(self.storage, self.sink.staging_dir(txn))
 
     def _check_staged_partitions(self, txn: TxnRef) -> None:
         st = self.sink.status(self.interval).get(txn.epoch)
@@ -258,6 +263,7 @@ class IntervalRun:
         outcome = validate_staged(
             suite_path=self.config.suite, table=self.config.sink, staging_dir=spec.staging_dir,
             partitions=list(spec.partitions), counts=self.counts(txn), prev_state_dir=self.prev_state_url(st),
+            file_rows=self.file_rows(txn),
             report_root=f"{self.config.reports_url}/data_docs", run_name=f"{self.config.pipeline}.{txn.name}",
             max_malformed_ratio=self.config.max_malformed_ratio, storage_options=self.options)
         passed = self.sink.record_validation(txn, outcome.passed, {

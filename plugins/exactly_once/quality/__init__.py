@@ -90,7 +90,8 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
                     counts: dict[str, Any], prev_state_dir: str | None, report_root: str, run_name: str,
                     table: str = "table", max_malformed_ratio: float = 0.05, engine: str = "pandas",
                     spark: Any = None, parameters: dict[str, Any] | None = None,
-                    storage_options: dict[str, Any] | None = None) -> ValidationOutcome:
+                    storage_options: dict[str, Any] | None = None,
+                    file_rows: dict[str, dict[str, int]] | None = None) -> ValidationOutcome:
     """Validate the staged output of one transaction; store and render the results as Data Docs.
 
     Contract:
@@ -108,6 +109,8 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
       ``report_root`` is one machine's; a storage URL (``s3://...``, with ``storage_options``) is shared
       by every worker of a fleet (:mod:`exactly_once.quality.gx`).
     * ``storage_options`` go to s3fs for ``s3://`` URLs (pandas engine).
+    * ``file_rows`` (the job's rows per file of its partitions of several files, ``_file_rows.json``, which
+      pre_commit took for the manifest): each file's rows as read must equal them (``rows_written_gap``).
     """
     t0 = time.perf_counter()
     check_name(run_name, "run name")
@@ -128,7 +131,7 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
     timings["gx_import_ms"] = _ms(mark)
     mark = time.perf_counter()
     reader = FrameReader(engine, spark, storage_options)
-    frames = build_frames(reader, staging_dir=staging_dir, partitions=partitions, counts=counts)
+    frames = build_frames(reader, staging_dir=staging_dir, partitions=partitions, counts=counts, file_rows=file_rows)
     files = ["the built-in completeness suite", *_paths(suite_path)]
     runs = _suite_runs(gx, suites, files, frames, engine, reader, staging_dir, prev_state_dir)
     timings["read_ms"] = _ms(mark)
@@ -168,10 +171,12 @@ def explain(line: str, frames: Frames, max_ratio: float) -> str:
                 f"{_plain(row.get('records_in'))} input records were rejected, a share of "
                 f"{_plain(row.get('rejected_ratio'))}; fix the input, or raise the pipeline's max_malformed_ratio "
                 "if this share is normal)")
-    differ = frames.notes.get("rows_written_vs_staged")
-    if line.startswith("expect_column_values_to_be_between(rows_written_gap):") and differ:
-        shown = "; ".join(f"{p}: job reported {reported}, staged {staged}" for p, (reported, staged) in differ.items())
-        return f"{line} (rows_written per partition: {shown})"
+    differ, files = frames.notes.get("rows_written_vs_staged"), frames.notes.get("file_rows_vs_staged")
+    if line.startswith("expect_column_values_to_be_between(rows_written_gap):") and (differ or files):
+        shown = "; ".join(f"{p}: job reported {reported}, staged {staged}" for p, (reported, staged) in (differ or {}).items())
+        per_file = "; ".join(f"{f}: job counted {counted}, staged {staged}" for f, (counted, staged) in (files or {}).items())
+        return (f"{line} (" + "; ".join(filter(None, [shown and f"rows_written per partition: {shown}",
+                                                      per_file and f"rows per file (_file_rows.json): {per_file}"])) + ")")
     return line
 
 

@@ -19,8 +19,10 @@ the table's own in ``expectations/``). The derived frames are small and always u
 from __future__ import annotations
 
 import posixpath
+from collections import Counter
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
+from urllib.parse import unquote
 
 import pandas as pd
 
@@ -65,18 +67,35 @@ class FrameReader:
         storage, path = self._fs(url)
         return storage.exists(path)
 
-    def read_native(self, url: str) -> Any | None:
-        """The parquet dir at ``url`` as this engine's DataFrame, or None if it does not exist."""
+    def read_native(self, url: str, per_file: dict[str, int] | None = None) -> Any | None:
+        """The parquet dir at ``url`` as this engine's DataFrame, or None if it does not exist. ``per_file``
+        (a dict) receives the rows of each file read, by file name, counted from the rows read."""
         if not self.exists(url):
             return None
         if self.engine == "spark":
-            return self.spark.read.parquet(url)
+            frame = self.spark.read.parquet(url)
+            if per_file is not None:
+                from pyspark.sql import functions as F  # noqa: N812
+
+                for row in frame.groupBy(F.col("_metadata.file_name").alias("f")).count().collect():
+                    per_file[unquote(str(row["f"]))] = int(row["count"])
+            return frame
         import pyarrow.dataset as ds
 
         storage, path = self._fs(url)
         fs = None if isinstance(storage, LocalStorage) else getattr(storage, "fs", None)
         # pyarrow skips "_"/"." prefixed names (_SUCCESS, .crc), like Spark readers do
-        return ds.dataset(path, format="parquet", filesystem=fs).to_table().to_pandas()
+        dataset = ds.dataset(path, format="parquet", filesystem=fs)
+        if per_file is None:
+            return dataset.to_table().to_pandas()
+        import pyarrow as pa
+
+        batches, counted = [], Counter({posixpath.basename(f): 0 for f in dataset.files})
+        for tagged in dataset.scanner().scan_batches():  # the same scan as to_table, each batch with its file
+            batches.append(tagged.record_batch)
+            counted[posixpath.basename(tagged.fragment.path)] += tagged.record_batch.num_rows
+        per_file.update(counted)
+        return pa.Table.from_batches(batches, schema=dataset.schema).to_pandas()
 
     def read_pandas(self, url: str | None) -> pd.DataFrame | None:
         """The parquet dir at ``url`` as pandas (None if no url or no such dir)."""
@@ -85,11 +104,14 @@ class FrameReader:
             frame = frame.toPandas()
         return frame
 
-    def read_partitions(self, staging_dir: str, partitions: Sequence[str]) -> tuple[Any, dict[str, int], list[str]]:
-        """The staged ``partitions`` concatenated, rows per partition, and the partitions missing."""
+    def read_partitions(self, staging_dir: str, partitions: Sequence[str], per_file: Mapping[str, dict[str, int]]
+                        | None = None) -> tuple[Any, dict[str, int], list[str]]:
+        """The staged ``partitions`` concatenated, rows per partition, and the partitions missing; the rows of
+        each file of a partition in ``per_file`` go into ``per_file[partition]``."""
         frames, rows, missing = [], {}, []
         for part in partitions:
-            frame = self.read_native(posixpath.join(staging_dir.rstrip("/"), DATA_DIR, part))
+            frame = self.read_native(posixpath.join(staging_dir.rstrip("/"), DATA_DIR, part),
+                                     (per_file or {}).get(part))
             if frame is None:
                 missing.append(part)
                 continue
@@ -122,13 +144,15 @@ def _num(counts: Mapping[str, Any], key: str) -> float | None:
 
 
 def counts_frame(raw: Mapping[str, Any], *, owned: Sequence[str], staged: Mapping[str, int],
-                 staged_partitions: Sequence[str], sums: Mapping[str, float]) -> tuple[pd.DataFrame, list[str]]:
+                 staged_partitions: Sequence[str], sums: Mapping[str, float],
+                 file_gap: int = 0) -> tuple[pd.DataFrame, list[str]]:
     """One row: the job's counts next to what is staged, with the derived gaps. Returns (frame, problems).
 
     * ``completeness_gap = records_in - (records_out + records_rejected + records_deduplicated +
       records_filtered)`` - every record read is accounted for exactly once (0);
     * ``rejected_ratio = records_rejected / records_in`` (0 for no input);
-    * ``rows_written_gap`` - sum over partitions of ``|rows_written[p] - staged rows of p|`` (0);
+    * ``rows_written_gap`` - sum over partitions of ``|rows_written[p] - staged rows of p|``, plus ``file_gap``
+      (the job's rows per file against the rows read from each file) (0);
     * ``unowned_partitions`` - partitions reported or staged that the interval does not own (0).
 
     A counts document that breaks its contract leaves the affected columns empty (null), so the
@@ -146,7 +170,7 @@ def counts_frame(raw: Mapping[str, Any], *, owned: Sequence[str], staged: Mappin
     gap = total = None
     if written is not None and all(_num(written, p) is not None for p in written):
         total = sum(written.values())
-        gap = sum(abs(written.get(p, 0) - staged.get(p, 0)) for p in set(written) | set(staged))
+        gap = sum(abs(written.get(p, 0) - staged.get(p, 0)) for p in set(written) | set(staged)) + file_gap
     ratio = None if rin is None or rej is None else (round(rej / rin, 6) if rin else 0.0)
     complete = None if None in (rin, rout, rej, dedup, filt) else rin - (rout + rej + dedup + filt)  # type: ignore[operator]
     metrics = raw.get("metrics") if isinstance(raw.get("metrics"), Mapping) else {}
@@ -184,15 +208,23 @@ def apply_derivations(frame: pd.DataFrame, eo: Mapping[str, Any], suite: str) ->
     return frame
 
 
-def build_frames(reader: FrameReader, *, staging_dir: str, partitions: Sequence[str], counts: Mapping[str, Any]
-                 ) -> Frames:
-    """Read the staged partitions; derive the counts frame."""
-    data, staged, missing = reader.read_partitions(staging_dir, partitions)
+def build_frames(reader: FrameReader, *, staging_dir: str, partitions: Sequence[str], counts: Mapping[str, Any],
+                 file_rows: Mapping[str, Mapping[str, int]] | None = None) -> Frames:
+    """Read the staged partitions; derive the counts frame. ``file_rows`` (the job's rows per file,
+    ``_file_rows.json``): each listed partition's files are counted as read, and every difference adds to
+    ``rows_written_gap`` - pre_commit took these counts for the manifest without reading a footer."""
+    seen: dict[str, dict[str, int]] = {p: {} for p in (file_rows or {}) if p in partitions}
+    data, staged, missing = reader.read_partitions(staging_dir, partitions, seen)
     notes: dict[str, Any] = {"data": [posixpath.join(staging_dir, DATA_DIR, p) for p in partitions],
                              "partitions_not_staged": missing}
     numeric = _numeric_sums(reader, data)
+    off = {f"{p}/{name}": [claimed.get(name), seen[p].get(name, 0)] for p, claimed in (file_rows or {}).items()
+           if p in seen for name in sorted(set(claimed) | set(seen[p])) if claimed.get(name) != seen[p].get(name, 0)}
+    if off:
+        notes["file_rows_vs_staged"] = off
     frame, problems = counts_frame(counts, owned=partitions, staged=staged,
-                                   staged_partitions=reader.staged_partitions(staging_dir), sums=numeric)
+                                   staged_partitions=reader.staged_partitions(staging_dir), sums=numeric,
+                                   file_gap=sum(abs((c or 0) - s) for c, s in off.values()))
     written = counts.get("rows_written")
     if isinstance(written, Mapping):  # per partition: [the job's rows_written, rows staged], where they differ
         notes["rows_written_vs_staged"] = {p: [written.get(p), staged.get(p, 0)]
