@@ -193,9 +193,10 @@ class JobContext:
         if count_files and self.spark is not None and counts.rows_written:
             from .files import count_file_rows, write_file_rows
 
-            write_file_rows(self._store, self._staging, count_file_rows(
-                self.spark, self.spec.data_dir, sorted(counts.rows_written), to_spark=spark_path,
-                storage_options=self._options))
+            found = count_file_rows(self.spark, self.spec.data_dir, sorted(counts.rows_written), to_spark=spark_path,
+                                    storage_options=self._options)
+            if found:
+                write_file_rows(self._store, self._staging, found)
         self._store.write_atomic(self._store.join(self._staging, COUNTS), counts.to_json())
         return counts
 

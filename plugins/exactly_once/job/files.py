@@ -90,13 +90,10 @@ def _footer_rows(store: Storage, path: str) -> int | None:
 
 
 def write_file_rows(store: Storage, staging: str, found: Mapping[str, Mapping[str, int]]) -> None:
-    """Write ``found`` as the staging dir's :data:`FILE_ROWS` (atomically), or remove one an earlier attempt
-    left when there is nothing to write."""
-    path = store.join(staging, FILE_ROWS)
-    if found:
-        store.write_atomic(path, json.dumps({p: dict(f) for p, f in found.items()}, sort_keys=True).encode())
-    else:
-        store.remove_tree(path)
+    """Write ``found`` as the staging dir's :data:`FILE_ROWS`, atomically (opening a JobContext removed
+    the one an earlier attempt left)."""
+    store.write_atomic(store.join(staging, FILE_ROWS),
+                       json.dumps({p: dict(f) for p, f in found.items()}, sort_keys=True).encode())
 
 
 def read_file_rows(store: Storage, staging: str) -> dict[str, dict[str, int]] | None:
