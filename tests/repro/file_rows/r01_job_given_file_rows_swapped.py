@@ -7,7 +7,7 @@ import sys, tempfile
 from pathlib import Path
 
 import _common  # noqa: F401  (sys.path)
-from _common import delta_adds, footers
+from _common import begun_delta_month, delta_adds, footers
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,18 +18,8 @@ from exactly_once.job import JobContext
 from exactly_once.protocol.pipeline import IntervalRun
 from exactly_once.storage import storage_for
 
-root = Path(tempfile.mkdtemp())
-land(root, "2013-01", "a.csv", [1, 2, 3])
-cfg = config(root, table_format="delta")
-run = IntervalRun(cfg, month(1), storage_options={})
-began = run.begin()
-txn = TxnRef.from_dict(began["txn"])
-
-store, key = storage_for(began["spec"])
-ctx = JobContext(None, JobSpec.from_json(store.read_bytes(key)))
+cfg, run, txn, ctx, out = begun_delta_month(None)
 part = ctx.partitions[0]
-out = Path(ctx.spec.data_dir) / part
-out.mkdir(parents=True, exist_ok=True)
 pq.write_table(pa.table({"n": [1, 2, 3]}), out / "part-a.parquet")           # 3 rows
 pq.write_table(pa.table({"n": [4, 5, 6, 7, 8, 9, 10]}), out / "part-b.parquet")  # 7 rows
 files, size = ctx.input_stats()

@@ -10,7 +10,7 @@ import os, sys, tempfile
 from pathlib import Path
 
 import _common  # noqa: F401
-from _common import delta_adds, footers
+from _common import begun_delta_month, delta_adds, footers
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,18 +25,8 @@ from exactly_once.storage import storage_for
 spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
-root = Path(tempfile.mkdtemp())
-land(root, "2013-01", "a.csv", [1, 2, 3])
-cfg = config(root, table_format="delta")
-run = IntervalRun(cfg, month(1), storage_options={})
-began = run.begin()
-txn = TxnRef.from_dict(began["txn"])
-
-store, key = storage_for(began["spec"])
-ctx = JobContext(spark, JobSpec.from_json(store.read_bytes(key)))
+cfg, run, txn, ctx, out = begun_delta_month(spark)
 part = ctx.partitions[0]
-out = Path(ctx.spec.data_dir) / part
-out.mkdir(parents=True, exist_ok=True)
 pq.write_table(pa.table({"n": list(range(3))}), out / "part-0.parquet")      # the job's own split: 3 + 7
 pq.write_table(pa.table({"n": list(range(3, 10))}), out / "part-1.parquet")
 files, size = ctx.input_stats()
