@@ -395,3 +395,30 @@ def test_commit_skips_the_teardown_only_when_the_first_write_try_wrote_what_it_p
         assert "return_value" not in ctx["ti"].pushed  # Airflow pushes what execute returns
     assert summary["version"] == txn.name and sink.live_version("dt=2013-01-01") == txn.name
     assert not os.path.exists(sink.staging_dir(txn))  # nothing the teardown would have removed
+
+
+def test_a_connect_write_collects_only_what_it_made_and_leaves_the_heap_as_it_found_it():
+    """``_young_heap`` freezes the process's heap for the write (stop_session's full collection then walks only
+    the session's objects, not Airflow's, GX's and pandas'), and unfreezes it after - also when the block fails;
+    a process that froze its heap itself is left alone."""
+    import gc
+
+    from exactly_once.airflow.write import _young_heap
+
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), _young_heap():
+        before = gc.get_freeze_count()
+        made = [{"cycle": None}]
+        made[0]["cycle"] = made
+        del made
+        assert gc.collect() >= 1  # what the block made is still collected
+        raise RuntimeError("the job failed")
+    assert before > 1000 and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with _young_heap():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -107,12 +107,30 @@ def _session(remote: str, tag: str, attempt: int, scope: str) -> Iterator[Any]:
     from ..job.connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
 
     interrupt_writes(remote, tag, range(1, attempt), scope=scope)
-    with connect_mode(), lost_as_error(remote):
+    with _young_heap(), connect_mode(), lost_as_error(remote):
         spark = connect_session(remote, tag, attempt, scope=scope)
         try:
             yield spark
         finally:
             stop_session(spark)
+
+
+@contextmanager
+def _young_heap() -> Iterator[None]:
+    """Freeze what the process held before the block (``gc.freeze``), so that :func:`stop_session`'s full
+    collection at its end walks only what the block made: in a task process with Airflow, GX, pandas and
+    pyspark loaded it walked ~550,000 objects, 0.27 s of every write. Nothing is frozen if the process
+    already froze some (a fork of a frozen parent keeps its own)."""
+    import gc
+
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def run_connect(application: str, spec_url: str, remote: str, *, attempt: int = 1,
