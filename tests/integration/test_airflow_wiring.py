@@ -422,3 +422,22 @@ def test_a_connect_write_collects_only_what_it_made_and_leaves_the_heap_as_it_fo
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_commit_keeps_the_teardown_when_airflow_cannot_say_the_task_states(tmp_path):
+    """An Airflow whose task instance cannot query task states (or a failing query): the teardown runs."""
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", reports=str(tmp_path / "reports"))
+    iv, sink, tasks, began, txn = begun_daily_with_output(tmp_path, cfg, "scheduled", [1, 2])
+    sink.pre_commit(txn)
+    sink.record_validation(txn, True, {})
+    ctx = context("scheduled", iv, **{"t.begin": began, "t.write": {"spark": "submit", "attempt": 1}})
+    ctx["outlet_events"] = OutletEventAccessors()
+
+    def unavailable(**_: Any) -> Any:
+        raise AttributeError("'RuntimeTaskInstance' object has no attribute 'get_task_states'")
+
+    ctx["ti"].get_task_states = unavailable
+    assert tasks["t.commit"].execute(ctx)["version"] == txn.name  # published, no skip raised
+    assert sink.live_version("dt=2013-01-01") == txn.name

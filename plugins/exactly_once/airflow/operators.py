@@ -327,7 +327,11 @@ class CommitOperator(PhaseOperator):
         if not isinstance(wrote, dict) or wrote.get("attempt") != 1:
             return []
         ids = [self.begin_task_id, self.write_task_id]
-        found = ti.get_task_states(dag_id=ti.dag_id, task_ids=ids, run_ids=[ti.run_id])
+        try:
+            found = ti.get_task_states(dag_id=ti.dag_id, task_ids=ids, run_ids=[ti.run_id])
+        except Exception as exc:  # noqa: BLE001 - cannot tell (an Airflow without the query): keep the teardown
+            log.info("%s: task states unavailable (%s: %s): the teardown runs", txn.name, type(exc).__name__, exc)
+            return []
         states = found.get(ti.run_id, found) if isinstance(found, dict) else {}
         began = self.began(context)
         if any(str(getattr(states.get(t), "value", states.get(t))) != "success" for t in ids) or \
