@@ -127,3 +127,36 @@ def test_the_gate_checks_each_files_rows_against_the_jobs_counts(tmp_path, claim
         for name in set(claimed) | set(staged):
             said = f"{part}/{name}: job counted {claimed.get(name)}, staged {staged.get(name, 0)}"
             assert (said in line) is (claimed.get(name) != staged.get(name, 0)), (said, line)
+
+
+def test_the_gate_checks_the_rows_pre_commit_sealed_not_a_side_file_rewritten_after_it(tmp_path):
+    """pre_commit sealed the job's wrong split; a late writer then rewrites ``_file_rows.json`` to match the
+    files. The gate compares the files with what the manifest sealed (what a Delta commit would publish as
+    numRecords), so it still refuses: nothing is published."""
+    from test_interval_runs import config, land, month
+
+    from exactly_once.errors import ValidationFailedError
+    from exactly_once.protocol.pipeline import IntervalRun
+    from exactly_once.storage import storage_for
+
+    land(tmp_path, "2013-01", "a.csv", [1, 2, 3])
+    run = IntervalRun(config(tmp_path), month(1), storage_options={})
+    began = run.begin()
+    txn = TxnRef.from_dict(began["txn"])
+    store, key = storage_for(began["spec"])
+    ctx = JobContext(None, JobSpec.from_json(store.read_bytes(key)))
+    (part,) = ctx.partitions
+    out, side = Path(ctx.spec.data_dir) / part, Path(ctx.spec.staging_dir) / FILE_ROWS
+    out.mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2, 3]}), out / "a.parquet")
+    pq.write_table(pa.table({"n": list(range(7))}), out / "b.parquet")
+    side.write_text(json.dumps({part: {"a.parquet": 7, "b.parquet": 3}}))  # right names and sum, wrong split
+    files, size = ctx.input_stats()
+    ctx.finish(Counts(records_in=3, records_out=3, rows_written={part: 10}, input_files=files, input_bytes=size))
+    run.pre_commit(txn)
+    assert {f.name: f.rows for f in run.sink.status_of(txn).manifest.partitions[part]} == {"a.parquet": 7, "b.parquet": 3}
+    side.write_text(json.dumps({part: {"a.parquet": 3, "b.parquet": 7}}))  # the late writer's "fix"
+    with pytest.raises(ValidationFailedError, match=r"rows_written_gap.*a\.parquet: job counted 7, staged 3"):
+        run.validate(txn)
+    run.abort(txn)
+    assert run.sink.live_version(part) is None

@@ -9,7 +9,7 @@ the client afterwards (one GET per file on S3: 47 s at 10,000 files against the 
 
 Nothing here is trusted blindly: ``pre_commit`` takes a partition's counts only when they name exactly its
 staged Parquet files and add up to ``rows_written``, and the gate compares every file's rows as it reads
-them with these counts (``rows_written_gap``), so a count that does not describe the bytes fails the gate.
+them with the counts the manifest sealed (``rows_written_gap``), so a count that does not describe the bytes fails the gate.
 A side file, not a ``Counts`` field: a reader of an older release ignores it (and reads the footers).
 """
 from __future__ import annotations

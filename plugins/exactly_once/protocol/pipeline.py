@@ -263,7 +263,7 @@ class IntervalRun:
         outcome = validate_staged(
             suite_path=self.config.suite, table=self.config.sink, staging_dir=spec.staging_dir,
             partitions=list(spec.partitions), counts=self.counts(txn), prev_state_dir=self.prev_state_url(st),
-            file_rows=self.file_rows(txn),
+            file_rows=st.manifest.rows_by_file(),  # what pre_commit sealed (from the job or the footers)
             report_root=f"{self.config.reports_url}/data_docs", run_name=f"{self.config.pipeline}.{txn.name}",
             max_malformed_ratio=self.config.max_malformed_ratio, storage_options=self.options)
         passed = self.sink.record_validation(txn, outcome.passed, {

@@ -109,8 +109,9 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
       ``report_root`` is one machine's; a storage URL (``s3://...``, with ``storage_options``) is shared
       by every worker of a fleet (:mod:`exactly_once.quality.gx`).
     * ``storage_options`` go to s3fs for ``s3://`` URLs (pandas engine).
-    * ``file_rows`` (the job's rows per file of its partitions of several files, ``_file_rows.json``, which
-      pre_commit took for the manifest): each file's rows as read must equal them (``rows_written_gap``).
+    * ``file_rows`` (the rows per file the manifest sealed for the partitions of several files - the job's,
+      ``_file_rows.json``, where pre_commit took them): each file's rows as read must equal them
+      (``rows_written_gap``).
     """
     t0 = time.perf_counter()
     check_name(run_name, "run name")

@@ -61,6 +61,12 @@ class Manifest:
         counts = [f.rows for fs in self.partitions.values() for f in fs]
         return None if None in counts else sum(counts)  # type: ignore[arg-type]
 
+    def rows_by_file(self) -> dict[str, dict[str, int]]:
+        """``partition -> {file name -> rows}`` of the partitions of several Parquet files: the counts the gate
+        checks against the rows it reads (a partition of one file is checked by its total)."""
+        return {p: {f.name: f.rows for f in fs if f.rows is not None} for p, fs in self.partitions.items()
+                if sum(f.rows is not None for f in fs) > 1}
+
     def to_dict(self) -> dict[str, Any]:
         return {"txn": self.txn.to_dict(), "version": self.version, "files": self.files, "rows": self.rows,
                 "partitions": {p: [f.to_dict() for f in fs] for p, fs in self.partitions.items()},
