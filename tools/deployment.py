@@ -3,7 +3,7 @@
 :class:`Deployment` creates a fresh PostgreSQL metadata DB (``eo_<purpose>_<id>`` on 127.0.0.1:5432, dropped
 at the end), an AIRFLOW_HOME under its run dir, and runs ``airflow api-server``, ``scheduler``
 (LocalExecutor, workers forked from a preloaded forkserver: :func:`tools.localrun.scheduler_env`)
-and ``dag-processor`` as separate process groups. ``backfill`` creates a backfill with
+``dag-processor`` and ``triggerer`` as separate process groups. ``backfill`` creates a backfill with
 ``airflow backfill create``, the way a user does. ``stop`` ends every process it started - including
 orphans, found by the deployment's marker in their environment - and drops the database.
 
@@ -172,7 +172,7 @@ def postgres_problem() -> str | None:
 
 
 class Deployment:
-    """api-server + scheduler (LocalExecutor) + dag-processor on a fresh PostgreSQL DB, under ``run_dir``;
+    """api-server + scheduler (LocalExecutor) + dag-processor + triggerer on a fresh PostgreSQL DB, under ``run_dir``;
     with ``executor="celery"`` the CeleryExecutor and ``workers`` Celery workers (``spread=True``: the
     phases of each interval alternate between them, :mod:`tools.celery_stack`), with ``storage="s3"`` the
     data root and the reports on a loopback S3 server (module docstring).
@@ -220,6 +220,7 @@ class Deployment:
                 "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex, "AIRFLOW__API__SECRET_KEY": uuid.uuid4().hex,
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),  # others may run a scheduler
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),  # ... and a triggerer
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",  # a killed supervisor's task
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
@@ -258,13 +259,13 @@ class Deployment:
             time.sleep(1)
 
     def check_alive(self) -> None:
-        """Raise if a component (api-server, scheduler, dag-processor, a worker) has exited."""
+        """Raise if a component (api-server, scheduler, dag-processor, triggerer, a worker) has exited."""
         if dead := [n for n, p in self.stack.procs.items() if p.poll() is not None and n in self.components]:
             raise RuntimeError(f"component(s) {dead} exited; see {self.run_dir}/logs")
 
     @property
     def components(self) -> tuple[str, ...]:
-        return ("api-server", "scheduler", "dag-processor", *(self.celery.names if self.celery else ()))
+        return ("api-server", "scheduler", "dag-processor", "triggerer", *(self.celery.names if self.celery else ()))
 
     def start_worker(self, name: str) -> subprocess.Popen:
         """Start (or restart) the Celery worker ``name`` in its private working directory."""
@@ -292,6 +293,7 @@ class Deployment:
         self.stack.start("api-server", [py, "api-server", "-H", "127.0.0.1", "-p", str(self.api_port), "-w", "1"])
         self.stack.start("scheduler", [py, "scheduler"])
         self.stack.start("dag-processor", [py, "dag-processor"])
+        self.stack.start("triggerer", [py, "triggerer"])  # a backfill's runs wait for a batch there
         self.wait("the api-server", lambda: port_open(self.api_port), 300)
         for dag_id in dag_ids:
             self.wait(f"{dag_id} to be parsed", lambda d=dag_id: bool(self.db.query(

@@ -248,7 +248,7 @@ def test_a_run_whose_interval_a_live_batch_committed_finishes_without_waiting_fo
     from types import SimpleNamespace
 
     from exactly_once.airflow import batching
-    from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped
+    from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped, TaskDeferred
     from exactly_once.airflow.notes import NOTE_KEY
     from exactly_once.airflow.operators import BeginOperator
     from exactly_once.protocol.batch import claim_intervals
@@ -268,7 +268,7 @@ def test_a_run_whose_interval_a_live_batch_committed_finishes_without_waiting_fo
             batching.before_begin(begin, setup.run(day), ctx, reprocess=False)
         except DownstreamTasksSkipped:
             return f"finished: {pushed[NOTE_KEY]}"
-        except AirflowRescheduleException:
+        except (AirflowRescheduleException, TaskDeferred):
             return "waits"
         return "went on alone"
 

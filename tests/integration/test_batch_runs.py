@@ -23,7 +23,7 @@ from fault_helpers import Driver, Setup, leftovers, sink_of, visible_rows
 import exactly_once.protocol.batch as batch_mod
 import exactly_once.protocol.pipeline as pipeline_mod
 from exactly_once.airflow import batching
-from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped
+from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped, TaskDeferred
 from exactly_once.airflow.notes import NOTE_KEY
 from exactly_once.ids import Interval
 from exactly_once.protocol.batch import claim_intervals, mark_done
@@ -65,6 +65,10 @@ class Begin:
         self.writes += 1
         stage_batch_write(url, self.setup.options())
 
+    def defer(self, *, trigger: Any, method_name: str, timeout: Any = None) -> None:
+        self.deferred = trigger  # what a waiting run's begin hands Airflow's triggerer
+        raise TaskDeferred(trigger=trigger, method_name=method_name, timeout=timeout)
+
     def get_flat_relatives(self, upstream: bool = False) -> list[Any]:
         return []
 
@@ -83,7 +87,7 @@ class Begin:
             batching.before_begin(self, self.setup.run(day, config=self.config), ctx, reprocess=reprocess)
         except DownstreamTasksSkipped:
             return f"finished: {pushed[NOTE_KEY]}"
-        except AirflowRescheduleException:
+        except (AirflowRescheduleException, TaskDeferred):
             return "waits"
         return "went on alone"
 
@@ -190,3 +194,110 @@ def test_a_reprocess_range_over_unchanged_inputs_reprocesses_every_day(setup):
     assert done.startswith("finished: published e2") and "in batch b-" in done and "b-old" not in done, done
     assert epochs(setup) == {d: {1: "COMMITTED", 2: "COMMITTED"} for d in DAYS} and begin.writes == 1
     assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []
+
+
+# ------------------------------------------------------------------ waiting in the triggerer (issue 26)
+def first_event(trigger: Any, within: float) -> dict[str, Any] | None:
+    """What ``trigger`` fires within ``within`` seconds of running as the triggerer runs it, or None."""
+    import asyncio
+
+    async def one() -> Any:
+        async for event in trigger.run():
+            return event.payload
+    try:
+        return asyncio.run(asyncio.wait_for(one(), within))
+    except (asyncio.TimeoutError, TimeoutError):
+        return None
+
+
+def test_a_waiting_run_is_deferred_until_the_batch_commits_its_day(setup, monkeypatch):
+    """A run whose day a live batch holds hands its wait to Airflow's triggerer (no worker slot, no task start
+    per poke): the trigger does not fire while the batch runs, fires once the batch committed the day (forced
+    between the batch's commits), and the resumed begin finishes at once on the batch's version. Its
+    arguments name the table and the batch, never a credential."""
+    monkeypatch.setenv("EO_BATCH_WAIT_POLL_SECONDS", "0.05")
+    begin, sink = Begin(setup), sink_of(setup)
+    assert claim_intervals(sink, IVS, "b-live", {"host": {"run_id": "r-host"}}, stale_after=300) == IVS
+    assert begin.run(DAYS[1]) == "waits"
+    trigger = begin.deferred
+    path, kwargs = trigger.serialize()
+    assert path == "exactly_once.airflow.triggers.BatchWaitTrigger"
+    assert kwargs["interval"] == IVS[1].token and kwargs["batch"] == "b-live" and kwargs["seen"] is None
+    assert kwargs["table"] == setup.config().table_url and kwargs["conn_id"] is None and kwargs["poll"] == 0.05
+    assert first_event(trigger, 0.5) is None  # live, day 2 not committed
+    seen: dict[int, Any] = {}
+
+    def between(name: str) -> None:  # called after each committed day of the batch
+        if name == "batch.between_commits":
+            seen[len(seen)] = first_event(trigger, 0.3)
+
+    monkeypatch.setattr(batch_mod, "failpoint", between)
+    out = batch_task(setup, DAYS, "b-live", child=False)
+    assert out.ok and [o["status"] for o in out.result] == ["committed"] * 3, out
+    assert seen[0] is None  # day 1 of the batch committed, not ours
+    assert seen[1] == {"interval": IVS[1].token, "why": f"committed {sink.committed(IVS[1])[0].name}"}, seen
+    assert begin.run(DAYS[1]).startswith("finished: published e1") and begin.writes == 0
+    assert epochs(setup) == {d: {1: "COMMITTED"} for d in DAYS}
+
+
+def test_the_wait_ends_when_the_batch_is_over_or_stale_and_without_a_triggerer_begin_looks_again(setup, monkeypatch):
+    """The trigger also fires when the batch holding the day is released (marked done) or its heartbeat is
+    older than EO_BATCH_STALE_SECONDS, and when a look fails (the task then decides and reports). A deferral
+    that times out (no triggerer ran it) makes begin look again; any other trigger failure stays Airflow's."""
+    import os
+    import time
+
+    from exactly_once.airflow.operators import BeginOperator
+    from exactly_once.airflow.triggers import BatchWaitTrigger
+
+    sink = sink_of(setup)
+    claim_intervals(sink, IVS[:1], "b-done", {}, stale_after=300)
+    claim_intervals(sink, IVS[1:2], "b-stale", {}, stale_after=300)
+    args = dict(table=setup.config().table_url, pipeline="pv_pipeline", sink=sink.sink, seen=None, stale_after=60,
+                poll=0.05)
+    done = BatchWaitTrigger(interval=IVS[0].token, batch="b-done", **args)
+    stale = BatchWaitTrigger(interval=IVS[1].token, batch="b-stale", **args)
+    assert first_event(done, 0.3) is None and first_event(stale, 0.3) is None
+    mark_done(sink, "b-done")
+    assert first_event(done, 1) == {"interval": IVS[0].token, "why": "batch b-done is over"}
+    beat = sink.storage.join(sink.home, "_batches", "b-stale", "_intervals.json")
+    os.utime(beat, (time.time() - 120, time.time() - 120))  # no heartbeat for 2 minutes
+    assert first_event(stale, 1) == {"interval": IVS[1].token, "why": "batch b-stale is over"}
+    broken = BatchWaitTrigger(interval="not-a-token", batch="b-stale", **args)
+    assert first_event(broken, 1)["why"].startswith("the look failed: ")
+
+    op = BeginOperator(task_id="begin", config=setup.config(), begin_task_id="app_pv.begin")
+    looks: list[Any] = []
+    monkeypatch.setattr(op, "execute", lambda context: looks.append(context) or "looked again")
+    assert op.resume_execution("__fail__", {"error": "Trigger timeout"}, {"c": 1}) == "looked again"
+    assert op.resume_execution(batching.RESUME, {"event": {"interval": "x", "why": "y"}}, {"c": 2}) == "looked again"
+    from airflow.sdk.exceptions import TaskDeferralError
+
+    with pytest.raises(TaskDeferralError):
+        op.resume_execution("__fail__", {"error": "Trigger failure"}, {"c": 3})
+    assert looks == [{"c": 1}, {"c": 2}]
+
+
+def test_the_trigger_resolves_the_storage_connection_itself_and_never_carries_its_secret(s3_server, monkeypatch):
+    """On S3 the trigger carries the storage connection's id; the triggerer resolves its key and secret as a
+    task does. Neither is in its arguments (stored in Airflow's DB) nor in its repr (the triggerer's log)."""
+    from urllib.parse import quote
+
+    from conftest import make_bucket
+
+    from exactly_once.airflow.triggers import BatchWaitTrigger
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
+
+    secret = s3_server["secret"]
+    monkeypatch.setenv("AIRFLOW_CONN_EO_WAIT_S3", f"aws://{s3_server['key']}:{quote(secret, safe='')}@/?"
+                                                  f"endpoint_url={quote(s3_server['endpoint_url'], safe='')}")
+    table = f"s3://{make_bucket(s3_server)}/warehouse/t"
+    opts = {k: s3_server[k] for k in ("key", "secret", "endpoint_url")}
+    sink = TwoPhaseCommitSink.at(table, pipeline="p", sink="t", storage_options=opts)
+    claim_intervals(sink, IVS[:1], "b-s3", {}, stale_after=300)
+    trigger = BatchWaitTrigger(table=table, pipeline="p", sink="t", interval=IVS[0].token, batch="b-s3", seen=None,
+                               stale_after=300, poll=0.05, conn_id="eo_wait_s3")
+    assert secret not in json.dumps(trigger.serialize()) and secret not in repr(trigger)
+    assert first_event(trigger, 1) is None
+    mark_done(sink, "b-s3")
+    assert first_event(trigger, 2) == {"interval": IVS[0].token, "why": "batch b-s3 is over"}

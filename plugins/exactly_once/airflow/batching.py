@@ -8,8 +8,9 @@ when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last i
 1. its interval is committed already (a backfill skips it; ``conf.reprocess`` replaces it) - the run
    finishes at once, also while the batch that committed it is still running (it commits interval by
    interval: the runs of a backfill with ``--max-active-runs`` above 1 finish behind its gate);
-2. a live batch holds its interval - it waits: the task is rescheduled (its worker slot freed) every
-   ``EO_BATCH_POKE_SECONDS`` (default 10) and looks again;
+2. a live batch holds its interval - it waits: the task is deferred to Airflow's triggerer (its worker slot
+   freed, no task start while it waits), which looks every ``EO_BATCH_WAIT_POLL_SECONDS`` (default 1) and
+   resumes it once the batch committed the interval or is over (:func:`wait`);
 3. otherwise it **hosts** a batch: it claims (write-once records, :func:`exactly_once.protocol.batch.claim_intervals`)
    its interval and the following ones - those with a DAG run of their own queued or running (a
    backfill), or up to the range's end - at most ``max_batch``, and runs :class:`~exactly_once.protocol.batch.BatchRun`
@@ -29,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, Sequence
 
 from ..protocol import liveness
@@ -39,14 +40,21 @@ from ..errors import FINAL, BatchPendingError, ExactlyOnceError
 from ..ids import Interval, utc
 from ..protocol.layout import timetable_intervals
 from ..protocol.pipeline import IntervalRun
-from .compat import AirflowRescheduleException, DownstreamTasksSkipped
+from .compat import DownstreamTasksSkipped
 
 log = logging.getLogger(__name__)
 ACTIVE = ["queued", "running"]
 
 
 def poke_seconds() -> float:
-    return float(os.environ.get("EO_BATCH_POKE_SECONDS") or 10)
+    """The longest a waiting run's begin stays deferred before it looks again itself (the triggerer's look
+    ends the wait first; without a triggerer this is how often the run looks)."""
+    return float(os.environ.get("EO_BATCH_POKE_SECONDS") or 60)
+
+
+def poll_seconds() -> float:
+    """How often the triggerer looks whether a waited-for interval is committed or its batch over."""
+    return float(os.environ.get("EO_BATCH_WAIT_POLL_SECONDS") or 1)
 
 
 def stale_seconds() -> float:
@@ -75,7 +83,7 @@ def batch_id(context: Any, interval: Interval) -> str:
 
 def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bool) -> None:
     """Cases 1-3 of the module docstring. Returns when the run goes on as a single run; raises
-    DownstreamTasksSkipped when it finished at once, AirflowRescheduleException while it waits."""
+    DownstreamTasksSkipped when it finished at once, Airflow's TaskDeferred while it waits."""
     own, sink = run.interval, run.sink
     bid = batch_id(context, own)
     alone = bid if mode(operator, context) == "range" else None  # a range run: only its own batch's versions
@@ -87,8 +95,7 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
         if found is not None and (not live or batch_of(found[1]) == by):  # a live batch commits interval
             finish_at_once(operator, run, context, found)  # by interval: no need to wait for its end
         if live:
-            log.info("%s is in batch %s, still running: waiting for it", own, by)
-            raise AirflowRescheduleException(datetime.now(timezone.utc) + timedelta(seconds=poke_seconds()))
+            wait(operator, run, by)  # type: ignore[arg-type]
     if by is not None and by != bid and failed_in(run, by):
         return  # the batch tried it and it failed: as a single run it shows why (gate, report) and retries
     if run.config.stateful:
@@ -101,6 +108,26 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     found = published(run, holder(sink, own), reprocess, own=alone)
     if found is not None:
         finish_at_once(operator, run, context, found)
+
+
+def wait(operator: Any, run: IntervalRun, by: str) -> None:
+    """Case 2: defer the run's ``begin`` to :class:`~exactly_once.airflow.triggers.BatchWaitTrigger` - its worker
+    slot is freed, and the triggerer looks every ``EO_BATCH_WAIT_POLL_SECONDS`` - until the interval is committed
+    anew or batch ``by`` is over; then begin resumes and decides again. The deferral times out after
+    ``EO_BATCH_POKE_SECONDS`` (the scheduler's own check): begin then looks again itself, so a deployment
+    without a triggerer still goes on, only later. Raises Airflow's TaskDeferred."""
+    from .triggers import BatchWaitTrigger  # noqa: PLC0415
+
+    now = run.sink.committed(run.interval)
+    log.info("%s is in batch %s, still running: waiting for it (deferred to the triggerer)", run.interval, by)
+    trigger = BatchWaitTrigger(table=run.config.table_url, pipeline=run.config.pipeline, sink=run.config.sink,
+                               interval=run.interval.token, batch=by, seen=now[0].name if now else None,
+                               stale_after=stale_seconds(), poll=poll_seconds(),
+                               table_format=run.config.table_format, conn_id=run.config.storage_conn_id)
+    operator.defer(trigger=trigger, method_name=RESUME, timeout=timedelta(seconds=poke_seconds()))
+
+
+RESUME = "after_batch_wait"  # the BeginOperator method a waiting run resumes in
 
 
 def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reprocess: bool,

@@ -1,10 +1,14 @@
 """The few Airflow names that moved between the supported minors (3.1 to 3.3): import them from here."""
 try:  # Airflow 3.2+
     from airflow.sdk.exceptions import (AirflowFailException, AirflowRescheduleException, AirflowSkipException,
-                                        DownstreamTasksSkipped)
+                                        DownstreamTasksSkipped, TaskDeferred)
 except ImportError:  # Airflow 3.1
     from airflow.exceptions import (AirflowFailException, AirflowRescheduleException,  # type: ignore[no-redef]
-                                    AirflowSkipException, DownstreamTasksSkipped)
+                                    AirflowSkipException, DownstreamTasksSkipped, TaskDeferred)
+from airflow.triggers.base import BaseTrigger, TriggerEvent  # the same module in 3.1 to 3.3
+
+TRIGGER_FAIL = "__fail__"  # next_method of a deferred task resumed to fail (the scheduler's timeout, 3.1 to 3.3)
+TRIGGER_TIMEOUT = "Trigger timeout"  # its next_kwargs["error"] when the deferral's timeout passed
 
 
 def dag_bag_class() -> type:
@@ -17,8 +21,6 @@ def dag_bag_class() -> type:
     return DagBag
 
 
-
-
 def exponential_backoff() -> float | bool:
     """``retry_exponential_backoff`` doubling each retry's delay: a multiplier from Airflow 3.2, a flag
     (base 2) in 3.1, which refuses a float - and 3.2+ reads True as a multiplier of 1 (no backoff)."""
@@ -28,6 +30,6 @@ def exponential_backoff() -> float | bool:
     return 2.0 if (major, minor) >= (3, 2) else True
 
 
-__all__ = ["AirflowFailException", "AirflowRescheduleException", "AirflowSkipException", "DownstreamTasksSkipped",
-           "dag_bag_class",
+__all__ = ["AirflowFailException", "AirflowRescheduleException", "AirflowSkipException", "BaseTrigger",
+           "DownstreamTasksSkipped", "TRIGGER_FAIL", "TRIGGER_TIMEOUT", "TaskDeferred", "TriggerEvent", "dag_bag_class",
            "exponential_backoff"]

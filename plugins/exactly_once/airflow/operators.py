@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
-from .compat import AirflowFailException, AirflowRescheduleException, AirflowSkipException, DownstreamTasksSkipped
+from .compat import (TRIGGER_FAIL, TRIGGER_TIMEOUT, AirflowFailException, AirflowRescheduleException,
+                     AirflowSkipException, DownstreamTasksSkipped)
 
 from .. import settings
 from ..protocol.config import PipelineConfig
@@ -175,6 +176,20 @@ class BeginOperator(PhaseOperator):
         from .write import interrupt_batch_writes  # noqa: PLC0415
 
         return interrupt_batch_writes(self.batch_write, batch_id, scratch_url, attempts) if self.batch_write else []
+
+    def after_batch_wait(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resumed by :class:`~exactly_once.airflow.triggers.BatchWaitTrigger` (``event``): decide again."""
+        if event:
+            log.info("%s: the wait for the batch is over (%s)", event.get("interval"), event.get("why"))
+        return self.execute(context)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
+        """A wait for a batch whose deferral timed out (no triggerer ended it: none runs, or the batch is still
+        going) looks again instead of failing; every other resumption is Airflow's."""
+        if next_method == TRIGGER_FAIL and (next_kwargs or {}).get("error") == TRIGGER_TIMEOUT:
+            log.info("no word from the triggerer for %.0f s: looking again", batching.poke_seconds())
+            return self.execute(context)
+        return super().resume_execution(next_method, next_kwargs, context)
 
     def call(self, run: IntervalRun, context: Any) -> Any:
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}

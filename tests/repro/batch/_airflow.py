@@ -8,7 +8,7 @@ sys.path[:0] = [str(_ROOT / "plugins"), str(_ROOT / "tests"), str(_ROOT), str(_R
 from _world import DAYS, world, sink_of, visible_rows, oracle, leftovers, epochs  # noqa: E402,F401
 from batch_helpers import stage_batch_write  # noqa: E402
 from exactly_once.airflow import batching  # noqa: E402
-from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped  # noqa: E402
+from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped, TaskDeferred  # noqa: E402
 from exactly_once.airflow.notes import NOTE_KEY  # noqa: E402
 from exactly_once.ids import Interval  # noqa: E402
 from airflow.timetables.interval import CronDataIntervalTimetable  # noqa: E402
@@ -27,6 +27,10 @@ class FakeBegin:
     def write_batch(self, url: str, attempt: int) -> None:
         WRITES.append(url)
         stage_batch_write(url, self.setup.options())
+
+    def defer(self, *, trigger: Any, method_name: str, timeout: Any = None) -> None:
+        self.deferred = trigger  # what a waiting run's begin hands Airflow's triggerer
+        raise TaskDeferred(trigger=trigger, method_name=method_name, timeout=timeout)
 
     def get_flat_relatives(self, upstream: bool = False):
         return []
@@ -54,7 +58,7 @@ def begin(op, setup, cfg, day, c, reprocess=False) -> str:
         batching.before_begin(op, setup.run(day, config=cfg), c, reprocess=reprocess)
     except DownstreamTasksSkipped:
         return "finished: " + c["pushed"][NOTE_KEY]
-    except AirflowRescheduleException:
+    except (AirflowRescheduleException, TaskDeferred):
         return "waits"
     return "went on alone"
 

@@ -1,0 +1,75 @@
+"""A run whose interval a live batch holds waits in Airflow's triggerer, not in a worker slot.
+
+:class:`BatchWaitTrigger` watches ONE interval of one table: it fires as soon as the interval's newest
+committed version is another than the one its run saw (the batch committed it: batches commit interval by
+interval), or the batch that holds it is no longer live (done, released, or its heartbeat older than
+``stale_after``). The run's ``begin`` then resumes and decides again (:func:`exactly_once.airflow.batching.before_begin`):
+finish at once, wait again, or go on alone. A look costs a listing of the interval's transaction log and one
+stat of the batch's heartbeat (a write of the storage's clock probe on S3): nothing that a worker slot and a
+task start per poke cost, so a backfill's waiting runs do not slow the batch they wait for.
+
+The trigger's arguments are stored in Airflow's metadata DB and printed by the triggerer: they hold the
+table's URL and the storage connection's id, never credentials (the triggerer resolves the connection, as a
+task does). A look that fails (storage unreachable) fires too: the task decides, and reports the error, itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+from ..ids import Interval
+from .compat import BaseTrigger, TriggerEvent
+
+log = logging.getLogger(__name__)
+
+
+class BatchWaitTrigger(BaseTrigger):
+    """Fire when ``interval`` of the table at ``table`` is committed anew (its newest committed txn name is no
+    longer ``seen``) or batch ``batch`` is no longer live; look every ``poll`` seconds."""
+
+    def __init__(self, *, table: str, pipeline: str, sink: str, interval: str, batch: str, seen: str | None,
+                 stale_after: float, poll: float = 1.0, table_format: str = "files",
+                 conn_id: str | None = None) -> None:
+        super().__init__()
+        self.table, self.pipeline, self.sink, self.table_format = table, pipeline, sink, table_format
+        self.interval, self.batch, self.seen = interval, batch, seen
+        self.stale_after, self.poll, self.conn_id = float(stale_after), float(poll), conn_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"table": self.table, "pipeline": self.pipeline, "sink": self.sink, "interval": self.interval,
+                 "batch": self.batch, "seen": self.seen, "stale_after": self.stale_after, "poll": self.poll,
+                 "table_format": self.table_format, "conn_id": self.conn_id})
+
+    def open_sink(self) -> Any:
+        """The table's sink, with the storage connection's credentials resolved here (never serialized)."""
+        from ..protocol.transaction import TwoPhaseCommitSink  # noqa: PLC0415
+        from .connections import storage_options  # noqa: PLC0415
+
+        return TwoPhaseCommitSink.at(self.table, pipeline=self.pipeline, sink=self.sink,
+                                     storage_options=storage_options(self.conn_id), table_format=self.table_format)
+
+    def look(self, sink: Any) -> dict[str, Any] | None:
+        """One look: the event to fire, or None while the wait goes on."""
+        from ..protocol.batch import batch_live  # noqa: PLC0415
+
+        found = sink.committed(Interval.from_token(self.interval))
+        name = found[0].name if found is not None else None
+        if name != self.seen:
+            return {"interval": self.interval, "why": f"committed {name}"}
+        if not batch_live(sink, self.batch, self.stale_after):
+            return {"interval": self.interval, "why": f"batch {self.batch} is over"}
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from asgiref.sync import sync_to_async  # noqa: PLC0415 - Airflow's own way to call blocking code here
+
+        try:
+            sink = await sync_to_async(self.open_sink)()
+            while (event := await sync_to_async(self.look)(sink)) is None:
+                await asyncio.sleep(self.poll)
+        except Exception as exc:  # noqa: BLE001 - the task looks again and reports it
+            event = {"interval": self.interval, "why": f"the look failed: {type(exc).__name__}: {exc}"}
+        log.info("%s: %s", self.interval, event["why"])
+        yield TriggerEvent(event)
