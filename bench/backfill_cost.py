@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.backfill_metrics import naive_rows, oracle_rows, ours_rows, same_rows, timings, where_time_goes
-from bench.batch_metrics import backfill_runs, batch_phases, host_logs, newest_backfill, span, where_batch_time_goes
+from bench.batch_metrics import (backfill_runs, batch_phases, host_logs, newest_backfill, span, waits,
+                                 where_batch_time_goes)
 from bench.common import ROOT, loadavg, say, wait_for_runs
 
 from tools import spark_connect
@@ -79,6 +80,7 @@ def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeo
     if batched:
         hosts = [batch_phases(p) for p in host_logs(deploy.run_dir / "airflow-home", dag_id)]
         res["batch"] = hosts
+        res["waits"] = waits(deploy.run_dir / "airflow-home", dag_id)
         res["where_time_goes"] = where_batch_time_goes(sp, hosts, tim)
     elif tim["intervals"]:
         res["where_time_goes"] = where_time_goes(tim)

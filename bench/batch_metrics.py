@@ -50,7 +50,21 @@ def span(deploy: Deployment, backfill_id: int) -> dict[str, Any]:
     return {"runs": len(runs), "created_to_last_end": round((last_end - created).total_seconds(), 2),
             "created_to_first_task": round((first_task - created).total_seconds(), 2),
             "first_run": round((runs[0][2] - runs[0][1]).total_seconds(), 2),
-            "after_first_run": round((last_end - runs[0][2]).total_seconds(), 2)}
+            "after_first_run": round((last_end - runs[0][2]).total_seconds(), 2),
+            "during_first_run": sum(r[2] <= runs[0][2] for r in runs[1:])}
+
+
+def waits(home: Path, dag_id: str) -> dict[str, int]:
+    """How the runs that are not a batch's host waited for it, from their ``begin`` logs: deferrals to the
+    triggerer, resumptions by the trigger, looks after a deferral timed out (no word from the triggerer)."""
+    out = {"deferred": 0, "resumed_by_trigger": 0, "timed_out": 0}
+    for log in (home / "logs" / f"dag_id={dag_id}").glob("run_id=*/task_id=*begin/attempt=*.log"):
+        text = log.read_text(errors="replace")
+        if "hosting batch" not in text:
+            out["deferred"] += text.count("deferred to the triggerer")
+            out["resumed_by_trigger"] += text.count("the wait for the batch is over")
+            out["timed_out"] += text.count("no word from the triggerer")
+    return out
 
 
 def _lines(log: Path) -> list[tuple[datetime, str, str]]:
@@ -135,7 +149,11 @@ def where_batch_time_goes(sp: dict[str, Any], hosts: list[dict[str, Any]], tim: 
     host_task = total("task_seconds")
     if host_task is not None:
         out["host run: the rest (hand-offs, the skipped tasks, the run's end)"] = round(sp["first_run"] - host_task, 2)
-    out[f"the other {sp['runs'] - 1} runs, each finishing at once"] = sp["after_first_run"]
+    if sp.get("during_first_run"):  # runs started together (--max-active-runs > 1) finish behind its gate
+        out[f"the other {sp['runs'] - 1} runs: after the host's run ({sp['during_first_run']} finished while it "
+            "ran)"] = sp["after_first_run"]
+    else:
+        out[f"the other {sp['runs'] - 1} runs, each finishing at once"] = sp["after_first_run"]
     if tim.get("per_interval", {}).get("n"):
         out["one run finishing at once (median)"] = tim["per_interval"]["median"]
     out["total: created -> the last run's end"] = sp["created_to_last_end"]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,8 +21,8 @@ from conftest import need
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from pv_checks import expected_rows, visible_rows  # noqa: E402
 
-from tools.chaos_run import ChaosRun  # noqa: E402
-from tools.deployment import postgres_problem  # noqa: E402
+from tools.chaos_run import ChaosRun, classify  # noqa: E402
+from tools.deployment import descendants, postgres_problem, processes, send_signal  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -118,3 +120,52 @@ def test_kill_9_mid_batch_keeps_exactly_once(services, tmp_path):
     assert set(report["task_retries_by_task"]) == {"app_pv.begin"}, show(report)  # the host's begin only
     logs = [p.read_text(errors="replace") for p in (tmp_path / "run" / "airflow-home" / "logs").rglob("*.log")]
     assert any("hosting batch" in t for t in logs) and sum("in batch b-" in t for t in logs) >= 3, show(report)
+
+
+class HostKilledWhileRunsWait(ChaosRun):
+    """The backfill's runs start together (``--max-active-runs``); the host hangs right after its batch
+    committed the first day (failpoint ``batch.between_commits=hang:once``). Once every other run's ``begin``
+    is deferred to the triggerer, ``kill -9`` of the host's task process: forced, not timed."""
+
+    def _deployment(self, settings: dict[str, str]) -> Any:
+        return super()._deployment({**settings, "EO_FAILPOINTS": "batch.between_commits=hang:once",
+                                    "EO_FAILPOINTS_STATE": str(self.out / "failpoints"),
+                                    "EO_BATCH_WAIT_POLL_SECONDS": "0.5", "EO_PREDECESSOR_POKE_SECONDS": "2"})
+
+    def _tick(self) -> None:
+        if self.kills or not (self.out / "failpoints" / "batch.between_commits").exists():
+            return
+        begins = self.deploy.db.query("select run_id, state from task_instance where task_id = 'app_pv.begin'")
+        if sum(state == "deferred" for _, state in begins) < len(self.days) - 1:
+            return
+        procs = processes()
+        for pid in descendants([self.deploy.stack.procs["scheduler"].pid], procs):
+            task = self._task_of(pid, procs) if classify(procs[pid][1]) == "task_runner" else {}
+            if task.get("task_id") == "app_pv.begin" and task.get("state") == "running":
+                send_signal(pid, signal.SIGKILL)
+                self.kills.append({"kind": "task_runner", "pid": pid, **task})
+                self.log(f"kill -9 {pid}: the hung host {task}, every other run deferred: {begins}")
+                return
+
+
+def test_runs_deferred_on_a_batch_resume_when_its_killed_host_retries_and_commits(services, tmp_path):
+    """Issue 26: a backfill's runs that start while a batch holds their days wait in Airflow's triggerer
+    (no worker slot, no task start per poke) and resume as soon as the batch commits their day - also when
+    the batch's host was ``kill -9``ed while they waited and its retry finished the batch. Every day
+    committed exactly once, equal to the reference; the waiting runs resumed by the trigger (not by the
+    deferral's timeout) and wrote nothing."""
+    report = HostKilledWhileRunsWait(days=3, kills=0, seed=11, deadline=600, out=tmp_path / "run", batch=True,
+                                     backfill_runs=3, verify=reference_check).run()
+    assert report["error"] is None, show(report)
+    assert [k["kind"] for k in report["kills"]] == ["task_runner"], show(report)
+    assert report["violation_count"] == 0, show(report)
+    assert report["intervals_committed"] == 3 and report["dag_runs_succeeded"] == 3, show(report)
+    assert set(report["task_retries_by_task"]) == {"app_pv.begin"}, show(report)
+    logs = tmp_path / "run" / "airflow-home" / "logs" / "dag_id=pv_pipeline"
+    begins = {p.parts[-3]: p.read_text(errors="replace") for p in logs.glob("run_id=*/task_id=*begin/attempt=*.log")}
+    waited = {run: text for run, text in begins.items() if "hosting batch" not in text}
+    assert len(waited) == 2, sorted(begins)
+    for run, text in waited.items():
+        assert "deferred to the triggerer" in text and "the wait for the batch is over (committed" in text, run
+        assert "no word from the triggerer" not in text and "published e1 in batch b-" in text, run
+    assert not list(logs.glob("run_id=*/task_id=*write/*.log")), "a waiting run wrote its day itself"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from bench.batch_metrics import batch_phases, host_logs, where_batch_time_goes
+from bench.batch_metrics import batch_phases, host_logs, waits, where_batch_time_goes
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 LINES = [  # (seconds after T0, logger, message)
@@ -57,3 +57,22 @@ def test_a_hosting_begin_is_split_phase_by_phase(tmp_path):
     assert where["host run: the rest (hand-offs, the skipped tasks, the run's end)"] == 1.0
     assert where["the other 1 runs, each finishing at once"] == 1.5
     assert where["total: created -> the last run's end"] == 19.5
+
+
+def test_runs_that_waited_for_the_batch_are_counted_and_the_tail_says_how_many_finished_behind_its_gate(tmp_path):
+    """With --max-active-runs above 1 the other runs wait in the triggerer and finish while the host's run
+    still gates: the split says how many did, and their begin logs say how they waited."""
+    home = tmp_path / "home"
+    _write(home / "logs" / "dag_id=pv" / "run_id=r1" / "task_id=g.begin" / "attempt=1.log")  # the host
+    w = "x is in batch b-x, still running: waiting for it (deferred to the triggerer)"
+    _write(home / "logs" / "dag_id=pv" / "run_id=r2" / "task_id=g.begin" / "attempt=1.log",
+           [(0.0, "exactly_once.airflow.batching", w), (5.0, "exactly_once.airflow.operators",
+                                                         "x: the wait for the batch is over (committed x.e000001)")])
+    _write(home / "logs" / "dag_id=pv" / "run_id=r3" / "task_id=g.begin" / "attempt=1.log",
+           [(0.0, "exactly_once.airflow.batching", w), (60.0, "exactly_once.airflow.operators",
+                                                         "no word from the triggerer for 60 s: looking again")])
+    assert waits(home, "pv") == {"deferred": 2, "resumed_by_trigger": 1, "timed_out": 1}
+    span = {"runs": 3, "created_to_first_task": 2.0, "first_run": 16.0, "after_first_run": 0.5,
+            "created_to_last_end": 18.5, "during_first_run": 1}
+    where = where_batch_time_goes(span, [], {})
+    assert where["the other 2 runs: after the host's run (1 finished while it ran)"] == 0.5
