@@ -81,9 +81,12 @@ def batch_id(context: Any, interval: Interval) -> str:
     return f"b-{interval.token}-{digest}"
 
 
-def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bool) -> None:
+def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bool,
+                 announced: frozenset[str] | set[str] = frozenset()) -> None:
     """Cases 1-3 of the module docstring. Returns when the run goes on as a single run; raises
-    DownstreamTasksSkipped when it finished at once, Airflow's TaskDeferred while it waits."""
+    DownstreamTasksSkipped when it finished at once, Airflow's TaskDeferred while it waits. ``announced``:
+    versions this task announced already (it finished their publish): finishing at once on one of them
+    does not announce it again."""
     own, sink = run.interval, run.sink
     bid = batch_id(context, own)
     alone = bid if mode(operator, context) == "range" else None  # a range run: only its own batch's versions
@@ -93,7 +96,7 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
         live = by is not None and by != bid and batch_live(sink, by, stale_seconds())
         found = published(run, held, reprocess, own=alone)
         if found is not None and (not live or batch_of(found[1]) == by):  # a live batch commits interval
-            finish_at_once(operator, run, context, found)  # by interval: no need to wait for its end
+            finish_at_once(operator, run, context, found, announced)  # by interval: no need to wait for its end
         if live:
             wait(operator, run, by)  # type: ignore[arg-type]
     if by is not None and by != bid and failed_in(run, by):
@@ -107,7 +110,7 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     host(operator, run, context, intervals, reprocess=reprocess)
     found = published(run, holder(sink, own), reprocess, own=alone)
     if found is not None:
-        finish_at_once(operator, run, context, found)
+        finish_at_once(operator, run, context, found, announced)
 
 
 def wait(operator: Any, run: IntervalRun, by: str) -> None:
@@ -121,7 +124,7 @@ def wait(operator: Any, run: IntervalRun, by: str) -> None:
     now = run.sink.committed(run.interval)
     log.info("%s is in batch %s, still running: waiting for it (deferred to the triggerer)", run.interval, by)
     trigger = BatchWaitTrigger(table=run.config.table_url, pipeline=run.config.pipeline, sink=run.config.sink,
-                               interval=run.interval.token, batch=by, seen=now[0].name if now else None,
+                               interval=run.interval.token, batch=by, seen=now[0].name if now and now[1].published else None,
                                stale_after=stale_seconds(), poll=poll_seconds(),
                                table_format=run.config.table_format, conn_id=run.config.storage_conn_id)
     operator.defer(trigger=trigger, method_name=RESUME, timeout=timedelta(seconds=poke_seconds()))
@@ -208,17 +211,33 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
             release(operator, batch, exc, int(ti.try_number or 1))
         raise
     mark_done(sink, bid)
-    if mode(operator, context) == "range":  # no run of their own announces them: the host does
+    if mode(operator, context) == "range":  # the host announces what no run of its own will
         from .notes import announce  # noqa: PLC0415
 
-        for o in outcomes:
-            if o.status == "committed" and o.summary and o.interval != run.interval:
-                announce(operator, context, o.summary, interval=o.interval)
+        for o in unannounced(operator, context, [o for o in outcomes if o.status == "committed" and o.summary
+                                                 and o.interval != run.interval]):
+            announce(operator, context, o.summary, interval=o.interval)
     failed = [o for o in outcomes if o.status == "failed"]
     log.info("batch %s: %d committed, %d skipped, %d failed%s", bid, sum(o.status == "committed" for o in outcomes),
              sum(o.status == "skipped" for o in outcomes), len(failed),
              f" (first: {failed[0].interval}: {failed[0].detail})" if failed else "")
     return outcomes
+
+
+def unannounced(operator: Any, context: Any, outcomes: list[Outcome]) -> list[Outcome]:
+    """The committed ``outcomes`` of a range that no DAG run of their own announces: an interval with a queued
+    or running run (a backfill beside the range) finishes at once on the range's version and announces it
+    then - one asset event per publish. A run created after this look announces it too (README, "Backfills")."""
+    ti, dates = context["ti"], [o.interval.start for o in outcomes]
+    try:
+        if not dates or not ti.get_dr_count(dag_id=operator.dag_id, logical_dates=dates, states=ACTIVE):
+            return outcomes  # the usual range: nothing else runs these intervals
+        return [o for o in outcomes
+                if not ti.get_dr_count(dag_id=operator.dag_id, logical_dates=[o.interval.start], states=ACTIVE)]
+    except Exception as exc:  # noqa: BLE001 - an Airflow that cannot say: every publish is announced
+        log.warning("could not look up the DAG runs of the range's intervals (%s: %s): announcing all of them",
+                    type(exc).__name__, exc)
+        return outcomes
 
 
 def retried(operator: Any, ti: Any, exc: BaseException) -> bool:
@@ -254,15 +273,18 @@ def release(operator: Any, batch: BatchRun, exc: BaseException, attempts: int) -
                 len(ended))
 
 
-def finish_at_once(operator: Any, run: IntervalRun, context: Any, found: tuple[Any, Any]) -> None:
+def finish_at_once(operator: Any, run: IntervalRun, context: Any, found: tuple[Any, Any],
+                   announced: frozenset[str] | set[str] = frozenset()) -> None:
     """The run's interval is published as ``found`` (the committed ``(txn, status)`` judged, announced as
-    is): its asset event and note, then skip the group's other tasks."""
+    is): its asset event (unless this task announced that version already) and note, then skip the group's
+    other tasks."""
     from .notes import NOTE_KEY, announce, published_note  # noqa: PLC0415
 
     txn, st = found
     summary = run_summary(run, txn, st)
     by = batch_of(st)
-    announce(operator, context, summary)
+    if txn.name not in announced:
+        announce(operator, context, summary)
     note = published_note(summary) + (f" in batch {by}" if by else " before this run (nothing to do)")
     context["ti"].xcom_push(key=NOTE_KEY, value=note)
     prefix = operator.task_id.rsplit(".", 1)[0] + "." if "." in operator.task_id else ""

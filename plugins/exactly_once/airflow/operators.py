@@ -201,9 +201,11 @@ class BeginOperator(PhaseOperator):
         reprocess = bool(conf.get("reprocess"))
         if reprocess:
             may_reprocess(context, ti.dag_id)
-        announce_finished(self, context, run, run.finish_publishes())
+        finished = run.finish_publishes()
+        announce_finished(self, context, run, finished)
         if batching.mode(self, context):  # finished at once, waiting, or a single run from here on
-            batching.before_begin(self, run, context, reprocess=reprocess)
+            batching.before_begin(self, run, context, reprocess=reprocess,
+                                  announced={str(s.get("version")) for s in finished})
         try:
             return run.begin(refresh_sources=reprocess, allow_shrinking=bool(conf.get("allow_shrinking")),
                              run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id,

@@ -1,8 +1,8 @@
 """A run whose interval a live batch holds waits in Airflow's triggerer, not in a worker slot.
 
 :class:`BatchWaitTrigger` watches ONE interval of one table: it fires as soon as the interval's newest
-committed version is another than the one its run saw (the batch committed it: batches commit interval by
-interval), or the batch that holds it is no longer live (done, released, or its heartbeat older than
+committed version is published and another than the one its run saw (the batch published it: batches commit
+interval by interval), or the batch that holds it is no longer live (done, released, or its heartbeat older than
 ``stale_after``). The run's ``begin`` then resumes and decides again (:func:`exactly_once.airflow.batching.before_begin`):
 finish at once, wait again, or go on alone. A look costs a listing of the interval's transaction log and one
 stat of the batch's heartbeat (a write of the storage's clock probe on S3): nothing that a worker slot and a
@@ -10,7 +10,9 @@ task start per poke cost, so a backfill's waiting runs do not slow the batch the
 
 The trigger's arguments are stored in Airflow's metadata DB and printed by the triggerer: they hold the
 table's URL and the storage connection's id, never credentials (the triggerer resolves the connection, as a
-task does). A look that fails (storage unreachable) fires too: the task decides, and reports the error, itself.
+task does). A look that fails (storage unreachable, a connection the triggerer cannot resolve) is logged and
+the wait goes on: the deferral's timeout (``EO_BATCH_POKE_SECONDS``) then makes the task look itself, and fail
+with the error if it meets it too - firing at once would only start the task and defer it again, in a loop.
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ log = logging.getLogger(__name__)
 
 
 class BatchWaitTrigger(BaseTrigger):
-    """Fire when ``interval`` of the table at ``table`` is committed anew (its newest committed txn name is no
-    longer ``seen``) or batch ``batch`` is no longer live; look every ``poll`` seconds."""
+    """Fire when ``interval`` of the table at ``table`` is published anew (its newest committed txn, published,
+    is another than ``seen``) or batch ``batch`` is no longer live; look every ``poll`` seconds."""
 
     def __init__(self, *, table: str, pipeline: str, sink: str, interval: str, batch: str, seen: str | None,
                  stale_after: float, poll: float = 1.0, table_format: str = "files",
@@ -55,8 +57,8 @@ class BatchWaitTrigger(BaseTrigger):
         from ..protocol.batch import batch_live  # noqa: PLC0415
 
         found = sink.committed(Interval.from_token(self.interval))
-        name = found[0].name if found is not None else None
-        if name != self.seen:
+        name = found[0].name if found is not None and found[1].published else None  # decided is not enough:
+        if name is not None and name != self.seen:  # the run would finish a publish its batch is making
             return {"interval": self.interval, "why": f"committed {name}"}
         if not batch_live(sink, self.batch, self.stale_after):
             return {"interval": self.interval, "why": f"batch {self.batch} is over"}
@@ -65,11 +67,18 @@ class BatchWaitTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from asgiref.sync import sync_to_async  # noqa: PLC0415 - Airflow's own way to call blocking code here
 
-        try:
-            sink = await sync_to_async(self.open_sink)()
-            while (event := await sync_to_async(self.look)(sink)) is None:
+        sink, failed, event = None, 0, None
+        while event is None:
+            try:
+                sink = sink or await sync_to_async(self.open_sink)()
+                event = await sync_to_async(self.look)(sink)
+                failed = 0
+            except Exception as exc:  # noqa: BLE001 - keep waiting: the deferral's timeout makes the task look
+                failed += 1  # itself (and fail with the error if it has it too); firing would loop at once
+                if failed == 1 or failed % 60 == 0:
+                    log.warning("%s: the look failed %d times in a row (%s: %s); still waiting", self.interval,
+                                failed, type(exc).__name__, exc)
+            if event is None:
                 await asyncio.sleep(self.poll)
-        except Exception as exc:  # noqa: BLE001 - the task looks again and reports it
-            event = {"interval": self.interval, "why": f"the look failed: {type(exc).__name__}: {exc}"}
         log.info("%s: %s", self.interval, event["why"])
         yield TriggerEvent(event)
