@@ -122,11 +122,13 @@ def cost_table(sec: dict[str, Any]) -> str:
     for name, label, v, d in _runs(sec):
         t = v["timings"]
         check = d["checks"].get("ours_vs_oracle" if v["dag"] == "pv_pipeline" else "naive_vs_oracle", {})
-        rows.append([VARIANT.get(label, label), str(v["intervals"]), _s(v["wall_seconds"], 0),
+        rows.append([VARIANT.get(label, label), str(v["intervals"]),
+                     "-" if label == "range" else str(v.get("max_active_runs", 1)), _s(v["wall_seconds"], 0),
                      _s(v["wall_seconds"] / 60, 1), _s(v["span"]["created_to_last_end"], 0),
                      _s(v["wall_seconds"] / v["intervals"], 2), _s(t["per_interval"]["median"], 2),
                      f"`{name}`", ("yes" if check.get("equal") else "**NO**") + f" ({check.get('rows', 0):,} rows)"])
-    text = _pivot(sec) + "\n\nEvery backfill:\n\n" + _table(["backfill", "intervals", "end to end s", "min", "metadata DB s (created -> last run's end)",
+    text = _pivot(sec) + "\n\nEvery backfill:\n\n" + _table(["backfill", "intervals", "`--max-active-runs`", "end to end s",
+                   "min", "metadata DB s (created -> last run's end)",
                    "s per interval (end to end)", "per run after the first, median s", "deployment",
                    "outputs == oracle"], rows)
     cross = [f"`{n}` {d['checks']['ours_vs_naive']['rows']:,} rows " +
