@@ -157,3 +157,16 @@ def pv_oracle(root: str, days: list[str]) -> dict[str, list]:
         rows, state, _ = ref.compute(files, state, f"dt={day}")
         out[day] = sorted((r["app_id"], r["pv"], r["uv"], r["cumulative_pv"]) for r in rows)
     return out
+
+
+def first_event(trigger: Any, within: float) -> dict[str, Any] | None:
+    """What ``trigger`` fires within ``within`` seconds when run as Airflow's triggerer runs it, or None."""
+    import asyncio
+
+    async def one() -> Any:
+        async for event in trigger.run():
+            return event.payload
+    try:
+        return asyncio.run(asyncio.wait_for(one(), within))
+    except (asyncio.TimeoutError, TimeoutError):
+        return None

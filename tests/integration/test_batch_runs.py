@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from airflow.timetables.interval import CronDataIntervalTimetable
 
-from batch_helpers import batch_task, pv_oracle, stage_batch_write
+from batch_helpers import batch_task, first_event, pv_oracle, stage_batch_write
 from fault_helpers import Driver, Setup, leftovers, sink_of, visible_rows
 
 import exactly_once.protocol.batch as batch_mod
@@ -197,19 +197,6 @@ def test_a_reprocess_range_over_unchanged_inputs_reprocesses_every_day(setup):
 
 
 # ------------------------------------------------------------------ waiting in the triggerer (issue 26)
-def first_event(trigger: Any, within: float) -> dict[str, Any] | None:
-    """What ``trigger`` fires within ``within`` seconds of running as the triggerer runs it, or None."""
-    import asyncio
-
-    async def one() -> Any:
-        async for event in trigger.run():
-            return event.payload
-    try:
-        return asyncio.run(asyncio.wait_for(one(), within))
-    except (asyncio.TimeoutError, TimeoutError):
-        return None
-
-
 def test_a_waiting_run_is_deferred_until_the_batch_commits_its_day(setup, monkeypatch):
     """A run whose day a live batch holds hands its wait to Airflow's triggerer (no worker slot, no task start
     per poke): the trigger does not fire while the batch runs, fires once the batch committed the day (forced

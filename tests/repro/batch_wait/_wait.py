@@ -3,19 +3,20 @@ resumed as Airflow's task runner resumes a deferred task, a trigger run as the t
 the table world of tests/repro/batch (pv_pipeline, day 1 committed, days 2-4 landed). No JVM, no scheduler."""
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+os.environ.setdefault("EO_BATCH_WAIT_POLL_SECONDS", "0.05")  # the triggers these scripts run look often
 ROOT = HERE.parents[2]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT / "tests"), str(ROOT), str(ROOT / "tests" / "repro" / "batch")]
 
 from _world import DAYS, world, sink_of, visible_rows, oracle, leftovers, epochs  # noqa: E402,F401
-from batch_helpers import batch_task, stage_batch_write  # noqa: E402,F401
+from batch_helpers import batch_task, first_event, stage_batch_write  # noqa: E402,F401
 
 from airflow.sdk import DAG  # noqa: E402
 from airflow.sdk.execution_time.context import OutletEventAccessors  # noqa: E402
@@ -81,17 +82,6 @@ def run_task(op, c: dict[str, Any], *, next_method: str | None = None, next_kwar
         c["deferred"] = d
         return "deferred"
     return "went on alone"
-
-
-def first_event(trigger: Any, within: float) -> dict[str, Any] | None:
-    """What ``trigger`` fires within ``within`` s when run as the triggerer runs it (None: nothing)."""
-    async def one() -> Any:
-        async for event in trigger.run():
-            return event.payload
-    try:
-        return asyncio.run(asyncio.wait_for(one(), within))
-    except (asyncio.TimeoutError, TimeoutError):
-        return None
 
 
 def rebuilt(trigger: Any) -> Any:

@@ -11,8 +11,6 @@ Then the host goes on with its publish."""
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import os
-os.environ["EO_BATCH_WAIT_POLL_SECONDS"] = "0.05"
 import _wait as W
 import exactly_once.protocol.transaction as txn_mod
 

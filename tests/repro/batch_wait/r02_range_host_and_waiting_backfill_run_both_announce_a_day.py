@@ -9,8 +9,6 @@ Interleaving: day 3's backfill run defers (range batch claimed, live); the range
 import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import os
-os.environ["EO_BATCH_WAIT_POLL_SECONDS"] = "0.05"
 import _wait as W
 import exactly_once.protocol.batch as batch_mod
 
