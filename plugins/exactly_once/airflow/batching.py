@@ -10,7 +10,7 @@ when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last i
    interval: the runs of a backfill with ``--max-active-runs`` above 1 finish behind its gate);
 2. a live batch holds its interval - it waits: the task is deferred to Airflow's triggerer (its worker slot
    freed, no task start while it waits), which looks every ``EO_BATCH_WAIT_POLL_SECONDS`` (default 1) and
-   resumes it once the batch committed the interval or is over (:func:`wait`);
+   resumes it once the batch published the interval or is over (:func:`wait`);
 3. otherwise it **hosts** a batch: it claims (write-once records, :func:`exactly_once.protocol.batch.claim_intervals`)
    its interval and the following ones - those with a DAG run of their own queued or running (a
    backfill), or up to the range's end - at most ``max_batch``, and runs :class:`~exactly_once.protocol.batch.BatchRun`
@@ -115,16 +115,17 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
 
 def wait(operator: Any, run: IntervalRun, by: str) -> None:
     """Case 2: defer the run's ``begin`` to :class:`~exactly_once.airflow.triggers.BatchWaitTrigger` - its worker
-    slot is freed, and the triggerer looks every ``EO_BATCH_WAIT_POLL_SECONDS`` - until the interval is committed
+    slot is freed, and the triggerer looks every ``EO_BATCH_WAIT_POLL_SECONDS`` - until the interval is published
     anew or batch ``by`` is over; then begin resumes and decides again. The deferral times out after
     ``EO_BATCH_POKE_SECONDS`` (the scheduler's own check): begin then looks again itself, so a deployment
     without a triggerer still goes on, only later. Raises Airflow's TaskDeferred."""
     from .triggers import BatchWaitTrigger  # noqa: PLC0415
 
     now = run.sink.committed(run.interval)
+    seen = now[0].name if now is not None and now[1].published else None
     log.info("%s is in batch %s, still running: waiting for it (deferred to the triggerer)", run.interval, by)
     trigger = BatchWaitTrigger(table=run.config.table_url, pipeline=run.config.pipeline, sink=run.config.sink,
-                               interval=run.interval.token, batch=by, seen=now[0].name if now and now[1].published else None,
+                               interval=run.interval.token, batch=by, seen=seen,
                                stale_after=stale_seconds(), poll=poll_seconds(),
                                table_format=run.config.table_format, conn_id=run.config.storage_conn_id)
     operator.defer(trigger=trigger, method_name=RESUME, timeout=timedelta(seconds=poke_seconds()))
