@@ -196,6 +196,29 @@ def test_a_reprocess_range_over_unchanged_inputs_reprocesses_every_day(setup):
     assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []
 
 
+def test_a_range_run_after_a_failed_batch_batches_the_failed_days_again(setup):
+    """Found running `make backfill` as a new user: a range whose batch failed its gate (too many rejected
+    records) and was resumed after the fix (`max_malformed_ratio` raised) ran every day as a single run - one
+    Spark job per day - because each day's attempt had failed in a batch. A range run is a new request for its
+    whole range: it hosts one batch again (one write job) and every day commits in it. A backfill run of a
+    day its batch failed still goes on alone (its own write, gate and report show why)."""
+    from exactly_once.protocol.batch import BatchRun
+
+    begin, sink = Begin(setup), sink_of(setup)
+    assert claim_intervals(sink, IVS, "b-failed", {}, stale_after=300) == IVS
+    failed = BatchRun(begin.config, IVS, batch_id="b-failed", storage_options=setup.options())
+    failed.begin()
+    failed.abort()  # what a failed gate leaves: every day's attempt of the batch aborted
+    mark_done(sink, "b-failed")
+    assert epochs(setup) == {d: {1: "ABORTED"} for d in DAYS}
+    assert begin.run(DAYS[1]) == "went on alone" and begin.writes == 0  # a backfill run: alone, shows why
+    conf = {"eo_batch": {"end": IVS[-1].start.isoformat()}}
+    done = begin.run(DAYS[0], conf=conf, run_type="manual")
+    assert done.startswith("finished: published e2") and "b-failed" not in done, done
+    assert epochs(setup) == {d: {1: "ABORTED", 2: "COMMITTED"} for d in DAYS} and begin.writes == 1
+    assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []
+
+
 # ------------------------------------------------------------------ waiting in the triggerer (issue 26)
 def test_a_waiting_run_is_deferred_until_the_batch_commits_its_day(setup, monkeypatch):
     """A run whose day a live batch holds hands its wait to Airflow's triggerer (no worker slot, no task start

@@ -99,8 +99,9 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
             finish_at_once(operator, run, context, found, announced)  # by interval: no need to wait for its end
         if live:
             wait(operator, run, by)  # type: ignore[arg-type]
-    if by is not None and by != bid and failed_in(run, by):
+    if by is not None and by != bid and alone is None and failed_in(run, by):
         return  # the batch tried it and it failed: as a single run it shows why (gate, report) and retries
+    # (a range run is a new request for its whole range - `make backfill`'s resume after a fix: it batches again)
     if run.config.stateful:
         try:
             run.predecessor()
