@@ -190,7 +190,7 @@ def test_a_reprocess_range_over_unchanged_inputs_reprocesses_every_day(setup):
     assert batch_task(setup, DAYS, "b-old", child=False).ok
     mark_done(sink, "b-old")
     conf = {"reprocess": True, "eo_batch": {"end": IVS[-1].start.isoformat()}}
-    done = begin.run(DAYS[0], reprocess=True, conf=conf, run_type="manual")
+    done = begin.run(DAYS[0], {DAYS[0]}, reprocess=True, conf=conf, run_type="manual")  # no other run of these days
     assert done.startswith("finished: published e2") and "in batch b-" in done and "b-old" not in done, done
     assert epochs(setup) == {d: {1: "COMMITTED", 2: "COMMITTED"} for d in DAYS} and begin.writes == 1
     assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []
@@ -213,7 +213,7 @@ def test_a_range_run_after_a_failed_batch_batches_the_failed_days_again(setup):
     assert epochs(setup) == {d: {1: "ABORTED"} for d in DAYS}
     assert begin.run(DAYS[1]) == "went on alone" and begin.writes == 0  # a backfill run: alone, shows why
     conf = {"eo_batch": {"end": IVS[-1].start.isoformat()}}
-    done = begin.run(DAYS[0], conf=conf, run_type="manual")
+    done = begin.run(DAYS[0], {DAYS[0]}, conf=conf, run_type="manual")  # the backfill run above is over
     assert done.startswith("finished: published e2") and "b-failed" not in done, done
     assert epochs(setup) == {d: {1: "ABORTED", 2: "COMMITTED"} for d in DAYS} and begin.writes == 1
     assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []

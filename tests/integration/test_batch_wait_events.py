@@ -1,5 +1,6 @@
-"""One asset event per publish when a run waited for a batch in the triggerer (issue 26; adversarial review
-34, reproducers in tests/repro/batch_wait/): each reproducer drives a real BeginOperator in a real DAG, resumed
+"""One asset event per publish when a run waited for a batch in the triggerer or a range batched days that have
+runs of their own (issue 26; adversarial reviews 34 and 35, reproducers in tests/repro/batch_wait/ and
+tests/repro/range_resume/): each reproducer drives a real BeginOperator in a real DAG, resumed
 as Airflow's task runner resumes a deferred task, with Airflow's own outlet-event accessors counting the events,
 and prints ``OK`` or ``BREAK: ...``. They run here as the user would run them, one process each."""
 from __future__ import annotations
@@ -15,16 +16,19 @@ from exactly_once.airflow import batching
 from exactly_once.ids import Interval
 from exactly_once.protocol.batch import Outcome
 
-REPRO = Path(__file__).resolve().parents[1] / "repro" / "batch_wait"
+REPRO = Path(__file__).resolve().parents[1] / "repro"
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.mark.parametrize("script", [
     # the trigger fired at the batch's commit DECISION; the resumed begin finished that publish itself
     # (announce_finished) and then announced it again (finish_at_once): two events for one version
-    "r01_two_asset_events_when_resumed_between_decision_and_publish.py",
+    "batch_wait/r01_two_asset_events_when_resumed_between_decision_and_publish.py",
     # a range run's host announced a day whose own backfill run (waiting on the range's batch) announced it too
-    "r02_range_host_and_waiting_backfill_run_both_announce_a_day.py",
+    "batch_wait/r02_range_host_and_waiting_backfill_run_both_announce_a_day.py",
+    # (review 35) a range resumed over failed days fenced a day's single run that was writing, published the day
+    # and left its announcement to that run - which failed: the range now stops before a day with a run of its own
+    "range_resume/r01_range_fences_a_running_single_run_unannounced.py",
 ])
 def test_a_publish_is_announced_once_whoever_waited_for_it(script):
     out = subprocess.run([sys.executable, str(REPRO / script)], capture_output=True, text=True, timeout=240)
@@ -55,3 +59,26 @@ def test_a_range_host_announces_every_day_when_airflow_cannot_say_which_have_run
         raise RuntimeError("no such API")
 
     assert batching.unannounced(op, {"ti": SimpleNamespace(get_dr_count=broken)}, outs) == outs
+
+
+def test_a_range_stops_before_a_day_with_a_run_of_its_own():
+    """The range's candidates: all of them when no later day has a queued or running DAG run of its own (one
+    question to Airflow), else those before the first such day; only its own day when Airflow cannot say."""
+    days = [Interval.daily(d) for d in ("2026-01-02", "2026-01-03", "2026-01-04", "2026-01-05")]
+    asked: list[list] = []
+
+    def count(active):
+        def get_dr_count(dag_id, logical_dates, states):
+            asked.append(list(logical_dates))
+            return sum(d in active for d in logical_dates)
+        return {"ti": SimpleNamespace(get_dr_count=get_dr_count)}
+
+    op = SimpleNamespace(dag_id="pv")
+    assert batching.own_runs_ahead(op, count(set()), days) == days and len(asked) == 1
+    assert batching.own_runs_ahead(op, count({days[0].start}), days) == days  # its own run: itself
+    assert batching.own_runs_ahead(op, count({days[2].start, days[3].start}), days) == days[:2]
+
+    def broken(**k):
+        raise RuntimeError("no such API")
+
+    assert batching.own_runs_ahead(op, {"ti": SimpleNamespace(get_dr_count=broken)}, days) == days[:1]

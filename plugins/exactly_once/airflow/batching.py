@@ -170,7 +170,7 @@ def candidates(operator: Any, run: IntervalRun, context: Any) -> list[Interval]:
     ahead = [iv for iv in ahead if iv.start >= run.interval.start][:limit]
     if mode(operator, context) == "range":
         end = utc(context["dag_run"].conf["eo_batch"]["end"])
-        return [iv for iv in ahead if iv.start <= end] or [run.interval]
+        return own_runs_ahead(operator, context, [iv for iv in ahead if iv.start <= end] or [run.interval])
     if context["dag_run"].logical_date != run.interval.start:
         return [run.interval]  # a timetable whose runs are not keyed by their interval's start
     lo, hi = 1, len(ahead)  # the longest prefix whose every interval has a queued or running DAG run
@@ -182,6 +182,25 @@ def candidates(operator: Any, run: IntervalRun, context: Any) -> list[Interval]:
         else:
             hi = mid - 1
     return ahead[:lo]
+
+
+def own_runs_ahead(operator: Any, context: Any, intervals: list[Interval]) -> list[Interval]:
+    """A range's intervals up to the first one (after its own) that has a queued or running DAG run of its own:
+    that run decides for its interval itself (it may be writing a single attempt, which the range's begin would
+    fence, leaving the range's version unannounced). One question to Airflow for the usual range with none."""
+    ti, rest = context["ti"], [iv.start for iv in intervals[1:]]
+    try:
+        if not rest or not ti.get_dr_count(dag_id=operator.dag_id, logical_dates=rest, states=ACTIVE):
+            return intervals
+        for i, start in enumerate(rest, 1):
+            if ti.get_dr_count(dag_id=operator.dag_id, logical_dates=[start], states=ACTIVE):
+                log.info("the range stops before %s: it has a DAG run of its own", intervals[i])
+                return intervals[:i]
+    except Exception as exc:  # noqa: BLE001 - an Airflow that cannot say: the range alone
+        log.warning("could not look up the DAG runs of the range's intervals (%s: %s): batching only %s",
+                    type(exc).__name__, exc, intervals[0])
+        return intervals[:1]
+    return intervals
 
 
 def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Interval], *, reprocess: bool) -> list[Outcome]:
