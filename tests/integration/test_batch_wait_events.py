@@ -78,6 +78,15 @@ def test_a_range_stops_before_a_day_with_a_run_of_its_own():
     assert batching.own_runs_ahead(op, count({days[0].start}), days) == days  # its own run: itself
     assert batching.own_runs_ahead(op, count({days[2].start, days[3].start}), days) == days[:2]
 
+    # make backfill's range run of [d, d+1) has the logical date d+1 (a manual run under a data-interval
+    # timetable): it is not the next day's own run - found by the e2e backfill test
+    itself = {**count({days[1].start}), "dag_run": SimpleNamespace(logical_date=days[1].start)}
+    assert batching.own_runs_ahead(op, itself, days) == days
+    outs = [Outcome(iv, "committed", f"{iv.token}.e1", "", {"version": f"{iv.token}.e1"}) for iv in days[1:]]
+    assert batching.unannounced(op, itself, outs) == outs
+    both = {**count({days[1].start, days[2].start}), "dag_run": SimpleNamespace(logical_date=days[1].start)}
+    assert batching.own_runs_ahead(op, both, days) == days[:2]
+
     def broken(**k):
         raise RuntimeError("no such API")
 

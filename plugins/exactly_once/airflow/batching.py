@@ -188,12 +188,12 @@ def own_runs_ahead(operator: Any, context: Any, intervals: list[Interval]) -> li
     """A range's intervals up to the first one (after its own) that has a queued or running DAG run of its own:
     that run decides for its interval itself (it may be writing a single attempt, which the range's begin would
     fence, leaving the range's version unannounced). One question to Airflow for the usual range with none."""
-    ti, rest = context["ti"], [iv.start for iv in intervals[1:]]
+    rest = [iv.start for iv in intervals[1:]]
     try:
-        if not rest or not ti.get_dr_count(dag_id=operator.dag_id, logical_dates=rest, states=ACTIVE):
+        if not others_active(operator, context, rest):
             return intervals
         for i, start in enumerate(rest, 1):
-            if ti.get_dr_count(dag_id=operator.dag_id, logical_dates=[start], states=ACTIVE):
+            if others_active(operator, context, [start]):
                 log.info("the range stops before %s: it has a DAG run of its own", intervals[i])
                 return intervals[:i]
     except Exception as exc:  # noqa: BLE001 - an Airflow that cannot say: the range alone
@@ -245,16 +245,24 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
     return outcomes
 
 
+def others_active(operator: Any, context: Any, starts: list[Any]) -> int:
+    """How many queued or running DAG runs of the DAG, other than this run, have one of ``starts`` as their
+    logical date. (A manual run covering ``[d, d+1)`` has the logical date d+1 under a data-interval
+    timetable - ``make backfill``'s range runs: it must not count as the next interval's own run.)"""
+    if not starts:
+        return 0
+    n = context["ti"].get_dr_count(dag_id=operator.dag_id, logical_dates=starts, states=ACTIVE)
+    return n - (getattr(context.get("dag_run"), "logical_date", None) in starts)
+
+
 def unannounced(operator: Any, context: Any, outcomes: list[Outcome]) -> list[Outcome]:
     """The committed ``outcomes`` of a range that no DAG run of their own announces: an interval with a queued
     or running run (a backfill beside the range) finishes at once on the range's version and announces it
     then - one asset event per publish. A run created after this look announces it too (README, "Backfills")."""
-    ti, dates = context["ti"], [o.interval.start for o in outcomes]
     try:
-        if not dates or not ti.get_dr_count(dag_id=operator.dag_id, logical_dates=dates, states=ACTIVE):
+        if not others_active(operator, context, [o.interval.start for o in outcomes]):
             return outcomes  # the usual range: nothing else runs these intervals
-        return [o for o in outcomes
-                if not ti.get_dr_count(dag_id=operator.dag_id, logical_dates=[o.interval.start], states=ACTIVE)]
+        return [o for o in outcomes if not others_active(operator, context, [o.interval.start])]
     except Exception as exc:  # noqa: BLE001 - an Airflow that cannot say: every publish is announced
         log.warning("could not look up the DAG runs of the range's intervals (%s: %s): announcing all of them",
                     type(exc).__name__, exc)
