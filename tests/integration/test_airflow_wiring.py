@@ -416,10 +416,10 @@ def test_a_connect_write_collects_only_what_it_made_and_leaves_the_heap_as_it_fo
     assert before > 1000 and gc.get_freeze_count() == 0
     gc.freeze()
     try:
-        frozen = gc.get_freeze_count()
-        with _young_heap():
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+        frozen = gc.get_freeze_count()  # left alone: not frozen further (the count would grow by the young
+        with _young_heap():  # objects), not unfrozen (0); frozen objects that die meanwhile leave the count -
+            assert 0 < gc.get_freeze_count() <= frozen  # a thread of an earlier test (asgiref's) may free some
+        assert 0 < gc.get_freeze_count() <= frozen
     finally:
         gc.unfreeze()
 
