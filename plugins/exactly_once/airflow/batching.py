@@ -173,34 +173,37 @@ def candidates(operator: Any, run: IntervalRun, context: Any) -> list[Interval]:
         return own_runs_ahead(operator, context, [iv for iv in ahead if iv.start <= end] or [run.interval])
     if context["dag_run"].logical_date != run.interval.start:
         return [run.interval]  # a timetable whose runs are not keyed by their interval's start
-    lo, hi = 1, len(ahead)  # the longest prefix whose every interval has a queued or running DAG run
+    dates = [iv.start for iv in ahead]  # the longest prefix whose every interval has a queued or running DAG run
+    return ahead[:longest_prefix(len(ahead), lambda k: context["ti"].get_dr_count(
+        dag_id=operator.dag_id, logical_dates=dates[1:k], states=ACTIVE) == k - 1)]
+
+
+def longest_prefix(n: int, holds: Any) -> int:
+    """The largest k in 1..n for which ``holds(k)`` (true for 1, and for every k below one it holds for):
+    one question when it holds for all n, else a binary search - questions to Airflow, each an API call."""
+    if n <= 1 or holds(n):
+        return n
+    lo, hi = 1, n - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        dates = [iv.start for iv in ahead[1:mid]]
-        if context["ti"].get_dr_count(dag_id=operator.dag_id, logical_dates=dates, states=ACTIVE) == len(dates):
-            lo = mid
-        else:
-            hi = mid - 1
-    return ahead[:lo]
+        lo, hi = (mid, hi) if holds(mid) else (lo, mid - 1)
+    return lo
 
 
 def own_runs_ahead(operator: Any, context: Any, intervals: list[Interval]) -> list[Interval]:
     """A range's intervals up to the first one (after its own) that has a queued or running DAG run of its own:
     that run decides for its interval itself (it may be writing a single attempt, which the range's begin would
     fence, leaving the range's version unannounced). One question to Airflow for the usual range with none."""
-    rest = [iv.start for iv in intervals[1:]]
+    starts = [iv.start for iv in intervals]
     try:
-        if not others_active(operator, context, rest):
-            return intervals
-        for i, start in enumerate(rest, 1):
-            if others_active(operator, context, [start]):
-                log.info("the range stops before %s: it has a DAG run of its own", intervals[i])
-                return intervals[:i]
+        k = longest_prefix(len(intervals), lambda k: not others_active(operator, context, starts[1:k]))
     except Exception as exc:  # noqa: BLE001 - an Airflow that cannot say: the range alone
         log.warning("could not look up the DAG runs of the range's intervals (%s: %s): batching only %s",
                     type(exc).__name__, exc, intervals[0])
         return intervals[:1]
-    return intervals
+    if k < len(intervals):
+        log.info("the range stops before %s: it has a DAG run of its own", intervals[k])
+    return intervals[:k]
 
 
 def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Interval], *, reprocess: bool) -> list[Outcome]:
