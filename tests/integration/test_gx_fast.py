@@ -1,0 +1,114 @@
+"""``exactly_once.quality.gx_fast``: GX's per-expectation bookkeeping made cheaper, every result unchanged.
+
+One child process validates the same intervals - a passing one and every failing case of
+``test_quality.py`` - first with GX's own methods (``EO_GX_FAST=0``), then with the faster ones, and
+counts how often ``Expectation.configuration`` is rebuilt. The stored GX results (every expectation's
+observed values, minus run times and ids), the verdicts and the failure lines must be equal.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+from conftest import ROOT
+
+CHILD = r"""
+import json, os, sys
+from pathlib import Path
+import test_quality as tq
+from exactly_once.quality import gx_fast
+from great_expectations.expectations.expectation import Expectation
+
+calls = {"n": 0}
+plain = Expectation.configuration.fget
+def counted(self):
+    calls["n"] += 1
+    return plain(self)
+Expectation.configuration = property(counted)
+
+VOLATILE = {"run_id", "run_time", "validation_time", "batch_id", "id", "active_batch_definition",
+            "batch_spec", "batch_markers", "batch_parameters", "checkpoint_id", "validation_id",
+            "great_expectations_version", "expectation_suite_meta"}
+
+def scrub(value):
+    if isinstance(value, dict):
+        return {k: scrub(v) for k, v in sorted(value.items()) if k not in VOLATILE}
+    if isinstance(value, list):
+        return [scrub(v) for v in value]
+    return value
+
+def stored(root):
+    out = {}
+    for path in sorted(Path(root, "_gx", "validations").rglob("*.json")):
+        doc = json.loads(path.read_text())
+        out[doc["suite_name"] + "/" + doc["meta"]["run_id"]["run_name"]] = scrub(doc)
+    return out
+
+def mode(fast):
+    os.environ["EO_GX_FAST"] = "1" if fast else "0"
+    gx_fast._state.clear()
+    base = Path(sys.argv[1]) / ("fast" if fast else "plain")
+    calls["n"] = 0
+    verdicts = {}
+    cases = {"good": None, **{name: mutate for name, (mutate, _) in tq.FAILING.items()}}
+    for name, mutate in cases.items():
+        o = tq.run(base, mutate, name=name, report_root=base / "reports")
+        verdicts[name] = [o.passed, o.failures, {k: v for k, v in o.summary["suites"].items()},
+                          o.summary["measured"]]
+        for suite in verdicts[name][2].values():
+            suite.pop("report")
+    return {"on": gx_fast._state["on"], "configurations": calls["n"], "verdicts": verdicts,
+            "stored": stored(base / "reports")}
+
+print(json.dumps({"plain": mode(False), "fast": mode(True)}, default=str))
+"""
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT / "plugins"), str(ROOT / "tests"), str(ROOT / "tests" / "integration"), str(ROOT)])}
+    base = tmp_path_factory.mktemp("gx-fast")
+    out = subprocess.run([sys.executable, "-c", CHILD, str(base)], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_every_verdict_failure_line_and_stored_result_is_the_same_with_and_without(both):
+    plain, fast = both["plain"], both["fast"]
+    assert plain["on"] is False
+    assert set(plain["verdicts"]) == {"good", *__import__("test_quality").FAILING}
+    assert fast["verdicts"] == plain["verdicts"]
+    assert plain["verdicts"]["good"][0] is True and not any(v[0] for k, v in plain["verdicts"].items() if k != "good")
+    assert len(plain["stored"]) >= 3 * len(plain["verdicts"])  # every suite of every case stored
+    assert fast["stored"].keys() == plain["stored"].keys()
+    for key in plain["stored"]:
+        assert fast["stored"][key] == plain["stored"][key], key
+
+
+def test_on_the_locked_gx_the_configuration_is_rebuilt_far_less(both):
+    locked = next(line.split("==")[1].strip() for line in (ROOT / "requirements.lock").read_text().splitlines()
+                  if line.startswith("great-expectations=="))
+    if version("great-expectations") != locked:  # another release keeps GX's own methods (its digests differ)
+        assert both["fast"]["on"] is False
+        pytest.skip(f"great-expectations {version('great-expectations')} is not the locked {locked}")
+    assert both["fast"]["on"] is True
+    assert both["fast"]["configurations"] * 3 < both["plain"]["configurations"], \
+        (both["fast"]["configurations"], both["plain"]["configurations"])
+
+
+def test_another_release_of_the_methods_is_left_alone(monkeypatch):
+    """A method whose source is not the one the copy was written against (its digest differs): GX's stays."""
+    code = ("from exactly_once.quality import gx_fast\n"
+            "from great_expectations.expectations.expectation import Expectation\n"
+            "gx_fast.KNOWN['_get_runtime_kwargs'] = '0' * 64\n"
+            "before = Expectation._get_runtime_kwargs\n"
+            "print(gx_fast.install(), Expectation._get_runtime_kwargs is before)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins"), "EO_GX_FAST": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
