@@ -112,3 +112,13 @@ def test_another_release_of_the_methods_is_left_alone(monkeypatch):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "tests" / "repro" / "gate_fast").glob("r*.py")))
+def test_review_36_reproducers_hold(script):
+    """Adversarial review 36: r01 - a subclass overriding one of the methods keeps its override (a failing
+    suite passed with the copies); r02 - two files spelling one suite differently share one definition
+    (they invalidated each other on every validation). Each exits 1 while its break shows."""
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "repro" / "gate_fast" / script)], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "EO_GX_FAST": "1"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]

@@ -66,11 +66,26 @@ class SuiteRun:
     frame: Any            # pandas or Spark DataFrame
     engine: str           # "pandas" | "spark"
     key_columns: list[str]
-    source: str = ""      # the suite's JSON, as read (canonical): names its content; "" = from ``suite``
+    source: str = ""      # the suite's JSON as read (canonical); "" = unknown (content from ``suite``)
 
     def content(self) -> str:
-        """The suite's content as one string: a validation definition is made once per content."""
-        return self.source or json.dumps(self.suite.to_json_dict(), sort_keys=True, default=str)
+        """The suite's content as GX sees it (its ``to_json_dict``, canonical), worked out once per process
+        and source: a validation definition is made once per content (two files spelling one suite
+        differently - GX's defaults written out - have one content, not two that invalidate each other)."""
+        if not self.source:
+            return _canonical(self.suite)
+        if self.source not in _CONTENTS:
+            if len(_CONTENTS) >= 256:
+                _CONTENTS.clear()
+            _CONTENTS[self.source] = _canonical(self.suite)
+        return _CONTENTS[self.source]
+
+
+_CONTENTS: dict[str, str] = {}  # a suite's JSON as read -> its content (_canonical; ~4 ms a suite to work out)
+
+
+def _canonical(suite: Any) -> str:
+    return json.dumps(suite.to_json_dict(), sort_keys=True, default=str)
 
 
 def is_remote(report_root: str) -> bool:
@@ -217,7 +232,7 @@ def _definition(context: Any, run: SuiteRun, *, again: bool = False) -> Any:
     import great_expectations as gx
 
     cache = context.__dict__.setdefault("_eo_definitions", {})
-    key = (run.engine, run.content())  # (the suite's own JSON: its to_json_dict costs ~4 ms a suite)
+    key = (run.engine, run.content())
     if key not in cache or again:
         if run.engine not in cache:  # one data source per engine, one data asset per suite version
             add = context.data_sources.add_or_update_spark if run.engine == "spark" else \

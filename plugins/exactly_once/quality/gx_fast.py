@@ -7,9 +7,10 @@ whole configuration (a pydantic ``dict()`` of the expectation, the class name tu
 regexes, a new ``ExpectationConfiguration``) on every read: ~4,000 rebuilds for one validation of a
 40-expectation interval, a third of its time.
 
-:func:`install` replaces those three methods (and ``_get_success_kwarg``, which reads it twice) with copies that read the configuration once per call, and
-memoizes the snake-case name of a class. Each copy computes exactly what GX's method computes (the
-configuration is a pure function of the expectation, which does not change during the call). It is applied
+:func:`install` replaces those three methods (and ``_get_success_kwarg``, which reads it twice) with copies
+that read the configuration once per call, and memoizes the snake-case name of a class. Each copy computes
+exactly what GX's method computes (the configuration is a pure function of the expectation, which does not
+change during the call) and calls the others through ``self`` as GX does (an override stays in force). It is applied
 only where GX's methods are the ones it was written against - their source is compared with the digests
 below -, so another GX release keeps its own methods (and its own speed) instead of a copy that may
 have drifted. ``EO_GX_FAST=0`` turns it off.
@@ -45,14 +46,17 @@ def digest(func: Any) -> str:
 
 def install() -> bool:
     """Apply the faster methods once per process (see the module docstring); returns whether they are on."""
+    from great_expectations.expectations import expectation as module
+
+    cls = module.Expectation
+    if getattr(cls._get_runtime_kwargs, "_eo_fast", False):  # installed already (the copies stay for the
+        _state["on"] = True                                    # process: EO_GX_FAST is read before that)
+        return True
     if "on" in _state:
         return _state["on"]
     _state["on"] = False
     if os.environ.get("EO_GX_FAST", "1") == "0":
         return False
-    from great_expectations.expectations import expectation as module
-
-    cls = module.Expectation
     try:
         found = {name: digest(getattr(cls, name)) for name in KNOWN}
     except (AttributeError, OSError, TypeError) as exc:
@@ -61,29 +65,43 @@ def install() -> bool:
     if found != KNOWN:
         log.info("this GX release's expectation methods differ from the ones gx_fast copies: left as they are")
         return False
-    parse = module.parse_result_format
     snake = getattr(module, "camel_to_snake", None)
     if callable(snake):
         module.camel_to_snake = functools.lru_cache(maxsize=4096)(snake)
+    parse = module.parse_result_format
 
+    # GX's call structure kept (each calls the others through ``self``, so a subclass's override of any of
+    # them still counts) - but where a class overrides none of them, _get_runtime_kwargs (GX's hot path)
+    # reads the configuration once for all three; the others read it once per call, not once per key
     def _get_domain_kwargs(self: Any) -> dict[str, Any]:
         return _domain(self, self.configuration.kwargs)
 
     def _get_success_kwargs(self: Any) -> dict[str, Any]:
-        return _success(self, self.configuration.kwargs)
+        domain_kwargs = self._get_domain_kwargs()
+        return _success(self, self.configuration.kwargs, domain_kwargs)
 
     def _get_runtime_kwargs(self: Any, runtime_configuration: dict | None = None) -> dict:
         runtime_configuration = runtime_configuration or {}
-        kwargs = self.configuration.kwargs
-        runtime_kwargs = {key: runtime_configuration.get(key, _success_kwarg(self, kwargs, key, None))
-                          for key in self.runtime_keys}
-        runtime_kwargs.update(_success(self, kwargs))
+        cls = type(self)
+        if (cls._get_success_kwargs is _get_success_kwargs and cls._get_domain_kwargs is _get_domain_kwargs
+                and cls._get_success_kwarg is _get_success_kwarg):  # none overridden: one read in all
+            kwargs = self.configuration.kwargs
+            success_kwargs = _success(self, kwargs, _domain(self, kwargs))
+            runtime_kwargs = {key: runtime_configuration.get(key, _success_kwarg(self, kwargs, key, None))
+                              for key in self.runtime_keys}
+        else:
+            success_kwargs = self._get_success_kwargs()
+            runtime_kwargs = {key: runtime_configuration.get(key, self._get_success_kwarg(key))
+                              for key in self.runtime_keys}
+        runtime_kwargs.update(success_kwargs)
         runtime_kwargs["result_format"] = parse(runtime_kwargs["result_format"])
         return runtime_kwargs
 
     def _get_success_kwarg(self: Any, key: str, default: Any = None) -> Any:
         return _success_kwarg(self, self.configuration.kwargs, key, default)
 
+    for method in (_get_domain_kwargs, _get_success_kwargs, _get_runtime_kwargs, _get_success_kwarg):
+        method._eo_fast = True  # type: ignore[attr-defined]
     cls._get_success_kwarg = _get_success_kwarg
     cls._get_domain_kwargs = _get_domain_kwargs
     cls._get_success_kwargs = _get_success_kwargs
@@ -93,6 +111,7 @@ def install() -> bool:
 
 
 def _domain(self: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """GX's ``_get_domain_kwargs`` on the configuration's ``kwargs``."""
     from great_expectations.exceptions import InvalidExpectationKwargsError
 
     domain_kwargs = {key: kwargs.get(key, self._get_default_value(key)) for key in self.domain_keys}
@@ -102,15 +121,15 @@ def _domain(self: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     return domain_kwargs
 
 
-def _success(self: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
-    domain_kwargs = _domain(self, kwargs)
+def _success(self: Any, kwargs: dict[str, Any], domain_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """GX's ``_get_success_kwargs`` on the configuration's ``kwargs``, given the domain kwargs."""
     success_kwargs = {key: kwargs.get(key, self._get_default_value(key)) for key in self.success_keys}
     success_kwargs.update(domain_kwargs)
     return success_kwargs
 
 
 def _success_kwarg(self: Any, kwargs: dict[str, Any], key: str, default: Any) -> Any:
-    """GX's ``_get_success_kwarg(key, default)`` on a configuration read once."""
+    """GX's ``_get_success_kwarg(key, default)`` on the configuration's ``kwargs``."""
     if key in kwargs:
         return kwargs[key]
     field = self.__fields__.get(key)
