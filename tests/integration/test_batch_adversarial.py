@@ -335,3 +335,42 @@ def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
     assert interrupted[-1][2] == {d: {1: State.OPEN} for d in DAYS}  # interrupted before any attempt ended
     assert not batching.batch_live(sink, bid, 300)
     assert states(setup) == {d: {1: State.ABORTED} for d in DAYS} and leftovers(sink) == []
+
+
+@pytest.mark.parametrize("stop", ["AirflowTaskTimeout", "AirflowTaskTerminated"])
+def test_a_host_stopped_by_airflow_on_its_last_try_releases_its_intervals_at_once(world, stop):
+    """Airflow's execution timeout and its termination of a task (SIGTERM: "Mark failed", a killed zombie) reach
+    the host as BaseExceptions, not Exceptions: on the last try they too end the batch's attempts and mark it
+    done (before, the runs waiting on its days waited EO_BATCH_STALE_SECONDS); a try with a retry to come
+    keeps the batch live for it."""
+    from types import SimpleNamespace
+
+    import airflow.sdk.exceptions as sdk_exceptions
+    from exactly_once.airflow import batching
+    from exactly_once.airflow.operators import BeginOperator
+
+    error = getattr(sdk_exceptions, stop)
+    assert not issubclass(error, Exception)
+    setup = world.fresh()
+    sink, ivs = sink_of(setup), [Interval.daily(d) for d in DAYS]
+    begin = BeginOperator(task_id="begin", config=setup.config(), begin_task_id="app_pv.begin", retries=1)
+
+    def stopped_write(url: str, attempt: int) -> None:
+        raise error(f"stopped by Airflow on try {attempt}")
+
+    begin.write_batch = stopped_write
+    begin.interrupt_batch = lambda batch_id, scratch_url, attempts: []
+
+    def host(try_number: int) -> str:
+        ti = SimpleNamespace(run_id="backfill__t", try_number=try_number, dag_id="pv_pipeline",
+                             task_id="app_pv.begin", max_tries=1)
+        ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id="backfill__t", conf={}, clear_number=0)}
+        with pytest.raises(error):
+            batching.host(begin, setup.run(DAYS[0]), ctx, ivs, reprocess=False)
+        return batching.batch_id(ctx, ivs[0])
+
+    bid = host(1)  # a retry will come
+    assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
+    assert host(2) == bid  # the last try
+    assert not batching.batch_live(sink, bid, 300)
+    assert states(setup) == {d: {1: State.ABORTED} for d in DAYS} and leftovers(sink) == []

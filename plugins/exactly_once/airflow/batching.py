@@ -230,7 +230,7 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
         if pending:  # a retry of this task resumes them (the claims stay ours meanwhile)
             raise BatchPendingError(f"batch {bid}: {len(pending)} intervals not finished, e.g. "
                                     f"{pending[0].interval}: {pending[0].detail}; the retry resumes them")
-    except Exception as exc:
+    except BaseException as exc:  # also Airflow's timeout and termination (BaseExceptions) on the last try
         if not retried(operator, ti, exc):
             release(operator, batch, exc, int(ti.try_number or 1))
         raise
