@@ -291,19 +291,12 @@ def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
     last try it ends the batch's attempts and marks the batch done: Airflow does not run the teardown of a
     run whose setup failed, so before, the runs waiting on those intervals (and a resumed `make backfill`)
     waited until the batch went stale (EO_BATCH_STALE_SECONDS, 5 minutes)."""
-    from types import SimpleNamespace
-
     from exactly_once.airflow import batching
-    from exactly_once.airflow.operators import BeginOperator
-
-    setup = world.fresh()
-    sink, ivs = sink_of(setup), [Interval.daily(d) for d in DAYS]
-    begin = BeginOperator(task_id="begin", config=setup.config(), begin_task_id="app_pv.begin", retries=1)
 
     def broken_write(url: str, attempt: int) -> None:
         raise RuntimeError(f"Cannot execute: spark-submit ... --batch {url} (try {attempt})")
 
-    begin.write_batch = broken_write
+    setup, sink, ivs, begin = _host_with(world, broken_write)
     interrupted: list[tuple[str, int, dict[str, Any]]] = []  # over Spark Connect: the batch's live queries
 
     def interrupt(batch_id: str, scratch_url: str, attempts: int) -> list[str]:
@@ -316,12 +309,7 @@ def test_the_hosts_last_failed_try_releases_its_intervals_at_once(world):
     begin.interrupt_batch = interrupt
 
     def host(try_number: int, **max_tries: int) -> str:
-        ti = SimpleNamespace(run_id="backfill__h", try_number=try_number, dag_id="pv_pipeline", task_id="app_pv.begin",
-                             **max_tries)
-        ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id="backfill__h", conf={}, clear_number=0)}
-        with pytest.raises(RuntimeError, match="Cannot execute"):
-            batching.host(begin, setup.run(DAYS[0]), ctx, ivs, reprocess=False)
-        return batching.batch_id(ctx, ivs[0])
+        return _host_try(begin, setup, ivs, try_number, RuntimeError, **max_tries)
 
     bid = host(1)  # a retry will come: the batch stays live, its attempts open for the retry to resume
     assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
@@ -343,34 +331,48 @@ def test_a_host_stopped_by_airflow_on_its_last_try_releases_its_intervals_at_onc
     the host as BaseExceptions, not Exceptions: on the last try they too end the batch's attempts and mark it
     done (before, the runs waiting on its days waited EO_BATCH_STALE_SECONDS); a try with a retry to come
     keeps the batch live for it."""
-    from types import SimpleNamespace
-
     import airflow.sdk.exceptions as sdk_exceptions
     from exactly_once.airflow import batching
-    from exactly_once.airflow.operators import BeginOperator
 
     error = getattr(sdk_exceptions, stop)
     assert not issubclass(error, Exception)
-    setup = world.fresh()
-    sink, ivs = sink_of(setup), [Interval.daily(d) for d in DAYS]
-    begin = BeginOperator(task_id="begin", config=setup.config(), begin_task_id="app_pv.begin", retries=1)
 
     def stopped_write(url: str, attempt: int) -> None:
         raise error(f"stopped by Airflow on try {attempt}")
 
-    begin.write_batch = stopped_write
+    setup, sink, ivs, begin = _host_with(world, stopped_write)
     begin.interrupt_batch = lambda batch_id, scratch_url, attempts: []
 
     def host(try_number: int) -> str:
-        ti = SimpleNamespace(run_id="backfill__t", try_number=try_number, dag_id="pv_pipeline",
-                             task_id="app_pv.begin", max_tries=1)
-        ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id="backfill__t", conf={}, clear_number=0)}
-        with pytest.raises(error):
-            batching.host(begin, setup.run(DAYS[0]), ctx, ivs, reprocess=False)
-        return batching.batch_id(ctx, ivs[0])
+        return _host_try(begin, setup, ivs, try_number, error, max_tries=1)
 
     bid = host(1)  # a retry will come
     assert batching.batch_live(sink, bid, 300) and states(setup) == {d: {1: State.OPEN} for d in DAYS}
     assert host(2) == bid  # the last try
     assert not batching.batch_live(sink, bid, 300)
     assert states(setup) == {d: {1: State.ABORTED} for d in DAYS} and leftovers(sink) == []
+
+
+def _host_with(world: Any, write: Any) -> tuple[Any, Any, list[Interval], Any]:
+    """A fresh world's ``(setup, sink, intervals, begin)`` whose begin's batch write is ``write``."""
+    from exactly_once.airflow.operators import BeginOperator
+
+    setup = world.fresh()
+    begin = BeginOperator(task_id="begin", config=setup.config(), begin_task_id="app_pv.begin", retries=1)
+    begin.write_batch = write
+    return setup, sink_of(setup), [Interval.daily(d) for d in DAYS], begin
+
+
+def _host_try(begin: Any, setup: Any, ivs: list[Interval], try_number: int, error: type[BaseException],
+              **max_tries: int) -> str:
+    """One try of the host's begin over ``ivs`` (its write raises ``error``); the batch's id."""
+    from types import SimpleNamespace
+
+    from exactly_once.airflow import batching
+
+    ti = SimpleNamespace(run_id="backfill__h", try_number=try_number, dag_id="pv_pipeline", task_id="app_pv.begin",
+                         **max_tries)
+    ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id="backfill__h", conf={}, clear_number=0)}
+    with pytest.raises(error):
+        batching.host(begin, setup.run(DAYS[0]), ctx, ivs, reprocess=False)
+    return batching.batch_id(ctx, ivs[0])

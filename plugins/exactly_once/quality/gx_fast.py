@@ -10,10 +10,10 @@ regexes, a new ``ExpectationConfiguration``) on every read: ~4,000 rebuilds for 
 :func:`install` replaces those three methods (and ``_get_success_kwarg``, which reads it twice) with copies
 that read the configuration once per call, and memoizes the snake-case name of a class. Each copy computes
 exactly what GX's method computes (the configuration is a pure function of the expectation, which does not
-change during the call) and calls the others through ``self`` as GX does (an override stays in force). It is applied
-only where GX's methods are the ones it was written against - their source is compared with the digests
-below -, so another GX release keeps its own methods (and its own speed) instead of a copy that may
-have drifted. ``EO_GX_FAST=0`` turns it off.
+change during the call) and calls the others through ``self`` as GX does (a subclass's override stays in
+force). It is applied only where GX's methods are the ones it was written against - their source is compared
+with the digests below -, so another GX release keeps its own methods (and its own speed) instead of a copy
+that may have drifted. ``EO_GX_FAST=0`` turns it off (read once per process, before the first validation).
 """
 from __future__ import annotations
 
