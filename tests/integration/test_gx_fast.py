@@ -93,8 +93,7 @@ def test_every_verdict_failure_line_and_stored_result_is_the_same_with_and_witho
 def test_on_the_locked_gx_the_configuration_is_rebuilt_far_less(both):
     locked = next(line.split("==")[1].strip() for line in (ROOT / "requirements.lock").read_text().splitlines()
                   if line.startswith("great-expectations=="))
-    if version("great-expectations") != locked:  # another release keeps GX's own methods (its digests differ)
-        assert both["fast"]["on"] is False
+    if version("great-expectations") != locked:  # another release: on only if its methods' source is the same
         pytest.skip(f"great-expectations {version('great-expectations')} is not the locked {locked}")
     assert both["fast"]["on"] is True
     assert both["fast"]["configurations"] * 3 < both["plain"]["configurations"], \

@@ -26,7 +26,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# sha256 of GX's own source of each method this module replaces (great-expectations 1.24.x)
+# sha256 of GX's own source of each method this module replaces (the same in great-expectations 1.16-1.24)
 # (and of the two it relies on: ``_get_success_kwarg``, copied too, and ``_get_default_value``)
 KNOWN = {
     "_get_domain_kwargs": "91ad2a0670ff463ad99457f1e5c351b7fbd64cac8f6c200a18a437552f2adfd0",
