@@ -271,7 +271,7 @@ class IntervalRun:
         failpoint("validate.after")
         result = {"passed": passed, "failures": outcome.failures, "report": outcome.report_path}
         if not passed:
-            error = ValidationFailedError(f"{txn.name} failed the completeness check: "
+            error = ValidationFailedError(f"{txn.name} failed the quality gate: "
                                           + "; ".join(outcome.failures or ["see report"]))
             error.report = outcome.report_path  # type: ignore[attr-defined]
             raise error
