@@ -174,8 +174,7 @@ def candidates(operator: Any, run: IntervalRun, context: Any) -> list[Interval]:
     if context["dag_run"].logical_date != run.interval.start:
         return [run.interval]  # a timetable whose runs are not keyed by their interval's start
     dates = [iv.start for iv in ahead]  # the longest prefix whose every interval has a queued or running DAG run
-    return ahead[:longest_prefix(len(ahead), lambda k: context["ti"].get_dr_count(
-        dag_id=operator.dag_id, logical_dates=dates[1:k], states=ACTIVE) == k - 1)]
+    return ahead[:longest_prefix(len(ahead), lambda k: others_active(operator, context, dates[1:k]) == k - 1)]
 
 
 def longest_prefix(n: int, holds: Any) -> int:

@@ -66,26 +66,20 @@ class SuiteRun:
     frame: Any            # pandas or Spark DataFrame
     engine: str           # "pandas" | "spark"
     key_columns: list[str]
-    source: str = ""      # the suite's JSON as read (canonical); "" = unknown (content from ``suite``)
+    source: str           # the suite's JSON as read (canonical)
 
     def content(self) -> str:
         """The suite's content as GX sees it (its ``to_json_dict``, canonical), worked out once per process
         and source: a validation definition is made once per content (two files spelling one suite
         differently - GX's defaults written out - have one content, not two that invalidate each other)."""
-        if not self.source:
-            return _canonical(self.suite)
         if self.source not in _CONTENTS:
             if len(_CONTENTS) >= 256:
                 _CONTENTS.clear()
-            _CONTENTS[self.source] = _canonical(self.suite)
+            _CONTENTS[self.source] = json.dumps(self.suite.to_json_dict(), sort_keys=True, default=str)
         return _CONTENTS[self.source]
 
 
-_CONTENTS: dict[str, str] = {}  # a suite's JSON as read -> its content (_canonical; ~4 ms a suite to work out)
-
-
-def _canonical(suite: Any) -> str:
-    return json.dumps(suite.to_json_dict(), sort_keys=True, default=str)
+_CONTENTS: dict[str, str] = {}  # a suite's JSON as read -> its content (~4 ms a suite to work out)
 
 
 def is_remote(report_root: str) -> bool:
@@ -259,17 +253,13 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     stale = sorted(n for n in {i.expectation_suite_identifier.name for i in ids} if _rendered(root, n) != digests.get(n))
     suite_ids = [ExpectationSuiteIdentifier(name=n) for n in stale]
     builder = _site_builder(context)
-    if builder is None:
-        context.build_data_docs(site_names=[SITE], resource_identifiers=[*ids, *suite_ids], build_index=False)
-    else:
-        builder.build(resource_identifiers=[*ids, *suite_ids], build_index=False)
+    builder.build(resource_identifiers=[*ids, *suite_ids], build_index=False)
     for name in stale:  # the suite's page is rendered from this content: later runs of it skip the page
         if name in digests:
             _write_text(_marker(root, name), digests[name])
     pages = []
     for rid in ids:
-        url = (builder.get_resource_url(resource_identifier=rid) if builder is not None else
-               context.get_docs_sites_urls(resource_identifier=rid, site_name=SITE)[0]["site_url"])
+        url = builder.get_resource_url(resource_identifier=rid)
         pages.append(unquote(url[len("file://"):]) if url.startswith("file://") else url)
     entries = [{"run_name": rid.run_id.run_name, "run_time": rid.run_id.run_time.isoformat(),
                 "suite": rid.expectation_suite_identifier.name, "success": bool(result.success),
@@ -293,12 +283,11 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
 
 def _site_builder(context: Any) -> Any:
     """The context's Data Docs site builder, made once per context: GX's ``build_data_docs`` and
-    ``get_docs_sites_urls`` make a new one on every call (~7 ms each, five times a validation). None where
-    this GX has no loader for it (then its public calls are used)."""
+    ``get_docs_sites_urls`` make a new one on every call (~7 ms each, five times a validation) with the
+    loader used here (GX's own, in every release the package allows)."""
     cache = context.__dict__.setdefault("_eo_site_builder", {})
     if SITE not in cache:
-        load = getattr(context, "_load_site_builder_from_site_config", None)
-        cache[SITE] = load(context.variables.data_docs_sites[SITE]) if callable(load) else None
+        cache[SITE] = context._load_site_builder_from_site_config(context.variables.data_docs_sites[SITE])
     return cache[SITE]
 
 
