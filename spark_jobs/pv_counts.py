@@ -153,9 +153,8 @@ def per_app(parsed: DataFrame, prev_state: DataFrame) -> DataFrame:
     Columns ``app_id, events, pv, uv, cumulative_pv, in_state`` - one row per app seen now (valid
     events of any kind) or in the previous state; ``in_state`` marks the rows of the new state.
     """
-    first = F.min(F.struct("ts_us", "raw", "app_id", "user_id", "event")).alias("e")
-    events = (parsed.filter(F.col("reason").isNull()).groupBy("event_id").agg(first)
-              .select("e.app_id", "e.user_id", "e.event"))
+    valid = parsed.filter(F.col("reason").isNull()).select("event_id", "ts_us", "raw", "app_id", "user_id", "event")
+    events = _first_lines(valid, ["event_id"])
     is_pv = F.col("event") == PAGE_VIEW
     apps = events.groupBy("app_id").agg(
         F.count(F.lit(1)).alias("events"), F.count_if(is_pv).alias("pv"),
@@ -228,20 +227,29 @@ def compute(ctx: JobContext) -> Counts:
 IV = BatchContext.INTERVAL
 
 
+def _first_lines(lines: DataFrame, group: Sequence[str]) -> DataFrame:
+    """Per group of ``group``: its first line by (``ts_us``, ``raw``) - the copy the dedup rule keeps -, all its
+    columns, and ``n``, the group's number of lines. A window (one shuffle, one sort), not a min over a struct of
+    the line's strings: Spark can only sort-aggregate that, sorting every line before the shuffle too."""
+    ordered = Window.partitionBy(*group).orderBy("ts_us", "raw")
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    return (lines.select("*", F.row_number().over(ordered).alias("_rn"), F.count(F.lit(1)).over(whole).alias("n"))
+            .filter(F.col("_rn") == 1).drop("_rn"))
+
+
 def _one_pass(parsed: DataFrame) -> DataFrame:
-    """Per interval, in ONE aggregation of the parsed lines (the wide rows are never stored): every distinct
-    valid event once - the copy the rule of :func:`per_app` keeps, ``n`` = its valid lines - and every
-    malformed line alone (``n`` = 1; ``file`` and ``raw``, cut to ``RAW_CHARS``, for the quarantine).
+    """Per interval, in ONE shuffle of the parsed lines (the wide rows are never stored): every distinct valid
+    event once - the copy the rule of :func:`per_app` keeps, ``n`` = its valid lines - and every malformed line
+    alone (``n`` = 1; ``file`` and ``raw``, cut to ``RAW_CHARS``, for the quarantine).
     Columns ``eo_interval, reason, n, app_id, user_id, event, file, raw``."""
     valid = F.col("reason").isNull()
     keyed = parsed.select(
         IV, "reason", F.when(valid, F.col("event_id")).alias("_k"),
         F.when(~valid, F.monotonically_increasing_id()).alias("_line"),  # a malformed line is its own group
-        F.struct("ts_us", F.when(valid, F.col("raw")).otherwise(F.substring("raw", 1, RAW_CHARS)).alias("raw"),
-                 "app_id", "user_id", "event", "file").alias("_e"))
-    return (keyed.groupBy(IV, "reason", "_k", "_line").agg(F.min("_e").alias("e"), F.count(F.lit(1)).alias("n"))
-            .select(IV, "reason", "n", "e.app_id", "e.user_id", "e.event",
-                    F.when(~valid, F.col("e.file")).alias("file"), F.when(~valid, F.col("e.raw")).alias("raw")))
+        "ts_us", F.when(valid, F.col("raw")).otherwise(F.substring("raw", 1, RAW_CHARS)).alias("raw"),
+        "app_id", "user_id", "event", F.when(~valid, F.col("file")).alias("file"))
+    return (_first_lines(keyed, [IV, "reason", "_k", "_line"])
+            .select(IV, "reason", "n", "app_id", "user_id", "event", "file", F.when(~valid, F.col("raw")).alias("raw")))
 
 
 def _chained_state(batch: BatchContext, apps: DataFrame) -> DataFrame:
