@@ -1,14 +1,20 @@
 """Helpers shared by tests (importable as ``eo_testing``; conftest.py re-exports them)."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 REQUIRE = os.environ.get("EO_REQUIRE_SERVICES") == "1"
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 def need(condition: bool, reason: str) -> None:
@@ -54,3 +60,15 @@ def clock_off(monkeypatch, seconds: float):
         yield
     finally:
         monkeypatch.setattr(time, "time", real)
+
+
+def run_bench(tmp_path, *args: str, timeout: float = 600) -> dict:
+    """Run ``python -m bench <args>`` into a scratch dir; return the results JSON."""
+    need(shutil.which("java") is not None, "Java is not installed")
+    out = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_ROOT / "plugins"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "bench", *args, "--workdir", str(tmp_path / "work"),
+                           "--out", str(out), "--no-doc"], cwd=_ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())

@@ -12,7 +12,9 @@ requirements hash, filled by ``uv pip install`` from uv's cache; a later run onl
   Spark driver. The library comes as the wheel on ``--py-files``; begin, pre_commit, validate and
   commit run in this interpreter, the write is that venv's ``spark-submit``.
 
-Usage: ``python -m tools.compat [--corner NAME ...] [--wheel PATH] [--fresh]``.
+Usage: ``python -m tools.compat [--corner NAME ...] [--wheel PATH] [--fresh] [--prepare]``. ``--prepare`` only
+builds (or reuses) the corners' venvs - downloads and unpacking, no smoke: CI runs it beside the test lanes, so
+that ``make compat`` after them finds every venv ready and runs only the smokes.
 """
 from __future__ import annotations
 
@@ -373,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corner", action="append", choices=[c.name for c in CORNERS])
     parser.add_argument("--wheel", type=Path, help="default: build one from this checkout")
     parser.add_argument("--fresh", action="store_true", help="rebuild the corners' venvs")
+    parser.add_argument("--prepare", action="store_true", help="only build the corners' venvs, run no smoke")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)
@@ -383,6 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         failed = 0
         for corner in (c for c in CORNERS if not args.corner or c.name in args.corner):
             try:
+                if args.prepare:
+                    t0 = time.monotonic()
+                    venv = venv_for(corner, wheel, cache, fresh=args.fresh)
+                    log.info("ready %s: %s in %.0f s", corner.name, venv, time.monotonic() - t0)
+                    continue
                 log.info("ok %s", json.dumps(check_corner(corner, wheel, cache, fresh=args.fresh)))
             except Exception as exc:  # noqa: BLE001 - report every corner, fail at the end
                 failed += 1

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT
-from eo_testing import need
+from eo_testing import need, run_bench as _bench
 
 from tools.deployment import postgres_problem
 
@@ -41,18 +37,6 @@ def _sorted_rows_digest(path: str) -> tuple[int, str]:
     table = pq.read_table(path)
     rows = sorted(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
     return len(rows), hashlib.sha256("\n".join(rows).encode()).hexdigest()
-
-
-def _bench(tmp_path, *args: str, timeout: float = 600) -> dict:
-    """Run ``python -m bench <args>`` into a scratch dir; return the results JSON."""
-    need(shutil.which("java") is not None, "Java is not installed")
-    out = tmp_path / "results.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "bench", *args, "--workdir", str(tmp_path / "work"),
-                           "--out", str(out), "--no-doc"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
 
 
 def test_bench_sections_on_tiny_sizes(tmp_path):
@@ -124,55 +108,6 @@ def test_backfill_section_under_the_scheduler(tmp_path):
             assert cur.fetchall() == []
         assert marked_pids(f"EO_DEPLOYMENT_ID={m['deployment']['id']}".encode()) == set()
     assert not port_open(int(sec["modes"]["connect"]["server"]["url"].rsplit(":", 1)[1]))
-
-
-@pytest.mark.airflow
-@pytest.mark.timeout(900)
-def test_batched_section_under_the_scheduler(tmp_path):
-    """The ``batched`` section's year deployments at 2 intervals (its month deployments skipped): ours
-    backfilled in ONE batch hosted by the first run's begin (the other run finishes at once), the naive
-    Connect DAG over the same days, both equal to the oracle and to each other row for row, the hosting
-    task split phase by phase from its log; then, in a fresh deployment, the same days as ONE range-triggered
-    DAG run under the scheduler, equal to the oracle; nothing left running."""
-    problem = postgres_problem()
-    need(problem is None, problem or "")
-    res = _bench(tmp_path, "--only", "batched", "--backfill-batched", "2", "--backfill-month", "0",
-                 "--events", "300", timeout=850)
-    sec = res["sections"]["batched"]
-    assert set(sec["deployments"]) == {"year", "year-range"} and sec["outputs_equal"], sec
-    ranged = sec["deployments"]["year-range"]
-    assert ranged["checks"]["ours_vs_oracle"] == {"equal": True, "rows": ranged["checks"]["ours_vs_oracle"]["rows"]}
-    assert ranged["checks"]["ours_vs_oracle"]["rows"] > 0
-    one = ranged["variants"]["range"]
-    [range_host] = one["batch"]  # the range run's begin hosted both days: one Spark job
-    assert range_host["parsed"] and range_host["intervals"] == 2 and range_host["job_reported"] > 0, range_host
-    assert one["span"]["runs"] == 1 and one["wall_seconds"] > 0
-    dep = sec["deployments"]["year"]
-    assert dep["checks"]["ours_vs_naive"]["equal"] and dep["checks"]["ours_vs_naive"]["rows"] > 0, dep["checks"]
-    assert dep["warmup_seconds"] > 0
-    ours, naive = dep["variants"]["batched"], dep["variants"]["naive"]
-    assert ours["intervals"] == naive["intervals"] == 2 and ours["span"]["runs"] == 2
-    [host] = ours["batch"]  # one batch of both intervals, one Spark job
-    assert host["parsed"] and host["intervals"] == 2 and host["job_reported"] > 0, host
-    assert all(host[p] > 0 for p in ("write_job", "validate", "commit")), host
-    # the second run finished at once: its begin ran, its write never did (the batch's job wrote it)
-    assert "app_pv.begin" in ours["timings"]["tasks"] and "app_pv.write" not in ours["timings"]["tasks"], ours
-    assert ours["timings"]["per_interval"]["n"] == 1
-    assert ours["where_time_goes"]["total: created -> the last run's end"] > 0
-    assert set(naive["where_time_goes"]) >= {"task write"}
-    s = sec["summary"]
-    assert s["year_batched_seconds"] > 0 and s["year_naive_seconds"] > 0 and s["year_intervals"] == 2
-    assert s["year_range_seconds"] > 0 and s["year_range_intervals"] == 2
-    import psycopg2
-
-    from tools.deployment import PG, marked_pids, port_open
-
-    for d in (dep, ranged):
-        with psycopg2.connect(dbname="postgres", connect_timeout=3, **PG) as conn, conn.cursor() as cur:
-            cur.execute("select 1 from pg_database where datname = %s", (d["deployment"]["metadata_db"],))
-            assert cur.fetchall() == []
-        assert marked_pids(f"EO_DEPLOYMENT_ID={d['deployment']['id']}".encode()) == set()
-    assert not port_open(int(sec["server"]["url"].rsplit(":", 1)[1]))
 
 
 def test_naive_baseline_dags_parse(tmp_path):
