@@ -147,6 +147,16 @@ def classify(lines: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
         F.unix_micros(ts.try_cast("timestamp")).alias("ts_us"))
 
 
+def _first_lines(lines: DataFrame, group: Sequence[str]) -> DataFrame:
+    """Per group of ``group``: its first line by (``ts_us``, ``raw``) - the copy the dedup rule keeps -, all its
+    columns, and ``n``, the group's number of lines. A window (one shuffle, one sort), not a min over a struct of
+    the line's strings: Spark can only sort-aggregate that, sorting every line before the shuffle too."""
+    ordered = Window.partitionBy(*group).orderBy("ts_us", "raw")
+    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    return (lines.select("*", F.row_number().over(ordered).alias("_rn"), F.count(F.lit(1)).over(whole).alias("n"))
+            .filter(F.col("_rn") == 1).drop("_rn"))
+
+
 def per_app(parsed: DataFrame, prev_state: DataFrame) -> DataFrame:
     """Dedup valid lines and join with the previous state.
 
@@ -225,16 +235,6 @@ def compute(ctx: JobContext) -> Counts:
 
 
 IV = BatchContext.INTERVAL
-
-
-def _first_lines(lines: DataFrame, group: Sequence[str]) -> DataFrame:
-    """Per group of ``group``: its first line by (``ts_us``, ``raw``) - the copy the dedup rule keeps -, all its
-    columns, and ``n``, the group's number of lines. A window (one shuffle, one sort), not a min over a struct of
-    the line's strings: Spark can only sort-aggregate that, sorting every line before the shuffle too."""
-    ordered = Window.partitionBy(*group).orderBy("ts_us", "raw")
-    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    return (lines.select("*", F.row_number().over(ordered).alias("_rn"), F.count(F.lit(1)).over(whole).alias("n"))
-            .filter(F.col("_rn") == 1).drop("_rn"))
 
 
 def _one_pass(parsed: DataFrame) -> DataFrame:
