@@ -148,13 +148,12 @@ def classify(lines: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
 
 
 def _first_lines(lines: DataFrame, group: Sequence[str]) -> DataFrame:
-    """Per group of ``group``: its first line by (``ts_us``, ``raw``) - the copy the dedup rule keeps -, all its
-    columns, and ``n``, the group's number of lines. A window (one shuffle, one sort), not a min over a struct of
-    the line's strings: Spark can only sort-aggregate that, sorting every line before the shuffle too."""
-    ordered = Window.partitionBy(*group).orderBy("ts_us", "raw")
-    whole = ordered.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    return (lines.select("*", F.row_number().over(ordered).alias("_rn"), F.count(F.lit(1)).over(whole).alias("n"))
-            .filter(F.col("_rn") == 1).drop("_rn"))
+    """Per group of ``group``: the columns of its first line by (``ts_us``, ``raw``) - the copy the dedup rule
+    keeps - and ``n``, the group's number of lines. An aggregation (a min over the line as a struct), not a window:
+    a window holds every line of a group at once, and one event sent a million times is one group."""
+    rest = [c for c in lines.columns if c not in (*group, "ts_us", "raw")]
+    first = F.min(F.struct("ts_us", "raw", *rest)).alias("_first")
+    return lines.groupBy(*group).agg(first, F.count(F.lit(1)).alias("n")).select(*group, "_first.*", "n")
 
 
 def per_app(parsed: DataFrame, prev_state: DataFrame) -> DataFrame:
@@ -238,7 +237,7 @@ IV = BatchContext.INTERVAL
 
 
 def _one_pass(parsed: DataFrame) -> DataFrame:
-    """Per interval, in ONE shuffle of the parsed lines (the wide rows are never stored): every distinct valid
+    """Per interval, in ONE aggregation of the parsed lines (the wide rows are never stored): every distinct valid
     event once - the copy the rule of :func:`per_app` keeps, ``n`` = its valid lines - and every malformed line
     alone (``n`` = 1; ``file`` and ``raw``, cut to ``RAW_CHARS``, for the quarantine).
     Columns ``eo_interval, reason, n, app_id, user_id, event, file, raw``."""
