@@ -7,7 +7,7 @@ a Spark Connect server, and waits on them. The other bench sections' smoke tests
 from __future__ import annotations
 
 import pytest
-from eo_testing import need, run_bench as _bench
+from eo_testing import need, run_bench
 
 from tools.deployment import postgres_problem
 
@@ -24,7 +24,7 @@ def test_batched_section_under_the_scheduler(tmp_path):
     DAG run under the scheduler, equal to the oracle; nothing left running."""
     problem = postgres_problem()
     need(problem is None, problem or "")
-    res = _bench(tmp_path, "--only", "batched", "--backfill-batched", "2", "--backfill-month", "0",
+    res = run_bench(tmp_path, "--only", "batched", "--backfill-batched", "2", "--backfill-month", "0",
                  "--events", "300", timeout=850)
     sec = res["sections"]["batched"]
     assert set(sec["deployments"]) == {"year", "year-range"} and sec["outputs_equal"], sec

@@ -14,7 +14,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from conftest import ROOT
-from eo_testing import need, run_bench as _bench
+from eo_testing import need, run_bench
 
 from tools.deployment import postgres_problem
 
@@ -40,7 +40,7 @@ def _sorted_rows_digest(path: str) -> tuple[int, str]:
 
 
 def test_bench_sections_on_tiny_sizes(tmp_path):
-    res = _bench(tmp_path, "--only", "write,commit,recovery,validate", "--sizes", "10000", "--files", "10",
+    res = run_bench(tmp_path, "--only", "write,commit,recovery,validate", "--sizes", "10000", "--files", "10",
                  "--write-files", "4", "--reps", "1", "--warmup", "0", "--validate-events", "2000")
     sections = res["sections"]
     assert set(sections) == {"write", "commit", "recovery", "validate"}
@@ -79,7 +79,7 @@ def test_backfill_section_under_the_scheduler(tmp_path):
     mode to stay within its time budget - ``python -m bench --only backfill`` runs both.)"""
     problem = postgres_problem()
     need(problem is None, problem or "")
-    res = _bench(tmp_path, "--only", "backfill", "--backfill", "1", "--backfill-modes", "connect", "--events", "300",
+    res = run_bench(tmp_path, "--only", "backfill", "--backfill", "1", "--backfill-modes", "connect", "--events", "300",
                  timeout=1100)
     sec = res["sections"]["backfill"]
     assert set(sec["modes"]) == {"connect"} and sec["outputs_equal"]
@@ -128,7 +128,7 @@ def test_dbload_section_on_tiny_sizes(tmp_path):
     from target_helpers import reachable
 
     need(reachable(5432) and reachable(3306), "PostgreSQL and MariaDB must run on loopback")
-    res = _bench(tmp_path, "--only", "dbload", "--db-sizes", "3000", "--reps", "1", "--warmup", "0")
+    res = run_bench(tmp_path, "--only", "dbload", "--db-sizes", "3000", "--reps", "1", "--warmup", "0")
     sec = res["sections"]["dbload"]
     assert set(sec["databases"]) == {"postgresql", "mysql"}
     for kind, db in sec["databases"].items():
