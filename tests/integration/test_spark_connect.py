@@ -104,13 +104,22 @@ def test_each_interval_and_attempt_gets_its_own_session(spark_connect, tmp_path)
     assert all(r[2] == [] and r[3] == "unset" for r in rows), rows
 
 
+# killable the way a real job is (connect_jobs.py: a bare ``spark.range`` write may ignore the kill and hold the
+# shared server's cores for hours), and finite: 100 batches of 0.2 s per task
 SLOW_JOB = '''
+import time
 from exactly_once.contracts import Counts
 
 def compute(ctx):
     p = ctx.partitions[0]
     open(ctx.args[0], "w").close()  # the client is about to start its write
-    (ctx.spark.range(0, 4_000_000_000, 1, 4).selectExpr("id", "sha2(cast(id as string), 512) AS h")
+
+    def crawl(batches):
+        for batch in batches:
+            time.sleep(0.2)
+            yield batch
+
+    (ctx.spark.range(0, 4_000_000, 1, 4).mapInArrow(crawl, "id long")
      .write.mode("overwrite").parquet(ctx.output_dir(p)))
     return Counts(records_in=0, records_out=0, rows_written={p: 0})
 '''
