@@ -76,6 +76,25 @@ def test_a_schedule_the_partitions_cannot_express_is_refused_at_dag_build(tmp_pa
         exactly_once_group(config(tmp_path, partitions="month={start:%Y-%m}"))  # fine: one month each
 
 
+def test_a_task_process_checks_only_the_first_interval_of_the_schedule(tmp_path, monkeypatch):
+    """Parsed to run one task (every task start parses the DAG file again) the schedule check computes one
+    interval, not 48 (~40 ms of croniter per task start): the dag-processor made the full check before any
+    run existed, and begin checks an interval's neighbours at run time. Zero-length intervals are still refused."""
+    from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID, _AIRFLOW_PARSING_CONTEXT_TASK_ID
+
+    with monkeypatch.context() as task_runner:  # what Airflow's task runner sets while it parses the file
+        task_runner.setenv(_AIRFLOW_PARSING_CONTEXT_DAG_ID, "daily_parts")
+        task_runner.setenv(_AIRFLOW_PARSING_CONTEXT_TASK_ID, "t.begin")
+        with hourly_dag("daily_parts") as dag:
+            exactly_once_group(config(tmp_path, partitions="dt={start:%Y-%m-%d}"))
+        assert "t.begin" in dag.task_dict
+        with pytest.raises(LayoutError, match="zero-length data intervals"), \
+                DAG("trigger", schedule=CronTriggerTimetable("0 * * * *", timezone="UTC"), start_date=START):
+            exactly_once_group(config(tmp_path))
+    with pytest.raises(LayoutError, match="would both own partition"), hourly_dag("daily_parts"):
+        exactly_once_group(config(tmp_path, partitions="dt={start:%Y-%m-%d}"))
+
+
 class FakeTI:
     """What the operators use of a task instance: identity and XCom."""
 
