@@ -158,8 +158,9 @@ def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> d
 
 def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
                 plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
-                idle_sleep: float | None, max_active_runs: int) -> dict[str, Any]:
-    """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``."""
+                idle_sleep: float | None, max_active_runs: int, parallelism: int = 2) -> dict[str, Any]:
+    """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``;
+    ``parallelism``: Airflow's ``[core] parallelism`` (the LocalExecutor's worker slots)."""
     run_dir = work / f"cost-{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
     folder = run_dir / "dags"
@@ -179,8 +180,8 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
     res: dict[str, Any] = {"intervals": len(days), "days": [days[0], days[-1]], "max_batch": max_batch,
                            "scheduler_idle_sleep_time": idle_sleep if idle_sleep is not None else 1.0,
                            "min_heartbeat_interval": float(settings["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"]),
-                           "variants": {}}
-    with Deployment(run_dir, purpose="bench", settings=settings, log=say) as deploy:
+                           "parallelism": parallelism, "variants": {}}
+    with Deployment(run_dir, purpose="bench", settings=settings, parallelism=parallelism, log=say) as deploy:
         res["deployment"] = {"id": deploy.id, "metadata_db": deploy.db.name}
         deploy.start([OURS, NAIVE, WARMUP])
         res["warmup_seconds"] = _warm_up(deploy, landing / "app_logs" / f"dt={days[0]}")
@@ -240,7 +241,7 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
 
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
                     idle_sleep: float | None = None, max_active_runs: int = 1, range_run: bool = True,
-                    naive: bool = True) -> dict[str, Any]:
+                    naive: bool = True, parallelism: int = 2) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
     skips either, not both); see the module docstring."""
     if problem := postgres_problem():
@@ -258,7 +259,8 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
     generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
     if max_active_runs < 1:
         raise SystemExit(f"--backfill-max-active-runs must be >= 1, not {max_active_runs}")
-    res: dict[str, Any] = {"events_per_interval": events, "max_active_runs": max_active_runs, "deployments": {},
+    res: dict[str, Any] = {"events_per_interval": events, "max_active_runs": max_active_runs,
+                           "parallelism": parallelism, "deployments": {},
                            "loadavg": [loadavg()]}
     with ExitStack() as stack:
         server = spark_connect.Server(free_port(), work / "cost-spark-connect")
@@ -278,7 +280,7 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
         for name, span_days, plan, max_batch, runs_at_once in plans:
             try:
                 res["deployments"][name] = _deployment(work, name, landing, server, span_days, plan, max_batch,
-                                                       timeout_per_interval, idle_sleep, runs_at_once)
+                                                       timeout_per_interval, idle_sleep, runs_at_once, parallelism)
             except Exception as exc:  # noqa: BLE001 - the other deployments' figures still count
                 say(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
                 res["deployments"][name] = {"intervals": len(span_days), "error": f"{type(exc).__name__}: {exc}",

@@ -141,6 +141,9 @@ def cost_table(sec: dict[str, Any]) -> str:
              "deployment, row for row: " + "; ".join(cross) + ". "
              "1-minute load average before -> after each backfill: "
              + "; ".join(f"{n} {lb}: {v['loadavg'][0][0]} -> {v['loadavg'][1][0]}" for n, lb, v, _ in _runs(sec)) + ".")
+    slots = sorted({d.get("parallelism", 2) for d in sec["deployments"].values()})
+    text += (f" Airflow's `[core] parallelism` (the LocalExecutor's worker slots): {', '.join(map(str, slots))}"
+             + (" (before session 12 every deployment of this section ran with 2)." if slots != [2] else "."))
     if len(files) > 1:
         text += " Deployments from more than one bench run: " + "; ".join(
             f"`{n}` {d['results_file']}" for n, d in sec["deployments"].items()) + "."

@@ -67,9 +67,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-month", type=int,
                    help="batched section: days of the short backfills, ours batched, ours per interval and naive "
                         "(default 30; quick 2; 0 skips them)")
-    p.add_argument("--backfill-max-active-runs", type=int, default=2,
-                   help="batched section: the batched backfills' --max-active-runs (default 2: the other runs finish "
+    p.add_argument("--backfill-max-active-runs", type=int, default=4,
+                   help="batched section: the batched backfills' --max-active-runs (default 4: the other runs finish "
                         "behind the host's gate; the naive and per-interval backfills always run 1 at a time)")
+    p.add_argument("--backfill-parallelism", type=int, default=4,
+                   help="batched section: Airflow's [core] parallelism in its deployments, the LocalExecutor's "
+                        "worker slots (default 4, Airflow's own 32; at 2 the batch's host holds one of the two "
+                        "slots for the whole batch and the other runs queue for the other)")
     p.add_argument("--backfill-no-range", action="store_true",
                    help="batched section: skip the year as one range-triggered DAG run (its own deployment)")
     p.add_argument("--backfill-naive-first", action="store_true", help="backfill the naive DAG before ours")
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 res = batched_compare(work, a.backfill_batched, a.backfill_month, a.events,
                                       idle_sleep=a.backfill_idle_sleep, max_active_runs=a.backfill_max_active_runs,
-                                      range_run=not a.backfill_no_range,
+                                      range_run=not a.backfill_no_range, parallelism=a.backfill_parallelism,
                                       naive="naive" in [d.strip() for d in a.backfill_dags.split(",")])
             else:
                 from bench.airflow_cmp import airflow_compare
