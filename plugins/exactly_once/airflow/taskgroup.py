@@ -64,9 +64,13 @@ def check_schedule(config: PipelineConfig, dag: Any, count: int = 48) -> None:
     intervals would share a partition under ``config.partitions`` (LayoutError, at DAG build time).
 
     Parsed to run one of its tasks (Airflow's parsing context names the task), only the first interval is
-    computed: the dag-processor made the full check before any run of the file existed, every task start
-    parses the file again (48 intervals of a cron timetable cost ~40 ms there), and each interval's begin
-    checks its own neighbours at run time (``Partitions.check_interval``)."""
+    computed: every task start parses the file again (48 intervals of a cron timetable cost ~40 ms there),
+    and the dag-processor made the full check before it registered the file. This check is an early refusal,
+    not the guarantee: neither it nor ``Partitions.check_interval`` (an interval's same-length neighbours)
+    sees a template that repeats over time (``hour={start:%H}``); the partition claims at pre_commit do, and
+    refuse a second interval's claim before anything is published. The cost of skipping it in tasks: a DAG
+    file edited after its runs exist (an unversioned bundle) into a schedule the check refuses fails at its
+    pre_commit, after the write, instead of at parse (review 38)."""
     start = dag.start_date or config.start
     if start is None:
         raise LayoutError(f"{dag.dag_id}: give the DAG a start_date (or the pipeline a start)")
