@@ -8,7 +8,8 @@ landing data:
 * **naive** - ``bench/dags/naive_pv_connect.py``: one PySparkOperator task per interval.
 
 Three deployments (:class:`tools.deployment.Deployment`: a fresh PostgreSQL metadata DB, api-server,
-scheduler with the LocalExecutor, dag-processor, a fresh data root each), in this order:
+scheduler with the LocalExecutor of ``--backfill-parallelism`` worker slots - 4 by default: a batch's host holds
+one for the whole batch -, dag-processor, a fresh data root each), in this order:
 
 * ``month``: ours batched over the last M days, then the naive DAG over the same days;
 * ``month-per-interval``: ours with ``EO_PV_MAX_BATCH=1`` over the same M days;
@@ -17,8 +18,9 @@ scheduler with the LocalExecutor, dag-processor, a fresh data root each), in thi
 Every range ends yesterday (unpausing a ``catchup=False`` DAG then schedules nothing the backfill lacks);
 ``pv_pipeline`` starts at the range's first day (``EO_PV_START``). Before anything is timed each deployment
 runs ``bench/dags/warmup_connect.py`` once (the forkserver's first fork, a worker's first parse, the Connect
-server's first queries). Each backfill is one ``airflow backfill create --max-active-runs N`` (N = 1 unless
-``--backfill-max-active-runs`` says otherwise; always 1 for the per-interval variant, which stands for
+server's first queries). Each backfill is one ``airflow backfill create --max-active-runs N`` (N =
+``--backfill-max-active-runs``, 4 by default, for the batched ones; always 1 for the naive DAG, whose cumulative
+state needs its days in order, and for the per-interval variant, which stands for
 scheduled runs, one at a time), timed end to
 end: from the bench calling it until the bench sees every run final (polled every second:
 ``wall_seconds``), and in the metadata DB from the backfill's ``created_at`` to its last run's end
@@ -158,7 +160,7 @@ def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> d
 
 def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
                 plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
-                idle_sleep: float | None, max_active_runs: int, parallelism: int = 2) -> dict[str, Any]:
+                idle_sleep: float | None, max_active_runs: int, parallelism: int = 4) -> dict[str, Any]:
     """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``;
     ``parallelism``: Airflow's ``[core] parallelism`` (the LocalExecutor's worker slots)."""
     run_dir = work / f"cost-{name}"
@@ -241,7 +243,7 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
 
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
                     idle_sleep: float | None = None, max_active_runs: int = 1, range_run: bool = True,
-                    naive: bool = True, parallelism: int = 2) -> dict[str, Any]:
+                    naive: bool = True, parallelism: int = 4) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
     skips either, not both); see the module docstring."""
     if problem := postgres_problem():

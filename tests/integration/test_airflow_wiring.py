@@ -78,8 +78,9 @@ def test_a_schedule_the_partitions_cannot_express_is_refused_at_dag_build(tmp_pa
 
 def test_a_task_process_checks_only_the_first_interval_of_the_schedule(tmp_path, monkeypatch):
     """Parsed to run one task (every task start parses the DAG file again) the schedule check computes one
-    interval, not 48 (~40 ms of croniter per task start): the dag-processor made the full check before any
-    run existed, and begin checks an interval's neighbours at run time. Zero-length intervals are still refused."""
+    interval, not 48 (~40 ms of croniter per task start): the dag-processor made the full check before it
+    registered the file, and the partition claims at pre_commit refuse a shared partition whatever the schedule
+    (review 38). Zero-length intervals are still refused."""
     from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID, _AIRFLOW_PARSING_CONTEXT_TASK_ID
 
     with monkeypatch.context() as task_runner:  # what Airflow's task runner sets while it parses the file
