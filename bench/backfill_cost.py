@@ -160,7 +160,7 @@ def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> d
 
 def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
                 plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
-                idle_sleep: float | None, max_active_runs: int, parallelism: int = 4) -> dict[str, Any]:
+                idle_sleep: float | None, max_active_runs: int, parallelism: int) -> dict[str, Any]:
     """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``;
     ``parallelism``: Airflow's ``[core] parallelism`` (the LocalExecutor's worker slots)."""
     run_dir = work / f"cost-{name}"
