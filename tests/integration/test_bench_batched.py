@@ -25,7 +25,7 @@ def test_batched_section_under_the_scheduler(tmp_path):
     problem = postgres_problem()
     need(problem is None, problem or "")
     res = run_bench(tmp_path, "--only", "batched", "--backfill-batched", "2", "--backfill-month", "0",
-                 "--events", "300", "--backfill-parallelism", "3", timeout=850)
+                    "--events", "300", "--backfill-parallelism", "3", timeout=850)
     sec = res["sections"]["batched"]
     assert set(sec["deployments"]) == {"year", "year-range"} and sec["outputs_equal"], sec
     assert sec["parallelism"] == 3 and {d["parallelism"] for d in sec["deployments"].values()} == {3}

@@ -41,7 +41,7 @@ def _sorted_rows_digest(path: str) -> tuple[int, str]:
 
 def test_bench_sections_on_tiny_sizes(tmp_path):
     res = run_bench(tmp_path, "--only", "write,commit,recovery,validate", "--sizes", "10000", "--files", "10",
-                 "--write-files", "4", "--reps", "1", "--warmup", "0", "--validate-events", "2000")
+                    "--write-files", "4", "--reps", "1", "--warmup", "0", "--validate-events", "2000")
     sections = res["sections"]
     assert set(sections) == {"write", "commit", "recovery", "validate"}
     for name, sec in sections.items():
@@ -80,7 +80,7 @@ def test_backfill_section_under_the_scheduler(tmp_path):
     problem = postgres_problem()
     need(problem is None, problem or "")
     res = run_bench(tmp_path, "--only", "backfill", "--backfill", "1", "--backfill-modes", "connect", "--events", "300",
-                 timeout=1100)
+                    timeout=1100)
     sec = res["sections"]["backfill"]
     assert set(sec["modes"]) == {"connect"} and sec["outputs_equal"]
     ours = {"begin", "write", "pre_commit", "validate", "commit"}  # abort: skipped by a clean commit, never started
