@@ -69,6 +69,16 @@ PAGE_VIEW = "page_view"
 STATE_SCHEMA = "app_id string, cumulative_pv long"
 # ASCII digits only; \z: Java's $ would also match before a final line terminator inside the value.
 TS_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})\z"
+# The common line, matched by one scan instead of two JSON parses: an object of the five fields in this order
+# and at most one more member, every key and value a string without escapes or control characters (so its
+# text IS its value), JSON whitespace between tokens. Such a line is exactly one JSON value, an object, with
+# no duplicate key (the extra key is none of the five) and within every parser limit (a key of at most 1,000
+# chars; the line's length is checked apart). Anything else - other order, escapes, a number, a BOM - is
+# parsed as JSON. Splitting such a line on '"' puts value k (0-based) at index 4k + 3.
+_WS, _TEXT = r"[ \t\r]*+", r'[^"\\\x00-\x1f]'
+_MEMBER = _WS + '"{key}"' + _WS + ":" + _WS + '"' + _TEXT + '*+"' + _WS
+FLAT_LINE = ("^\\{" + ",".join(_MEMBER.format(key=f) for f in FIELDS)
+             + "(?:," + _MEMBER.format(key="(?!(?:" + "|".join(FIELDS) + ')")' + _TEXT + "{0,1000}+") + ")?\\}\\z")
 
 
 def read_lines(spark: SparkSession, inputs: Sequence[FrozenInput]) -> DataFrame:
@@ -83,7 +93,8 @@ def read_lines(spark: SparkSession, inputs: Sequence[FrozenInput]) -> DataFrame:
 
 def _field_kind(f: str) -> Column:
     """``missing`` / ``bad_type`` / ``empty`` / null (a non-empty string) for field ``f``."""
-    return (F.when(F.col(f"_v_{f}").isNull(), "missing")
+    return (F.when(F.col("_flat"), F.when(F.length(f"_s_{f}") == 0, "empty"))
+            .when(F.col(f"_v_{f}").isNull(), "missing")
             .when(F.col(f"_t_{f}") != "STRING", "bad_type")
             .when(F.length(f"_s_{f}") == 0, "empty"))
 
@@ -110,31 +121,35 @@ def classify(lines: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
     ``try_parse_json`` reads one value and ignores what follows it, so the line is parsed wrapped twice:
     ``{"x":<line>}`` and ``[<line>]``. Trailing content after the value must then be ``,`` for both to
     parse, which gives the first wrapper a second key. So: both parse and the first has exactly one key
-    <=> the line is exactly one JSON value. Each step is a separate projection so that every parse runs
-    once per line (the optimizer does not collapse projections that would duplicate expensive work).
+    <=> the line is exactly one JSON value. A line that matches :data:`FLAT_LINE` is not parsed at all: its
+    fields are its text between quotes. Each step is a separate projection so that every parse runs once per
+    line (the optimizer does not collapse projections that would duplicate expensive work).
     """
     raw = F.col("raw")
-    fits = (F.length(raw) <= MAX_LINE_CHARS) & ~too_deep(raw)
-    step = lines.select(
-        *keep, "file", "raw",
-        F.when(fits, F.try_parse_json(F.concat(F.lit('{"x":'), raw, F.lit("}")))).alias("_w1"),
-        F.when(fits, F.try_parse_json(F.concat(F.lit("["), raw, F.lit("]")))).isNotNull().alias("_w2"))
+    short = F.length(raw) <= MAX_LINE_CHARS
+    step = lines.select(*keep, "file", "raw", (short & raw.rlike(FLAT_LINE)).alias("_flat"))
+    flat, parse = F.col("_flat"), ~F.col("_flat") & short & ~too_deep(raw)  # a flat line is never parsed
+    step = step.select(
+        *keep, "file", "raw", "_flat", F.when(flat, F.split(raw, '"')).alias("_parts"),
+        F.when(parse, F.try_parse_json(F.concat(F.lit('{"x":'), raw, F.lit("}")))).alias("_w1"),
+        F.when(parse, F.try_parse_json(F.concat(F.lit("["), raw, F.lit("]")))).isNotNull().alias("_w2"))
     one_key = F.size(F.try_variant_get("_w1", "$", "map<string,variant>")) == 1
     step = step.select(
-        *keep, "file", "raw",
+        *keep, "file", "raw", "_flat", "_parts",
         F.when(F.col("_w1").isNotNull() & F.col("_w2") & one_key,
                F.variant_get("_w1", "$.x", "variant")).alias("_doc"))
     step = step.select(
-        *keep, "file", "raw", F.col("_doc").isNotNull().alias("_json"),
-        F.coalesce(F.schema_of_variant("_doc").startswith("OBJECT<"), F.lit(False)).alias("_obj"),
+        *keep, "file", "raw", "_flat", "_parts", (flat | F.col("_doc").isNotNull()).alias("_json"),
+        (flat | F.coalesce(F.schema_of_variant("_doc").startswith("OBJECT<"), F.lit(False))).alias("_obj"),
         *[F.variant_get("_doc", f"$.{f}", "variant").alias(f"_v_{f}") for f in FIELDS])
     step = step.select(
-        *keep, "file", "raw", "_json", "_obj",
+        *keep, "file", "raw", "_flat", "_parts", "_json", "_obj",
         *[c for f in FIELDS for c in (F.col(f"_v_{f}"), F.schema_of_variant(f"_v_{f}").alias(f"_t_{f}"))])
     step = step.select(
-        *keep, "file", "raw", "_json", "_obj", *[f"_v_{f}" for f in FIELDS], *[f"_t_{f}" for f in FIELDS],
-        *[F.when(F.col(f"_t_{f}") == "STRING", F.try_variant_get(f"_v_{f}", "$", "string")).alias(f"_s_{f}")
-          for f in FIELDS])
+        *keep, "file", "raw", "_flat", "_json", "_obj", *[f"_v_{f}" for f in FIELDS], *[f"_t_{f}" for f in FIELDS],
+        *[F.when(flat, F.col("_parts")[4 * k + 3])
+          .when(F.col(f"_t_{f}") == "STRING", F.try_variant_get(f"_v_{f}", "$", "string")).alias(f"_s_{f}")
+          for k, f in enumerate(FIELDS)])
     ts = F.col("_s_ts")
     ts_ok = ts.rlike(TS_PATTERN) & ~ts.startswith("0000") & ts.try_cast("timestamp").isNotNull()
     reason = F.when(~F.col("_json"), "not_json").when(~F.col("_obj"), "not_object")

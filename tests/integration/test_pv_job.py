@@ -192,7 +192,27 @@ def _edge_lines() -> list[bytes]:
                  b'{"event_id":"s","app_id":"x\\ud800","user_id":"u","event":"page_view","ts":"2026-01-01T10:00:00Z"}',
                  b'{"event_id":"e\xff","app_id":"bytes","user_id":"u","event":"page_view","ts":"2026-01-01T10:00:00Z"}']
     other = [ev("o1", app="clicks-only", event="click"), b"[1]", b"5", b'"s"', b"null", b"true"]
-    return good + dups + ts_ok + ts_bad + fields + missing + not_json + limits_ok + other
+    return good + dups + ts_ok + ts_bad + fields + missing + not_json + limits_ok + other + _flat_edges()
+
+
+def _flat_edges() -> list[bytes]:
+    """Lines on both sides of the job's FLAT_LINE (parsed by a scan, not as JSON): 3 of them not_json."""
+    def line(*members: tuple[str, str], sep: str = ",", colon: str = ":") -> bytes:
+        return ("{" + sep.join(f'"{k}"{colon}"{v}"' for k, v in members) + "}").encode()
+    five = [("event_id", "f0"), ("app_id", "F"), ("user_id", "u"), ("event", "page_view"),
+            ("ts", "2026-01-01T10:00:00Z")]
+    ids = lambda n, extra=(): [("event_id", f"f{n}"), *five[1:], *extra]  # noqa: E731
+    return [line(*five), line(*ids(1), sep=" ,\t", colon="\r: "),  # whitespace between tokens is flat
+            line(*ids(2, [("tsx", "k")])), line(*ids(3, [("event_", "k")])),  # an extra key near a field's name
+            line(*ids(4, [("ts", "2026-01-01T11:00:00Z")])),  # a repeated field: parsed, not_json
+            line(*ids(5, [("event_id", "dup")])),  # not_json
+            line(*ids(6, [("r", "1"), ("s", "2")])), line(*ids(7, [("k" * 1001, "long key")])),
+            line(*ids(8, [("r", "\x7f ü \u2028")])), line(*ids(9, [("r", "\x01")])),  # a control char: not_json
+            b" " + line(*ids(10)), line(*ids(11)) + b"\r", line(*ids(12)).replace(b'"page_view"', b'"page\\u005fview"'),
+            line(*ids(13)).replace(b'"F"', b'"F\\"q"'), line(*ids(14)).replace(b'"user_id"', b'"user\\u005fid"'),
+            line(*ids(15)).replace(b'"f15"', b'""'), line(*ids(16)).replace(b'"F"', b'""'),
+            line(*ids(17)).replace(b'"2026-01-01T10:00:00Z"', b'"2026-02-30T10:00:00Z"'),
+            line(("app_id", "F"), ("event_id", "f18"), *five[2:])]  # another order: parsed, valid
 
 
 @pytest.mark.spark
@@ -207,13 +227,30 @@ def test_edge_cases_match_reference(spark, job, tmp_path):
     counts = job.run(spark, spec)
     check_against_reference(spec, counts, {"old-app": 40, "A": 2})
     assert set(counts.rejected_by_reason) == ALL_REASONS
-    assert counts.rejected_by_reason["not_json"] == 25 + 1  # + the blank line before the final \n
+    assert counts.rejected_by_reason["not_json"] == 25 + 3 + 1  # + the blank line before the final \n
     rows = {r["app_id"]: r for r in read_data(spec.staging_dir, "dt=2026-01-01")}
     assert {"../x", "a/b", "%2e%2e", "ünï", "应用", "😀 app", " ", "x?", "early", "B", "Y"} <= set(rows)
     assert not {"late", "C", "Z", "clicks-only"} & set(rows)
     assert read_state(spec.staging_dir)["old-app"] == 40
     raws = [raw for _, raw, _ in read_quarantine(spec.staging_dir)]
     assert max(map(len, raws)) == ref.RAW_CHARS
+
+
+@pytest.mark.spark
+def test_the_common_line_is_scanned_not_parsed(spark, job, tmp_path):
+    """FLAT_LINE (the scan that replaces two JSON parses) matches exactly the lines it may, and almost every
+    line the generator writes; test_edge_cases_match_reference holds both kinds to the oracle."""
+    from pyspark.sql import functions as F
+
+    def flat(lines: list[str]) -> list[bool]:
+        frame = spark.createDataFrame(list(enumerate(lines)), "i int, raw string")
+        return [r[1] for r in frame.select("i", F.col("raw").rlike(job.FLAT_LINE)).orderBy("i").collect()]
+
+    edges = [line.decode() for line in _flat_edges()]
+    assert [i for i, f in enumerate(flat(edges)) if f] == [0, 1, 2, 3, 8, 15, 16, 17]
+    generated = sample_data.generate(str(tmp_path / "landing"), ["2026-01-01"], events_per_day=2000)
+    lines = [line for path in generated["files"] for line in ref.read_lines(path)]
+    assert sum(flat(lines)) > 0.9 * len(lines)
 
 
 @pytest.mark.spark
