@@ -220,7 +220,7 @@ def run_logical_date(dag_id: str, start: datetime, end: datetime) -> datetime:
 
 def taken_logical_dates(dag_id: str, lo: datetime, hi: datetime) -> set[datetime]:
     """Logical dates in ``[lo, hi)`` of ``dag_id``'s runs in the project's metadata DB."""
-    with _airflow_settings():
+    with _airflow_settings(quiet=True):  # Airflow's logging is set up at its first use: keep it off the console
         return _taken_logical_dates(dag_id, lo, hi)
 
 
