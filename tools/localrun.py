@@ -116,14 +116,15 @@ def logical_date_for(day: str) -> str:
 
 
 @contextlib.contextmanager
-def _airflow_settings(*, quiet: bool = False) -> Iterator[None]:
+def _airflow_settings() -> Iterator[None]:
     """The project's Airflow settings in this process's environment while Airflow is used in-process,
     restored afterwards: a caller's environment (a test's, or later ``airflow`` subprocesses inheriting
-    it) never keeps this process's quiet log level or default Spark connection."""
+    it) never keeps this process's quiet log level or default Spark connection. Quiet (WARNING unless the
+    environment says otherwise): this process only reads, and Airflow sets its logging up at its first use
+    here, so an INFO line (the DagBag's) would reach the console of ``make run-interval``."""
     saved = dict(os.environ)
     os.environ.update({k: v for k, v in airflow_env().items() if k.startswith(("AIRFLOW", "EO_"))})
-    if quiet:
-        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # this process only reads
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     try:
         yield
     finally:
@@ -133,7 +134,7 @@ def _airflow_settings(*, quiet: bool = False) -> Iterator[None]:
 
 def load_dag(dag_id: str) -> Any:
     """``dag_id`` from the project's dags/ folder, through Airflow's DagBag (SystemExit if it is not there)."""
-    with _airflow_settings(quiet=True):
+    with _airflow_settings():
         from airflow.dag_processing.dagbag import DagBag
 
         bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
@@ -220,7 +221,7 @@ def run_logical_date(dag_id: str, start: datetime, end: datetime) -> datetime:
 
 def taken_logical_dates(dag_id: str, lo: datetime, hi: datetime) -> set[datetime]:
     """Logical dates in ``[lo, hi)`` of ``dag_id``'s runs in the project's metadata DB."""
-    with _airflow_settings(quiet=True):  # Airflow's logging is set up at its first use: keep it off the console
+    with _airflow_settings():
         return _taken_logical_dates(dag_id, lo, hi)
 
 
