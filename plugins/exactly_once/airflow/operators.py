@@ -22,6 +22,7 @@ from ..ids import Interval, TxnRef
 from ..protocol.pipeline import IntervalRun
 from . import batching
 from .connections import storage_options
+from .heap import young_heap
 from .lineage import PublishLineage
 
 # FINAL (errors.py): errors no retry can fix - the task fails at once (and ends its transaction)
@@ -67,6 +68,10 @@ class PhaseOperator(PublishLineage, BaseOperator):
         return TxnRef.from_dict(began["txn"])
 
     def execute(self, context: Any) -> Any:
+        with young_heap():  # a full collection during the phase walks only what the phase made
+            return self._execute(context)
+
+    def _execute(self, context: Any) -> Any:
         run = None
         self.forget_published()
         try:
