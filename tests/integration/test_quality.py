@@ -265,6 +265,80 @@ def test_a_passing_suite_stores_the_basic_result_and_a_failing_one_the_details_a
     assert page.stat().st_mtime_ns == before and table_page.stat().st_mtime_ns > table_before
 
 
+def test_a_suite_another_process_saved_meanwhile_is_saved_again_and_each_version_checks_its_own(
+        tmp_path, monkeypatch):
+    """A process's GX context keeps each suite's validation definition (a batch's host validates hundreds of
+    intervals with it). Another process saving another version of the suite in the shared report root makes
+    this one's stale: the next validation here saves its own version again and checks its own expectations.
+    Another version in the same process is registered anew and checks its own too."""
+    from exactly_once.quality import gx as G
+
+    reports = tmp_path / "shared_reports"
+    shorter = tmp_path / "suite.json"
+    suite = json.loads(Path(SUITE).read_text())
+    n = len(suite["expectations"])
+    suite["expectations"] = suite["expectations"][:-2]
+    shorter.write_text(json.dumps(suite))
+
+    def checked(outcome: ValidationOutcome) -> int:
+        assert outcome.passed, outcome.failures
+        return outcome.summary["suites"]["app_pv"]["evaluated"]
+
+    def stored() -> int:
+        return len(json.loads((reports / "_gx" / "expectations" / "app_pv.json").read_text())["expectations"])
+
+    assert checked(run(tmp_path, name="day1", report_root=reports)) == n
+    mine = dict(G._CONTEXTS)
+    monkeypatch.setattr(G, "_CONTEXTS", {})  # another process: a context of its own, the shorter version
+    assert checked(run(tmp_path, name="day2", report_root=reports, suite_path=str(shorter))) == n - 2
+    assert stored() == n - 2
+    monkeypatch.setattr(G, "_CONTEXTS", mine)  # this process again: its definition's suite went stale
+    assert checked(run(tmp_path, name="day3", report_root=reports)) == n and stored() == n
+    assert checked(run(tmp_path, name="day4", report_root=reports, suite_path=str(shorter))) == n - 2
+    assert checked(run(tmp_path, name="day5", report_root=reports)) == n and stored() == n
+
+
+_COMPILES = """
+import json, sys
+import jinja2
+compiled = []
+real = jinja2.Environment.compile
+jinja2.Environment.compile = lambda self, source, name=None, *a, **k: (  # a template file, not a string
+    compiled.append(name) if name else None) or real(self, source, name, *a, **k)
+from exactly_once.quality import validate_staged
+outcome = validate_staged(**json.loads(sys.argv[1]))
+print(json.dumps({"passed": outcome.passed, "compiled": len(compiled)}))
+"""
+
+
+def test_a_new_process_loads_the_report_templates_an_earlier_one_compiled(tmp_path):
+    """A validate task is a new process: it loads the Data Docs templates an earlier validation compiled from
+    Jinja's per-user cache directory (under the temp dir) instead of compiling them again (~50 ms a task).
+    Where that directory is not safe to use, the validation compiles them, as before."""
+    args = {"suite_path": SUITE, "table": "app_pv", "report_root": str(tmp_path / "reports"),
+            **stage(tmp_path / "case", copy.deepcopy(GOOD))}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "GX_ANALYTICS_ENABLED": "false",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")])}
+
+    def validate(name: str) -> dict[str, Any]:
+        out = subprocess.run([sys.executable, "-c", _COMPILES, json.dumps({**args, "run_name": name})], env=env,
+                             capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = validate("p.first")
+    assert first["passed"] and first["compiled"] >= 10
+    assert len(list(temp.glob("_jinja2-cache-*/*.cache"))) >= 10
+    assert validate("p.second") == {"passed": True, "compiled": 0}
+    unsafe = tmp_path / "unsafe"
+    unsafe.mkdir()
+    (unsafe / f"_jinja2-cache-{os.getuid()}").write_text("not a directory")  # Jinja refuses it
+    env["TMPDIR"] = str(unsafe)
+    third = validate("p.third")
+    assert third["passed"] and third["compiled"] >= 10
+
+
 def test_a_run_whose_name_holds_profiling_gets_its_pages(tmp_path):
     # GX's default filter skips validation pages of runs named "...profiling..." (a pipeline "user_profiling")
     outcome = run(tmp_path, name="user_profiling_day1")
