@@ -298,6 +298,40 @@ def test_a_suite_another_process_saved_meanwhile_is_saved_again_and_each_version
     assert checked(run(tmp_path, name="day5", report_root=reports)) == n and stored() == n
 
 
+def test_a_suite_page_gx_did_not_render_is_rendered_by_the_next_validation(tmp_path, monkeypatch):
+    """GX logs a page it cannot render and goes on: the suite page then still shows the suite's previous version,
+    so it is not marked as current - the next validation of that version renders it."""
+    from exactly_once.quality.gx_view import KeyedSiteSectionBuilder
+
+    reports = tmp_path / "shared_reports"
+    page = reports / "expectations" / "app_pv.html"
+    shorter = tmp_path / "suite.json"
+    suite = json.loads(Path(SUITE).read_text())
+    suite["expectations"] = suite["expectations"][:-1]
+    shorter.write_text(json.dumps(suite))
+    assert run(tmp_path, name="day1", report_root=reports).passed
+    first = page.read_text()
+    real = KeyedSiteSectionBuilder.build
+    monkeypatch.setattr(KeyedSiteSectionBuilder, "build", lambda self, resource_identifiers=None: (
+        None if self.name == "expectations" else real(self, resource_identifiers)))  # no suite page written
+    assert run(tmp_path, name="day2", report_root=reports, suite_path=str(shorter)).passed
+    assert page.read_text() == first  # the previous version's page, as GX left it
+    monkeypatch.setattr(KeyedSiteSectionBuilder, "build", real)
+    assert run(tmp_path, name="day3", report_root=reports, suite_path=str(shorter)).passed
+    assert page.read_text() != first  # rendered from the version validated
+
+
+def test_a_run_page_gx_did_not_render_fails_the_validation_with_what_to_do(tmp_path, monkeypatch):
+    from great_expectations.render.renderer.site_builder import SiteBuilder
+
+    from exactly_once.errors import StorageError
+
+    monkeypatch.setattr(SiteBuilder, "get_resource_url", lambda self, resource_identifier=None, **kw: None)
+    with pytest.raises(StorageError, match=r"rendered no report page for app_pv\.completeness under .*the verdict "
+                                           r"was not recorded, and a retry of the validate task validates again"):
+        run(tmp_path, name="day1")
+
+
 _COMPILES = """
 import json, sys
 import jinja2
@@ -331,6 +365,10 @@ def test_a_new_process_loads_the_report_templates_an_earlier_one_compiled(tmp_pa
     assert first["passed"] and first["compiled"] >= 10
     assert len(list(temp.glob("_jinja2-cache-*/*.cache"))) >= 10
     assert validate("p.second") == {"passed": True, "compiled": 0}
+    entry = max(temp.glob("_jinja2-cache-*/*.cache"), key=lambda p: p.stat().st_size)
+    size = entry.stat().st_size
+    entry.write_bytes(entry.read_bytes()[:40])  # cut short (a disk that lost its tail): a miss, written anew
+    assert validate("p.cut") == {"passed": True, "compiled": 1} and entry.stat().st_size == size
     unsafe = tmp_path / "unsafe"
     unsafe.mkdir()
     (unsafe / f"_jinja2-cache-{os.getuid()}").write_text("not a directory")  # Jinja refuses it

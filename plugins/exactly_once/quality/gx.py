@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator
 from urllib.parse import unquote
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StorageError
 
 SITE = "eo_data_docs"
 _BEACON = re.compile(r"https://great-expectations-web-assets\.s3[^\"')]*?/(logo-long\.png|full_logo_dark\.png)"
@@ -262,14 +262,19 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     digests = context.__dict__.get("_eo_digests", {})  # each suite's content, as validated
     stale = sorted(n for n in {i.expectation_suite_identifier.name for i in ids} if _rendered(root, n) != digests.get(n))
     suite_ids = [ExpectationSuiteIdentifier(name=n) for n in stale]
+    before = {name: _mtime(os.path.join(root, _suite_page(name))) for name in stale}
     builder = _site_builder(context)
     builder.build(resource_identifiers=[*ids, *suite_ids], build_index=False)
     for name in stale:  # the suite's page is rendered from this content: later runs of it skip the page
-        if name in digests:
-            _write_text(_marker(root, name), digests[name])
-    pages = []
+        if name in digests and _mtime(os.path.join(root, _suite_page(name))) not in (None, before[name]):
+            _write_text(_marker(root, name), digests[name])  # (GX logs a page it could not render and goes
+    pages = []                                                # on: then the next validation renders it again)
     for rid in ids:
         url = builder.get_resource_url(resource_identifier=rid)
+        if not url:
+            raise StorageError(f"Great Expectations rendered no report page for {rid.expectation_suite_identifier.name} "
+                               f"under {root} (its rendering error is in the log above); the verdict was not "
+                               "recorded, and a retry of the validate task validates again")
         pages.append(unquote(url[len("file://"):]) if url.startswith("file://") else url)
     entries = [{"run_name": rid.run_id.run_name, "run_time": rid.run_id.run_time.isoformat(),
                 "suite": rid.expectation_suite_identifier.name, "success": bool(result.success),
@@ -336,6 +341,13 @@ def _rendered(root: str, name: str) -> str | None:
     try:
         with open(_marker(root, name)) as f:
             return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
     except FileNotFoundError:
         return None
 

@@ -46,10 +46,16 @@ class _KeptBytecode(BytecodeCache):
             bucket.bytecode_from_string(code)
             return
         disk = self._on_disk()
-        if disk is not None:
-            disk.load_bytecode(bucket)  # (the bucket drops code of another source or Jinja release)
-            if bucket.code is not None:
-                self._code[bucket.key] = bucket.bytecode_to_string()
+        if disk is None:
+            return
+        try:  # (the bucket drops code of another source, cache format or Python version)
+            disk.load_bytecode(bucket)
+        except Exception as exc:  # noqa: BLE001 - a damaged entry (cut short, not Jinja's) is a miss: the
+            bucket.reset()        # template is compiled and the entry written anew (dump_bytecode)
+            log.info("a kept report template could not be read (%s: %s): compiled again", type(exc).__name__, exc)
+            return
+        if bucket.code is not None:
+            self._code[bucket.key] = bucket.bytecode_to_string()
 
     def dump_bytecode(self, bucket: Any) -> None:
         self._code[bucket.key] = bucket.bytecode_to_string()
