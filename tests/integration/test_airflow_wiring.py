@@ -119,13 +119,17 @@ def context(run_id: str, iv: Interval, conf: dict[str, Any] | None = None, **xco
             "dag_run": SimpleNamespace(conf=conf or {})}
 
 
-def test_teardown_aborts_the_epoch_its_own_failed_begin_opened_and_no_other(tmp_path, monkeypatch):
+def one_csv_day(tmp_path: Any) -> tuple[PipelineConfig, Interval, BeginOperator]:
+    """A daily pipeline with one landing file for 2013-01-01: ``(config, interval, its begin operator)``."""
     landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
     landing.mkdir(parents=True)
     (landing / "a.csv").write_text("x\n1\n")
     cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", sources=Source("s", format="csv", allow_empty=True))
-    iv = Interval.daily("2013-01-01")
-    begin = BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
+    return cfg, Interval.daily("2013-01-01"), BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
+
+
+def test_teardown_aborts_the_epoch_its_own_failed_begin_opened_and_no_other(tmp_path, monkeypatch):
+    cfg, iv, begin = one_csv_day(tmp_path)
     abort = AbortOperator(task_id="abort", config=cfg, begin_task_id="t.begin")
     # run A's begin opens epoch 1, then dies before returning it (no XCom)
     monkeypatch.setenv("EO_FAILPOINTS", "begin.after=error")
@@ -462,12 +466,7 @@ def test_every_phase_task_runs_with_the_heap_it_started_with_frozen(tmp_path, mo
 
     monkeypatch.setattr(BeginOperator, "call", spy("begin", BeginOperator.call))
     monkeypatch.setattr(WriteOperator, "_run", spy("write", lambda self, args, context: {"ran": args}))
-    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
-    landing.mkdir(parents=True)
-    (landing / "a.csv").write_text("x\n1\n")
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", sources=Source("s", format="csv", allow_empty=True))
-    iv = Interval.daily("2013-01-01")
-    begin = BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
+    cfg, iv, begin = one_csv_day(tmp_path)
     assert gc.get_freeze_count() == 0
     monkeypatch.setenv("EO_FAILPOINTS", "begin.after=error")
     with pytest.raises(FailpointError):
