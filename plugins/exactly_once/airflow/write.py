@@ -108,8 +108,8 @@ def _session(remote: str, tag: str, attempt: int, scope: str) -> Iterator[Any]:
     from ..job.connect import connect_mode, connect_session, interrupt_writes, lost_as_error, stop_session
 
     interrupt_writes(remote, tag, range(1, attempt), scope=scope)
-    with young_heap(), connect_mode(), lost_as_error(remote):  # stop_session's full collection walks
-        # only what the session made
+    # young_heap: stop_session's full collection walks only what the session made
+    with young_heap(), connect_mode(), lost_as_error(remote):
         spark = connect_session(remote, tag, attempt, scope=scope)
         try:
             yield spark

@@ -265,10 +265,12 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     before = {name: _mtime(os.path.join(root, _suite_page(name))) for name in stale}
     builder = _site_builder(context)
     builder.build(resource_identifiers=[*ids, *suite_ids], build_index=False)
-    for name in stale:  # the suite's page is rendered from this content: later runs of it skip the page
+    # a suite page rendered from this content: later runs of it skip the page. A page GX could not render (it logs
+    # the error and goes on) is not marked: the next validation renders it again
+    for name in stale:
         if name in digests and _mtime(os.path.join(root, _suite_page(name))) not in (None, before[name]):
-            _write_text(_marker(root, name), digests[name])  # (GX logs a page it could not render and goes
-    pages = []                                                # on: then the next validation renders it again)
+            _write_text(_marker(root, name), digests[name])
+    pages = []
     for rid in ids:
         url = builder.get_resource_url(resource_identifier=rid)
         if not url:
