@@ -11,6 +11,7 @@ what an earlier one compiled. Imported by GX itself, by name, from the site conf
 """
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -29,23 +30,21 @@ class _KeptBytecode(BytecodeCache):
 
     def __init__(self) -> None:
         self._code: dict[str, bytes] = {}
-        self._disk: list[FileSystemBytecodeCache | None] = []  # [] until first needed
 
-    def _on_disk(self) -> FileSystemBytecodeCache | None:
-        if not self._disk:
-            try:
-                self._disk.append(FileSystemBytecodeCache())
-            except (OSError, RuntimeError) as exc:  # (RuntimeError: Jinja found no safe directory)
-                log.info("report templates are compiled once per process: %s", exc)
-                self._disk.append(None)
-        return self._disk[0]
+    @functools.cached_property
+    def _disk(self) -> FileSystemBytecodeCache | None:
+        try:
+            return FileSystemBytecodeCache()
+        except (OSError, RuntimeError) as exc:  # (RuntimeError: Jinja found no safe directory)
+            log.info("report templates are compiled once per process: %s", exc)
+            return None
 
     def load_bytecode(self, bucket: Any) -> None:
         code = self._code.get(bucket.key)
         if code is not None:
             bucket.bytecode_from_string(code)
             return
-        disk = self._on_disk()
+        disk = self._disk
         if disk is None:
             return
         try:  # (the bucket drops code of another source, cache format or Python version)
@@ -59,7 +58,7 @@ class _KeptBytecode(BytecodeCache):
 
     def dump_bytecode(self, bucket: Any) -> None:
         self._code[bucket.key] = bucket.bytecode_to_string()
-        disk = self._on_disk()
+        disk = self._disk
         if disk is not None:
             try:
                 disk.dump_bytecode(bucket)
