@@ -7,12 +7,19 @@ observed values, minus run times and ids), the verdicts and the failure lines mu
 """
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
 import json
 import os
+import pathlib
 import subprocess
 import sys
+import uuid
 from importlib.metadata import version
 
+import numpy as np
+import pandas as pd
 import pytest
 from conftest import ROOT
 
@@ -61,7 +68,8 @@ def mode(fast):
                           o.summary["measured"]]
         for suite in verdicts[name][2].values():
             suite.pop("report")
-    return {"on": gx_fast._state["on"], "configurations": calls["n"], "verdicts": verdicts,
+    return {"on": gx_fast._state["on"], "json": gx_fast._state.get("json", False), "configurations": calls["n"],
+            "verdicts": verdicts,
             "stored": stored(base / "reports")}
 
 print(json.dumps({"plain": mode(False), "fast": mode(True)}, default=str))
@@ -91,11 +99,10 @@ def test_every_verdict_failure_line_and_stored_result_is_the_same_with_and_witho
 
 
 def test_on_the_locked_gx_the_configuration_is_rebuilt_far_less(both):
-    locked = next(line.split("==")[1].strip() for line in (ROOT / "requirements.lock").read_text().splitlines()
-                  if line.startswith("great-expectations=="))
+    locked = _locked_gx()
     if version("great-expectations") != locked:  # another release: on only if its methods' source is the same
         pytest.skip(f"great-expectations {version('great-expectations')} is not the locked {locked}")
-    assert both["fast"]["on"] is True
+    assert both["fast"]["on"] is True and both["fast"]["json"] is True and both["plain"]["json"] is False
     assert both["fast"]["configurations"] * 3 < both["plain"]["configurations"], \
         (both["fast"]["configurations"], both["plain"]["configurations"])
 
@@ -111,6 +118,72 @@ def test_another_release_of_the_methods_is_left_alone(monkeypatch):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"]
+
+
+class Tag(enum.Enum):
+    A = "a"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+class Name(str):
+    pass
+
+
+PLAIN_JSON_CASES = [
+    None, True, False, 0, -5, 2**70, 1.5, -0.0, float("inf"), float("-inf"), float("nan"), "", "x", "\u00fcn\u00ef",
+    [], (), [None, [None, (1, "a")]], {"a": None, 1: 2, (1, 2): "t", None: 0, 2.5: [float("nan")]},
+    {"nested": {"l": [1, None, {"b": float("nan")}], "t": (1, "a"), "empty": {}}},
+    # handed to GX's own function (each a type the short cut does not take), also inside plain containers
+    np.int64(3), np.float64(2.5), np.float32(1.1), np.bool_(True), np.array([1, 2]), np.datetime64("2026-01-02"),
+    pd.Timestamp("2026-01-02T03:04:05Z"), datetime.date(2026, 1, 2), decimal.Decimal("1.5"), {7}, range(3),
+    uuid.UUID(int=5), b"xy", pathlib.PurePosixPath("/a/b"), Tag.A, Level.LOW, Name("n"), pd.NA, pd.NaT,
+    pd.Series([1, 2], name="v"), pd.DataFrame({"a": [1, None]}), {"k": np.int64(4), "d": datetime.date(2026, 1, 3)},
+    [np.float64("nan"), Level.LOW, Name("m")], ({"deep": [{"x": np.int64(1)}]},),
+]
+
+
+def _typed(value):
+    """``value`` with every leaf's type spelled out (``1 == 1.0 == True`` in Python; NaN != NaN)."""
+    if isinstance(value, dict):
+        return ("dict", [(_typed(k), _typed(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [_typed(v) for v in value])
+    return (type(value).__name__, "nan" if value != value else repr(value))
+
+
+@pytest.mark.parametrize("value", PLAIN_JSON_CASES, ids=lambda v: type(v).__name__)
+def test_plain_json_converts_every_value_as_gx_does(value):
+    """gx_fast.plain_json against GX's own convert_to_json_serializable: the same output, type for type."""
+    from great_expectations import util
+
+    from exactly_once.quality import gx_fast
+
+    original = getattr(util.convert_to_json_serializable, "_eo_original", util.convert_to_json_serializable)
+    assert gx_fast.digest(original) in gx_fast.JSON_KNOWN or version("great-expectations") != _locked_gx()
+    fast = gx_fast.plain_json(original)
+    assert _typed(fast(value)) == _typed(original(value))
+
+
+def test_another_release_of_the_json_conversion_is_left_alone():
+    """GX's convert_to_json_serializable whose source is not the one plain_json knows: GX's stays, everywhere."""
+    code = ("from exactly_once.quality import gx_fast\n"
+            "import great_expectations.util as util, great_expectations.core.id_dict as id_dict\n"
+            "gx_fast.JSON_KNOWN = frozenset({'0' * 64})\n"
+            "before = util.convert_to_json_serializable\n"
+            "print(gx_fast.install_plain_json(), util.convert_to_json_serializable is before,\n"
+            "      id_dict.convert_to_json_serializable is before)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins"), "EO_GX_FAST": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "True"]
+
+
+def _locked_gx() -> str:
+    return next(line.split("==")[1].strip() for line in (ROOT / "requirements.lock").read_text().splitlines()
+                if line.startswith("great-expectations=="))
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "tests" / "repro" / "gate_fast").glob("r*.py")))

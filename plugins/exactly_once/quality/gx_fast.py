@@ -14,6 +14,15 @@ change during the call) and calls the others through ``self`` as GX does (a subc
 force). It is applied only where GX's methods are the ones it was written against - their source is compared
 with the digests below -, so another GX release keeps its own methods (and its own speed) instead of a copy
 that may have drifted. ``EO_GX_FAST=0`` turns it off (read once per process, before the first validation).
+
+GX also turns every metric's kwargs into JSON to name the metric (``IDDict.to_id``: ~1,100 times for one
+validation of an interval) and every result into JSON to store it, with ``convert_to_json_serializable``: a
+chain of ~20 type checks before it returns a plain value as it is - three of them numpy's ``issubdtype``
+before it reaches ``None``, the commonest value in metric kwargs. :func:`plain_json` returns ``None``, ``str``,
+``int``, ``bool`` and ``float`` values (``None`` for NaN) and rebuilds ``dict``, ``list`` and ``tuple``
+containers of exactly those types itself, as GX's function does for them, and hands every other value (a
+subclass, a numpy or pandas value, a date) to GX's function; it replaces GX's function in GX's modules only
+where that function's source is the one it was written against (:data:`JSON_KNOWN`).
 """
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ KNOWN = {
     "_get_success_kwarg": "baef37a186b4087123ae215810bc46c0761b276c4db2bb336865fe959e5bffd2",
     "_get_default_value": "e1e019551fb0a00bc7ba961f6aada499d9ccaf53089e340b381b58702033b00b",
 }
+# sha256 of GX's own ``great_expectations.util.convert_to_json_serializable`` that plain_json stands in front of
+JSON_KNOWN = frozenset({"a282e2e272fc0dd2448354369b6c6223decf889883adab1aab7679cd38205523"})
 GX_LOGGER = "great_expectations.expectations.expectation"  # where GX's own method logs
 _state: dict[str, Any] = {}
 
@@ -57,6 +68,7 @@ def install() -> bool:
     _state["on"] = False
     if os.environ.get("EO_GX_FAST", "1") == "0":
         return False
+    _state["json"] = install_plain_json()
     try:
         found = {name: digest(getattr(cls, name)) for name in KNOWN}
     except (AttributeError, OSError, TypeError) as exc:
@@ -138,3 +150,52 @@ def _success_kwarg(self: Any, kwargs: dict[str, Any], key: str, default: Any) ->
     logging.getLogger(GX_LOGGER).warning(
         '_get_success_kwarg called with key "%s", but it is not a known field of %s', key, type(self).__name__)
     return default
+
+
+def install_plain_json() -> bool:
+    """Put :func:`plain_json` in front of GX's ``convert_to_json_serializable`` in every GX module that holds
+    it (a module imported later takes it from ``great_expectations.util``); returns whether it is on. Left as it
+    is when GX's function is not the one :data:`JSON_KNOWN` names."""
+    import sys
+
+    from great_expectations import util
+
+    original = util.convert_to_json_serializable
+    if getattr(original, "_eo_fast", False):
+        return True
+    try:
+        if digest(original) not in JSON_KNOWN:
+            log.info("this GX release's convert_to_json_serializable differs from the one gx_fast knows: left as is")
+            return False
+    except (OSError, TypeError) as exc:
+        log.info("GX's convert_to_json_serializable is not as expected (%s): left as it is", exc)
+        return False
+    fast = plain_json(original)
+    for name, module in list(sys.modules.items()):
+        if (name == "great_expectations" or name.startswith("great_expectations.")) and \
+                getattr(module, "convert_to_json_serializable", None) is original:
+            module.convert_to_json_serializable = fast
+    return True
+
+
+def plain_json(original: Any) -> Any:
+    """GX's ``convert_to_json_serializable`` (``original``) with plain values short-cut (module docstring): for
+    exactly these types GX's function returns the same - the value itself, ``None`` for a NaN float, a new
+    ``dict`` with ``str`` keys or a new ``list`` of the values converted - after checks none of them passes."""
+    scalars = (str, int, bool)
+
+    def convert_to_json_serializable(data: Any) -> Any:
+        kind = type(data)
+        if data is None or kind in scalars:
+            return data
+        if kind is float:
+            return None if data != data else data  # NaN
+        if kind is dict:
+            return {str(key): convert_to_json_serializable(value) for key, value in data.items()}
+        if kind is list or kind is tuple:
+            return [convert_to_json_serializable(value) for value in data]
+        return original(data)
+
+    convert_to_json_serializable._eo_fast = True  # type: ignore[attr-defined]
+    convert_to_json_serializable._eo_original = original  # type: ignore[attr-defined]
+    return convert_to_json_serializable
