@@ -114,10 +114,15 @@ def test_another_release_of_the_methods_is_left_alone(monkeypatch):
             "gx_fast.KNOWN['_get_runtime_kwargs'] = '0' * 64\n"
             "before = Expectation._get_runtime_kwargs\n"
             "print(gx_fast.install(), Expectation._get_runtime_kwargs is before)\n")
+    assert _printed(code) == ["False", "True"]
+
+
+def _printed(code: str) -> list[str]:
+    """What ``code`` prints (split), run in a new process with gx_fast allowed."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins"), "EO_GX_FAST": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["False", "True"]
+    return out.stdout.split()
 
 
 class Tag(enum.Enum):
@@ -175,10 +180,7 @@ def test_another_release_of_the_json_conversion_is_left_alone():
             "before = util.convert_to_json_serializable\n"
             "print(gx_fast.install_plain_json(), util.convert_to_json_serializable is before,\n"
             "      id_dict.convert_to_json_serializable is before)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins"), "EO_GX_FAST": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["False", "True", "True"]
+    assert _printed(code) == ["False", "True", "True"]
 
 
 def _locked_gx() -> str:
