@@ -43,6 +43,7 @@ from bench.backfill_metrics import naive_rows, oracle_rows, ours_rows, same_rows
 from bench.batch_metrics import (backfill_runs, batch_phases, host_logs, newest_backfill, span, waits,
                                  where_batch_time_goes)
 from bench.common import ROOT, loadavg, say, wait_for_runs
+from bench.cpu import CpuSampler
 
 from tools import spark_connect
 from tools.deployment import Deployment, free_port, postgres_problem
@@ -69,15 +70,16 @@ def _variant(deploy: Deployment, label: str, dag_id: str, days: list[str], timeo
     say(f"{label}: backfill of {dag_id}, {len(days)} intervals {days[0]} .. {days[-1]}")
     load0 = loadavg()
     t0 = time.perf_counter()
-    deploy.backfill(dag_id, days[0], days[-1], max_active_runs=max_active_runs)
-    backfill_id = newest_backfill(deploy, dag_id)
-    assert backfill_id is not None, f"no backfill of {dag_id} in the metadata DB"
-    wait_for_runs(deploy, dag_id, lambda: backfill_runs(deploy, backfill_id), len(days), timeout, report_every=25)
+    with CpuSampler() as cpu:
+        deploy.backfill(dag_id, days[0], days[-1], max_active_runs=max_active_runs)
+        backfill_id = newest_backfill(deploy, dag_id)
+        assert backfill_id is not None, f"no backfill of {dag_id} in the metadata DB"
+        wait_for_runs(deploy, dag_id, lambda: backfill_runs(deploy, backfill_id), len(days), timeout, report_every=25)
     wall = round(time.perf_counter() - t0, 1)
     tim = timings(deploy, dag_id, backfill_id)
     sp = span(deploy, backfill_id)
     res: dict[str, Any] = {"dag": dag_id, "batched": batched, "intervals": len(days), "days": [days[0], days[-1]],
-                           "max_active_runs": max_active_runs,
+                           "max_active_runs": max_active_runs, "cpu": cpu.result(),
                            "wall_seconds": wall, "span": sp, "timings": tim, "loadavg": [load0, loadavg()]}
     if batched:
         hosts = [batch_phases(p) for p in host_logs(deploy.run_dir / "airflow-home", dag_id)]
@@ -135,10 +137,11 @@ def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> d
     say(f"{label}: one range run of {OURS}, {len(days)} intervals {days[0]} .. {days[-1]}")
     load0, run_id = loadavg(), f"range__{days[0]}"
     t0 = time.perf_counter()
-    _trigger(deploy, run_id, days[0], {"eo_batch": {"end": f"{days[-1]}T00:00:00+00:00"}})
-    state = lambda: {r[0]: r[1] for r in deploy.db.query(  # noqa: E731
-        "select run_id, state from dag_run where dag_id = %s and run_id = %s", (OURS, run_id))}
-    wait_for_runs(deploy, OURS, state, 1, timeout)
+    with CpuSampler() as cpu:
+        _trigger(deploy, run_id, days[0], {"eo_batch": {"end": f"{days[-1]}T00:00:00+00:00"}})
+        state = lambda: {r[0]: r[1] for r in deploy.db.query(  # noqa: E731
+            "select run_id, state from dag_run where dag_id = %s and run_id = %s", (OURS, run_id))}
+        wait_for_runs(deploy, OURS, state, 1, timeout)
     wall = round(time.perf_counter() - t0, 1)
     (created, start, end, first), = deploy.db.query(
         "select coalesce(queued_at, start_date), start_date, end_date, data_interval_start at time zone 'UTC' "
@@ -152,7 +155,7 @@ def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> d
     res: dict[str, Any] = {"dag": OURS, "batched": True, "range": True, "intervals": len(days),
                            "days": [days[0], days[-1]], "max_active_runs": 1, "wall_seconds": wall, "span": sp,
                            "timings": {"intervals": 0, "per_interval": {"n": 0, "median": None}},
-                           "loadavg": [load0, loadavg()], "batch": hosts,
+                           "loadavg": [load0, loadavg()], "batch": hosts, "cpu": cpu.result(),
                            "where_time_goes": _range_parts(where_batch_time_goes(sp, hosts, {}))}
     say(f"  {label}: {OURS} {len(days)} intervals in one range run, {wall:.0f}s end to end ({wall / 60:.1f} min)")
     return res

@@ -150,6 +150,14 @@ def cost_table(sec: dict[str, Any]) -> str:
     for name, d in sec["deployments"].items():
         if "error" in d:
             text += f"\n\n**`{name}` did not finish**: {d['error']}."
+    cpu = [(name, label, v["cpu"]) for name, label, v, _ in _runs(sec) if v.get("cpu")]
+    if cpu:
+        text += ("\n\nWhere the CPU goes (CPU seconds during each backfill, every process sampled twice a second; "
+                 "`other`: the machine's busy time less what was credited - task processes that lived between two "
+                 "samples, the bench, the rest of the machine):\n\n" + _table(
+                     ["backfill", "deployment", "busy of available s", *cpu[0][2]["by_component"]],
+                     [[VARIANT.get(label, label), f"`{name}`", f"{c['cpu_seconds']:.0f} of {c['available_seconds']:.0f}",
+                       *(_s(x, 0) for x in c["by_component"].values())] for name, label, c in cpu]))
     for name, label, v, _ in _runs(sec):
         if "batch" not in v:
             continue

@@ -1,0 +1,29 @@
+"""bench.cpu: a backfill's CPU seconds per component of the machine."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from bench.cpu import CpuSampler, component
+
+BUSY = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n"
+
+
+def test_each_process_is_credited_to_its_component():
+    assert component("/usr/lib/jvm/java-17/bin/java -cp x org.apache.spark.deploy.SparkSubmit") == "spark"
+    assert component("/venv/bin/python /venv/bin/airflow scheduler") == "scheduler"
+    assert component("airflow api_server -- host:127.0.0.1 port:8080") == "api-server"
+    assert component("/venv/bin/python /venv/bin/airflow triggerer") == "triggerer"
+    assert component("/venv/bin/python /venv/bin/airflow dag-processor") == "dag-processor"
+    assert component("airflow worker -- LocalExecutor: 01a2") == "task processes"
+    assert component("postgres: 15/main: postgres eo_bench 127.0.0.1(33800) idle") == "postgresql"
+    assert component("/venv/bin/python -m bench --only batched") is None
+
+
+def test_a_process_busy_inside_the_block_is_credited_and_the_rest_is_other():
+    with CpuSampler(every=0.1) as cpu:
+        subprocess.run([sys.executable, "-c", BUSY, "airflow", "scheduler"], check=True)
+    out = cpu.result()
+    assert 0.8 <= out["by_component"]["scheduler"] <= 1.5, out
+    assert out["cpu_seconds"] >= sum(v for k, v in out["by_component"].items() if k != "other") - 0.2, out
+    assert out["available_seconds"] >= out["wall_seconds"] > 0.9, out
