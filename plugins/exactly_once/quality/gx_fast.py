@@ -190,10 +190,16 @@ def plain_json(original: Any) -> Any:
             return data
         if kind is float:
             return None if data != data else data  # NaN
-        if kind is dict:
-            return {str(key): convert_to_json_serializable(value) for key, value in data.items()}
+        if kind is dict:  # (loops, not comprehensions: one frame a level, as GX's - the same recursion limit)
+            new_dict = {}
+            for key in data:
+                new_dict[str(key)] = convert_to_json_serializable(data[key])
+            return new_dict
         if kind is list or kind is tuple:
-            return [convert_to_json_serializable(value) for value in data]
+            new_list = []
+            for value in data:
+                new_list.append(convert_to_json_serializable(value))
+            return new_list
         return original(data)
 
     convert_to_json_serializable._eo_fast = True  # type: ignore[attr-defined]
