@@ -183,6 +183,21 @@ def test_another_release_of_the_json_conversion_is_left_alone():
     assert _printed(code) == ["False", "True", "True"]
 
 
+def test_gx_s_function_keeps_its_name_and_pickles_after_the_install():
+    """Review 41 (b01): the short cut stands in for GX's public function - its name, doc and signature, and a
+    pickle of it by reference (a process pool shipping it) gives it back."""
+    code = ("import inspect, pickle\n"
+            "import great_expectations.util as util\n"
+            "from exactly_once.quality import gx_fast\n"
+            "before = util.convert_to_json_serializable\n"
+            "assert gx_fast.install_plain_json() and util.convert_to_json_serializable is not before\n"
+            "fast = util.convert_to_json_serializable\n"
+            "print(pickle.loads(pickle.dumps(fast)) is fast, fast.__qualname__ == before.__qualname__,\n"
+            "      fast.__module__ == before.__module__, fast.__doc__ == before.__doc__,\n"
+            "      inspect.signature(fast) == inspect.signature(before))\n")
+    assert _printed(code) == ["True"] * 5
+
+
 def _locked_gx() -> str:
     return next(line.split("==")[1].strip() for line in (ROOT / "requirements.lock").read_text().splitlines()
                 if line.startswith("great-expectations=="))

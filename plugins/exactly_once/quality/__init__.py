@@ -264,7 +264,13 @@ def _expected(kind: str, kw: dict[str, Any]) -> str:
         parts = ([f">= {lo}"] if lo is not None else []) + ([f"<= {hi}"] if hi is not None else [])
         return " and ".join(parts) or "any"
     if "column_A" in kw:
-        return f"{kw['column_A']} {'>=' if kw.get('or_equal') else '>'} {kw['column_B']}"
+        a, b = kw["column_A"], kw["column_B"]
+        if kind.endswith("a_to_be_greater_than_b"):
+            return f"{a} {'>=' if kw.get('or_equal') else '>'} {b}"
+        if kind.endswith("to_be_equal"):
+            return f"{a} == {b}"
+        if "value_pairs_set" in kw:
+            return f"({a}, {b}) in {_plain(kw['value_pairs_set'])}"
     if "column_set" in kw:
         return f"columns {sorted(kw['column_set'])}" + (" exactly" if kw.get("exact_match", True) else "")
     if "type_list" in kw:
@@ -272,7 +278,13 @@ def _expected(kind: str, kw: dict[str, Any]) -> str:
     if "type_" in kw:
         return f"type {kw['type_']}"
     if "value_set" in kw:
-        return f"values in {kw['value_set']}"
+        values = kw["value_set"]
+        for ending, words in (("not_be_in_set", "values not in"), ("distinct_values_to_contain_set",
+                              "distinct values include"), ("distinct_values_to_equal_set", "distinct values exactly"),
+                              ("distinct_values_to_be_in_set", "distinct values in")):
+            if kind.endswith(ending):
+                return f"{words} {values}"
+        return f"values in {values}"
     if kind.endswith("not_be_null"):
         return "no nulls"
     if kind.endswith("to_be_unique"):

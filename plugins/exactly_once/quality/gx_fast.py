@@ -202,6 +202,7 @@ def plain_json(original: Any) -> Any:
             return new_list
         return original(data)
 
-    convert_to_json_serializable._eo_fast = True  # type: ignore[attr-defined]
-    convert_to_json_serializable._eo_original = original  # type: ignore[attr-defined]
-    return convert_to_json_serializable
+    fast = functools.wraps(original)(convert_to_json_serializable)  # GX's name, doc, signature: pickled by reference
+    fast._eo_fast = True  # type: ignore[attr-defined]
+    fast._eo_original = original  # type: ignore[attr-defined]
+    return fast
