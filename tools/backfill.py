@@ -160,14 +160,25 @@ def main(argv: list[str] | None = None) -> int:
         ran += iv not in tried
         if not (res.ok and committed(sinks, iv)):
             why = failure_reason(res.log_path) if not res.ok else "the run ended without a committed version"
+            later = ivs[i:]
             out(f"  {label}: FAILED after {res.seconds:.0f} s: {why}\n    full log: {res.log_path}\n"
-                f"  stopped: {len(ivs) - i} later intervals not run. Fix the cause, then resume with\n"
-                f"    make backfill DAG={a.dag} START={iv.start.isoformat()} END={a.end}", file=sys.stderr)
+                + stopped(a.dag, iv, a.end, len(later), sum(x in batched or committed(sinks, x) for x in later)),
+                file=sys.stderr)
             return 1
         out(f"  {label}: committed in {res.seconds:.1f} s", flush=True)
     took = timedelta(seconds=round(time.perf_counter() - t0))
     out(f"{a.dag}: all {len(ivs)} intervals committed ({ran} run, {skipped} already committed) in {took}")
     return 0
+
+
+def stopped(dag: str, failed: Interval, end: str, later: int, committed_later: int) -> str:
+    """What a backfill stopped by ``failed`` says of the ``later`` intervals after it - a batch publishes
+    those a failed interval does not cost (a stateless pipeline's), so some may be committed - and how to
+    resume (committed intervals are skipped)."""
+    done = f" ({committed_later} later ones are committed: a batch published them, or an earlier run)" \
+        if committed_later else ""
+    return (f"  stopped: {later - committed_later} later intervals not run{done}. Fix the cause, then resume with\n"
+            f"    make backfill DAG={dag} START={failed.start.isoformat()} END={end}")
 
 
 if __name__ == "__main__":

@@ -62,3 +62,16 @@ def test_backfill_bounds_and_the_intervals_of_a_schedule():
     assert len(ivs) == 240 and ivs[0].start == utc(2026, 1, 1) and ivs[-1].start == utc(2026, 1, 10, 23)
     daily = CronDataIntervalTimetable("0 0 * * *", timezone="UTC")
     assert [iv.start.day for iv in intervals_between(daily, utc(2026, 1, 1), utc(2026, 1, 3))] == [1, 2, 3]
+
+
+def test_a_stopped_backfill_says_which_later_intervals_a_batch_committed():
+    """A failed interval stops the backfill; a batch publishes the later intervals the failure did not cost (a
+    stateless pipeline's): the message counts them apart from those not run, and the resume command stays."""
+    from tools.backfill import stopped
+
+    day4 = Interval.daily("2026-01-04")
+    assert stopped("steps", day4, "2026-01-06", 2, 2) == (
+        "  stopped: 0 later intervals not run (2 later ones are committed: a batch published them, or an earlier "
+        "run). Fix the cause, then resume with\n    make backfill DAG=steps START=2026-01-04T00:00:00+00:00 "
+        "END=2026-01-06")
+    assert stopped("steps", day4, "2026-01-06", 2, 0).startswith("  stopped: 2 later intervals not run. Fix")
