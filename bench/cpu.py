@@ -39,6 +39,7 @@ class CpuSampler:
         self.every = every
         self._seen: dict[tuple[int, float], tuple[str | None, float]] = {}  # (pid, created) -> (component, used)
         self._used = dict.fromkeys(COMPONENTS, 0.0)
+        self.samples = 0  # how many times every process was read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
@@ -77,6 +78,7 @@ class CpuSampler:
                 self._seen[key] = (name, max(before, used))
             except (psutil.Error, OSError):
                 continue
+        self.samples += 1
 
     def result(self) -> dict[str, Any]:
         import psutil

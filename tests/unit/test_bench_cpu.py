@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from bench.cpu import CpuSampler, component
 
-BUSY = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n"
+# 1 s of CPU, then it says so and waits for its stdin to close: it is alive when the sampler reads it last
+BUSY = ("import sys, time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n"
+        "print('done', flush=True)\nsys.stdin.read()\n")
 
 
 def test_each_process_is_credited_to_its_component():
@@ -22,7 +25,13 @@ def test_each_process_is_credited_to_its_component():
 
 def test_a_process_busy_inside_the_block_is_credited_and_the_rest_is_other():
     with CpuSampler(every=0.1) as cpu:
-        subprocess.run([sys.executable, "-c", BUSY, "airflow", "scheduler"], check=True)
+        busy = subprocess.Popen([sys.executable, "-c", BUSY, "airflow", "scheduler"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert busy.stdout.readline() == "done\n"
+        seen = cpu.samples
+        while cpu.samples < seen + 2:  # a whole sample after its CPU was spent
+            time.sleep(0.01)
+        busy.communicate("")
     out = cpu.result()
     assert 0.8 <= out["by_component"]["scheduler"] <= 1.5, out
     assert out["cpu_seconds"] >= sum(v for k, v in out["by_component"].items() if k != "other") - 0.2, out
