@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Any
 
+import psutil
+
 COMPONENTS = ("spark", "scheduler", "api-server", "triggerer", "dag-processor", "task processes", "postgresql")
 
 
@@ -44,16 +46,12 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
 
     def __enter__(self) -> "CpuSampler":
-        import psutil
-
         self._t0, self._cpu0 = time.monotonic(), _busy(psutil.cpu_times())
         self._sample(first=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        import psutil
-
         self._stop.set()
         self._thread.join()
         self._sample()
@@ -64,8 +62,6 @@ class CpuSampler:
             self._sample()
 
     def _sample(self, first: bool = False) -> None:
-        import psutil
-
         for proc in psutil.process_iter():
             try:
                 key, times = (proc.pid, proc.create_time()), proc.cpu_times()
@@ -81,8 +77,6 @@ class CpuSampler:
         self.samples += 1
 
     def result(self) -> dict[str, Any]:
-        import psutil
-
         credited = sum(self._used.values())
         return {"wall_seconds": round(self._wall, 1), "cpu_seconds": round(self._cpu, 1),
                 "available_seconds": round(self._wall * (psutil.cpu_count() or 1), 1),

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             why = failure_reason(res.log_path) if not res.ok else "the run ended without a committed version"
             later = ivs[i:]
             out(f"  {label}: FAILED after {res.seconds:.0f} s: {why}\n    full log: {res.log_path}\n"
-                + stopped(a.dag, iv, a.end, len(later), sum(x in batched or committed(sinks, x) for x in later)),
+                + stopped(a.dag, iv, a.end, len(later), sum(committed(sinks, x) for x in later)),
                 file=sys.stderr)
             return 1
         out(f"  {label}: committed in {res.seconds:.1f} s", flush=True)

@@ -262,13 +262,14 @@ def build_docs(context: Any, root: str, results: list[Any], ids: list[Any], extr
     digests = context.__dict__.get("_eo_digests", {})  # each suite's content, as validated
     stale = sorted(n for n in {i.expectation_suite_identifier.name for i in ids} if _rendered(root, n) != digests.get(n))
     suite_ids = [ExpectationSuiteIdentifier(name=n) for n in stale]
-    before = {name: _mtime(os.path.join(root, _suite_page(name))) for name in stale}
+    paths = {name: os.path.join(root, _suite_page(name)) for name in stale}
+    before = {name: _mtime(path) for name, path in paths.items()}
     builder = _site_builder(context)
     builder.build(resource_identifiers=[*ids, *suite_ids], build_index=False)
     # a suite page rendered from this content: later runs of it skip the page. A page GX could not render (it logs
     # the error and goes on) is not marked: the next validation renders it again
     for name in stale:
-        if name in digests and _mtime(os.path.join(root, _suite_page(name))) not in (None, before[name]):
+        if name in digests and _mtime(paths[name]) not in (None, before[name]):
             _write_text(_marker(root, name), digests[name])
     pages = []
     for rid in ids:
