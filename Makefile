@@ -9,7 +9,7 @@ export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYTHONPATH := $(CURDIR)/plugins:$(PYTHONPATH)
 UV_VERSION := 0.13.8
 
-.PHONY: install lock test test-fast demo run-interval backfill sample chaos bench clean check-java ui spark-connect spark-connect-stop dist compat
+.PHONY: install lock test test-fast mutants demo run-interval backfill sample chaos bench clean check-java ui spark-connect spark-connect-stop dist compat
 UI_PORT ?= 8080
 
 $(BIN)/.installed: requirements.lock pyproject.toml
@@ -36,6 +36,11 @@ test: install  # two pytest processes at once (tools/test_lanes.py); EO_TEST_LAN
 
 test-fast: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+# Mutation testing of the targets and the protocol's decision path with tests/conformance (tools/mutants.py;
+# docs/RELIABILITY.md "Mutation testing"). Long (hours on 2 cores): resumable, MUTANTS_ARGS="--rows redis --hours 1".
+mutants: install
+	nice -n 10 $(BIN)/python -m tools.mutants run $(MUTANTS_ARGS)
 
 demo: install
 	@$(BIN)/python -m tools.dev demo $(DEMO_ARGS)
