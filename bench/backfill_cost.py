@@ -43,7 +43,7 @@ from bench.backfill_metrics import naive_rows, oracle_rows, ours_rows, same_rows
 from bench.batch_metrics import (backfill_runs, batch_phases, host_logs, newest_backfill, span, waits,
                                  where_batch_time_goes)
 from bench.common import ROOT, loadavg, say, wait_for_runs
-from bench.cpu import CpuSampler
+from bench.cpu import CpuSampler, peak_rss_mb
 
 from tools import spark_connect
 from tools.deployment import Deployment, free_port, postgres_problem
@@ -195,6 +195,7 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
             res["variants"][label] = _range(deploy, f"{name}: {label}", days, timeout) if label == "range" else \
                 _variant(deploy, f"{name}: {label}", dag_id, days, timeout, batched,
                          max_active_runs if batched else 1)  # the naive DAG's cumulative state needs its days in order
+            res["variants"][label]["spark_peak_rss_mb"] = peak_rss_mb(server.pid())  # the JVM's, so far
     oracle = oracle_rows(landing, days)
     checks: dict[str, Any] = {}
     ours = ours_rows(run_dir / "data") if any(d == OURS for _, d, _ in plan) else None
@@ -211,8 +212,31 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
     return res
 
 
-def _summary(dep: dict[str, Any]) -> dict[str, Any]:
-    """The headline numbers (seconds, ratios) from the deployments' results."""
+def _floors(url: str, pid: int | None, landing: Path, days: list[str], work: Path,
+            spans: dict[str, int]) -> dict[str, Any]:
+    """The plain-Spark floor (:mod:`bench.limit`) over the last ``n`` days for each ``{name: n}`` of ``spans``
+    (0 skips it), on the section's own Connect server, before any deployment starts."""
+    from bench.limit import connect, measure
+
+    spark = connect(url)
+    try:
+        return {name: measure(spark, landing, days[-n:], work, name, pid) for name, n in spans.items() if n}
+    finally:
+        spark.stop()
+
+
+def _floor_ratios(out: dict[str, Any], floor: dict[str, Any]) -> None:
+    """``<scope>_floor_seconds`` and each way's end to end over it (``<scope>_<way>_over_floor``) into ``out``."""
+    for scope, f in floor.items():
+        out[f"{scope}_floor_seconds"] = f["wall_seconds"]
+        for way in ("batched", "naive", "range", "per_interval"):
+            key = f"{scope}_{way}_seconds"
+            if out.get(key) and f["wall_seconds"]:
+                out[f"{scope}_{way}_over_floor"] = round(out[key] / f["wall_seconds"], 2)
+
+
+def _summary(dep: dict[str, Any], floor: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The headline numbers (seconds, ratios) from the deployments' results and the plain-Spark floors."""
     out: dict[str, Any] = {}
 
     def var(d: str, v: str) -> dict[str, Any] | None:
@@ -241,6 +265,7 @@ def _summary(dep: dict[str, Any]) -> dict[str, Any]:
         naive = out.get("month_naive_per_interval_median") or out.get("year_naive_per_interval_median")
         if naive and out["per_interval_median"] is not None:
             out["single_interval_ratio"] = round(out["per_interval_median"] / naive, 2)
+    _floor_ratios(out, floor or {})
     return out
 
 
@@ -273,6 +298,7 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
         url = spark_connect.start(server)
         stack.callback(spark_connect.stop, server)
         res["server"] = {"url": url, "master": server.master, "start_seconds": round(time.perf_counter() - t0, 1)}
+        res["floor"] = _floors(url, server.pid(), landing, days, work, {"month": month, "year": year})
         plans = []
         if month:
             plans += [("month", days[-month:], [("batched", OURS, True), ("naive", NAIVE, False)], 366, max_active_runs),
@@ -291,7 +317,7 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
                 res["deployments"][name] = {"intervals": len(span_days), "error": f"{type(exc).__name__}: {exc}",
                                             "variants": {}, "checks": {}, "outputs_equal": False}
             res["loadavg"].append(loadavg())
-    res["summary"] = _summary(res["deployments"])
-    res["outputs_equal"] = all(d["outputs_equal"] for d in res["deployments"].values())
+    res["summary"] = _summary(res["deployments"], res["floor"])
+    res["outputs_equal"] = all(d["outputs_equal"] for d in [*res["deployments"].values(), *res["floor"].values()])
     say(f"  batched: {res['summary']}; outputs equal: {res['outputs_equal']}")
     return res

@@ -64,14 +64,19 @@ def spark_app_starts(home: Path, dag_id: str) -> list[int]:
 COLUMNS = ["app_id", "pv", "uv", "cumulative_pv"]
 
 
-def ours_rows(data: Path) -> dict[str, set[tuple]]:
-    """``{day: rows}`` of the published ``app_pv`` table, as a plain hive reader sees it."""
+def table_rows(path: Path) -> dict[str, set[tuple]]:
+    """``{day: rows}`` of a Parquet table partitioned by ``dt=<day>`` under ``path``, as a plain hive reader sees it."""
     import pyarrow.dataset as ds
 
     out: dict[str, set[tuple]] = {}
-    for r in ds.dataset(str(data / "warehouse" / "app_pv"), format="parquet", partitioning="hive").to_table().to_pylist():
+    for r in ds.dataset(str(path), format="parquet", partitioning="hive").to_table().to_pylist():
         out.setdefault(str(r["dt"]), set()).add(tuple(r[c] for c in COLUMNS))
     return out
+
+
+def ours_rows(data: Path) -> dict[str, set[tuple]]:
+    """``{day: rows}`` of the published ``app_pv`` table, as a plain hive reader sees it."""
+    return table_rows(data / "warehouse" / "app_pv")
 
 
 def naive_rows(data: Path, days: list[str]) -> dict[str, set[tuple]]:

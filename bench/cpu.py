@@ -6,6 +6,9 @@ its command line). The machine's own total (``psutil.cpu_times``) is read at the
 ``other`` is that total less what was credited - the processes that lived between two samples (a task
 process that starts and ends within ``every`` s), the bench itself and the rest of the machine. A process
 already running at the start is credited only what it used after it.
+
+Each sample also reads every process's resident memory (RSS): per component, the peak over the samples of its
+processes' sum and of its largest process (``rss_peak_mb``; a process that lived between two samples is not seen).
 """
 from __future__ import annotations
 
@@ -41,6 +44,8 @@ class CpuSampler:
         self.every = every
         self._seen: dict[tuple[int, float], tuple[str | None, float]] = {}  # (pid, created) -> (component, used)
         self._used = dict.fromkeys(COMPONENTS, 0.0)
+        self._rss_sum = dict.fromkeys(COMPONENTS, 0)  # bytes: the peak of the sum of a component's processes
+        self._rss_max = dict.fromkeys(COMPONENTS, 0)  # bytes: its largest process
         self.samples = 0  # how many times every process was read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
@@ -62,6 +67,7 @@ class CpuSampler:
             self._sample()
 
     def _sample(self, first: bool = False) -> None:
+        rss = dict.fromkeys(COMPONENTS, 0)
         for proc in psutil.process_iter():
             try:
                 key, times = (proc.pid, proc.create_time()), proc.cpu_times()
@@ -72,8 +78,14 @@ class CpuSampler:
                 if name is not None and used > before:
                     self._used[name] += used - before
                 self._seen[key] = (name, max(before, used))
+                if name is not None:
+                    one = proc.memory_info().rss
+                    rss[name] += one
+                    self._rss_max[name] = max(self._rss_max[name], one)
             except (psutil.Error, OSError):
                 continue
+        for name, total in rss.items():
+            self._rss_sum[name] = max(self._rss_sum[name], total)
         self.samples += 1
 
     def result(self) -> dict[str, Any]:
@@ -81,10 +93,23 @@ class CpuSampler:
         return {"wall_seconds": round(self._wall, 1), "cpu_seconds": round(self._cpu, 1),
                 "available_seconds": round(self._wall * (psutil.cpu_count() or 1), 1),
                 "by_component": {**{k: round(v, 1) for k, v in self._used.items()},
-                                 "other": round(max(0.0, self._cpu - credited), 1)}}
+                                 "other": round(max(0.0, self._cpu - credited), 1)},
+                "rss_peak_mb": {k: {"sum": round(self._rss_sum[k] / 2**20), "max_process": round(self._rss_max[k] / 2**20)}
+                                for k in COMPONENTS if self._rss_sum[k]}}
 
 
 def _busy(times: Any) -> float:
     """CPU seconds the machine spent busy: user (guests' time included), nice, system, interrupts - not idle,
     I/O wait, or time the hypervisor gave another machine (steal)."""
     return sum(getattr(times, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+
+
+def peak_rss_mb(pid: int | None) -> int | None:
+    """The highest resident memory process ``pid`` has had so far (Linux's ``VmHWM``), MB; None if unknown."""
+    try:
+        for line in open(f"/proc/{pid}/status", encoding="ascii") if pid else ():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024)
+    except OSError:
+        pass
+    return None

@@ -131,6 +131,13 @@ def batched_table(sec: dict[str, Any]) -> str:
     return cost_table(sec)
 
 
+def limit_table(sec: dict[str, Any]) -> str:
+    """Section 9: the plain-Spark floor alone (issue 48)."""
+    from bench.report_backfill import limit_table as table_of
+
+    return table_of(sec)
+
+
 def _paired(sec: dict[str, Any]) -> list[float]:
     return [o / n for o, n in zip(sec["ours"]["samples"], sec["naive"]["samples"]) if n]
 
@@ -181,7 +188,8 @@ RENDER = {"write": ("1. Spark write path", write_table), "commit": ("2. Commit c
           "backfill": ("5. A backfill under the real scheduler", backfill_table),
           "batched": ("6. Backfill cost against intervals: batched, per interval, naive", batched_table),
           "validate": ("7. Validate phase vs the write", validate_table),
-          "dbload": ("8. Loading an interval into a database", dbload_table)}
+          "dbload": ("8. Loading an interval into a database", dbload_table),
+          "limit": ("9. The plain-Spark floor: the same computation as one plain Spark job", limit_table)}
 
 
 def _phases_added(variant: dict[str, Any]) -> tuple[float, float]:
@@ -355,7 +363,7 @@ def _merge_batched(older: tuple[str, dict, dict], name: str, sec: dict[str, Any]
     old_name, _, old_sec = older
     deps = {n: {"results_file": d.get("results_file", old_name), **d} for n, d in old_sec.get("deployments", {}).items()}
     deps.update({n: {**d, "results_file": name} for n, d in sec.get("deployments", {}).items()})
-    return {**sec, "deployments": deps, "summary": _summary(deps),
+    return {**sec, "deployments": deps, "summary": _summary(deps, sec.get("floor")),
             "outputs_equal": all(d.get("outputs_equal") for d in deps.values())}
 
 
@@ -390,6 +398,8 @@ def _reps(section: str, c: dict[str, Any]) -> str:
             return (f"{c['backfill']} intervals per DAG over Spark Connect, {c['backfill_submit']} over "
                     "spark-submit (+1 warm-up each)")
         return f"{c['backfill']} intervals per DAG (+1 warm-up)"
+    if section == "limit":
+        return f"one run over {c.get('limit_days')} days (+1 warm-up over its first day)"
     if section == "batched":
         return (f"one backfill of each: {c['backfill_batched']} intervals (batched, naive), "
                 f"{c['backfill_month']} (batched, per interval, naive)")

@@ -105,14 +105,50 @@ def _pivot(sec: dict[str, Any]) -> str:
            else "-", f"{(s.get('month_naive_per_interval_median') or s.get('year_naive_per_interval_median') or 0):.1f}"
            " s (median run)" if s.get("month_naive_per_interval_median") or s.get("year_naive_per_interval_median")
            else "-"]
-    rows = [["1 (a scheduled interval: never batched)", "= per interval", "-", *one]]
+    floor = sec.get("floor", {})
+
+    def over(dep: str, way: str) -> str:
+        """The cell of ``way`` with its ratio to the floor of ``dep``'s days."""
+        text = cell(*{"batched": (dep, "batched"), "range": ("year-range", "range"), "naive": (dep, "naive"),
+                      "per_interval": ("month-per-interval", "per-interval")}[way])
+        r = s.get(f"{dep}_{way}_over_floor")
+        return text if r is None or text == "-" else f"{text} = **{r:.1f}x**"
+
+    rows = [["1 (a scheduled interval: never batched)", "= per interval", "-", *one, "-"]]
     for dep in ("month", "year"):
         if dep in sec["deployments"]:
             d = sec["deployments"][dep]
-            rows.append([str(d["intervals"]), cell(dep, "batched"), cell("year-range", "range") if dep == "year" else "-",
-                         cell("month-per-interval", "per-interval") if dep == "month" else "-", cell(dep, "naive")])
+            f = floor.get(dep)
+            rows.append([str(d["intervals"]), over(dep, "batched"), over(dep, "range") if dep == "year" else "-",
+                         over(dep, "per_interval") if dep == "month" else "-", over(dep, "naive"),
+                         "-" if f is None else f"{f['wall_seconds']:.0f} s" + ("" if f["outputs_equal"] else " (**NOT** the oracle's rows)")])
     return _table(["intervals", "ours batched (`airflow backfill create`)", "ours, one range run",
-                   "ours per interval", "naive Connect DAG"], rows)
+                   "ours per interval", "naive Connect DAG", "the plain-Spark floor (one plain Spark job)"], rows)
+
+
+def floor_note(sec: dict[str, Any], alone: bool = False) -> str:
+    """What the floor is and what it took (the ``limit`` section's words), for section 6 and the limit section."""
+    floors = sec.get("floor", {})
+    if not floors:
+        return ""
+    srv = sec.get("server", {})
+    parts = []
+    for name, f in floors.items():
+        jvm = f.get("server_cpu_seconds")
+        parts.append(f"{f['intervals']} days ({name}) {f['wall_seconds']:.1f} s"
+                     + (f", {jvm:.0f} CPU-seconds of the Spark JVM" if jvm is not None else "")
+                     + (f", the JVM's peak RSS so far {f['server_peak_rss_mb']:,} MB" if f.get("server_peak_rss_mb") else "")
+                     + f"; output {'equal to' if f['outputs_equal'] else '**NOT equal to**'} the oracle's "
+                       f"({f['rows']:,} rows)")
+    start = srv.get("start_seconds")
+    where = "its own run, on a Spark Connect server" if alone else \
+        "in the same run on the same Spark Connect server as the backfills, before them"
+    return (f"**The plain-Spark floor** (`bench/limit.py`, {where}): the page-view computation as ONE plain Spark "
+            "job over the landed days - parse (`from_json`), drop malformed, dedup, pv/uv, cumulative sum, one "
+            "Parquet file a day - with no Airflow, no protocol, no gate, no quarantine or state"
+            + ("" if alone else "; the ratios above are each way's end to end over it") + ". "
+            + "; ".join(parts) + "."
+            + (f" The server's JVM start ({start:.0f} s) is not in it." if start is not None else ""))
 
 
 def cost_table(sec: dict[str, Any]) -> str:
@@ -127,7 +163,8 @@ def cost_table(sec: dict[str, Any]) -> str:
                      _s(v["wall_seconds"] / 60, 1), _s(v["span"]["created_to_last_end"], 0),
                      _s(v["wall_seconds"] / v["intervals"], 2), _s(t["per_interval"]["median"], 2),
                      f"`{name}`", ("yes" if check.get("equal") else "**NO**") + f" ({check.get('rows', 0):,} rows)"])
-    text = _pivot(sec) + "\n\nEvery backfill:\n\n" + _table(["backfill", "intervals", "`--max-active-runs`", "end to end s",
+    note = floor_note(sec)
+    text = _pivot(sec) + (f"\n\n{note}" if note else "") + "\n\nEvery backfill:\n\n" + _table(["backfill", "intervals", "`--max-active-runs`", "end to end s",
                    "min", "metadata DB s (created -> last run's end)",
                    "s per interval (end to end)", "per run after the first, median s", "deployment",
                    "outputs == oracle"], rows)
@@ -158,6 +195,20 @@ def cost_table(sec: dict[str, Any]) -> str:
                      ["backfill", "deployment", "busy of available s", *cpu[0][2]["by_component"]],
                      [[VARIANT.get(label, label), f"`{name}`", f"{c['cpu_seconds']:.0f} of {c['available_seconds']:.0f}",
                        *(_s(x, 0) for x in c["by_component"].values())] for name, label, c in cpu]))
+    mem = [(name, label, v) for name, label, v, _ in _runs(sec) if v.get("cpu", {}).get("rss_peak_mb")]
+    if mem:
+        def peak(v: dict[str, Any], comp: str, key: str) -> str:
+            return _s(v["cpu"]["rss_peak_mb"].get(comp, {}).get(key), 0)
+
+        text += ("\n\nMemory (MB of resident memory, RSS; the task processes' and the scheduler's peaks sampled "
+                 "twice a second, the Spark JVM's its highest since the server started - Linux's `VmHWM` - read "
+                 "after each backfill):\n\n" + _table(
+                     ["backfill", "deployment", "Spark JVM, highest so far", "largest task process (a batch's host)",
+                      "all task processes at once", "scheduler", "api-server", "PostgreSQL (all backends)"],
+                     [[VARIANT.get(label, label), f"`{name}`", _s(v.get("spark_peak_rss_mb"), 0),
+                       peak(v, "task processes", "max_process"), peak(v, "task processes", "sum"),
+                       peak(v, "scheduler", "sum"), peak(v, "api-server", "sum"), peak(v, "postgresql", "sum")]
+                      for name, label, v in mem]))
     for name, label, v, _ in _runs(sec):
         if "batch" not in v:
             continue
@@ -192,3 +243,15 @@ def cost_goal_rows(sec: dict[str, Any]) -> list[list[str]]:
                      f"{s.get('month_naive_per_interval_median') or s.get('year_naive_per_interval_median'):.1f} s, "
                      "per-interval medians)", "met" if s["single_interval_ratio"] <= 1.5 else "missed"])
     return rows
+
+
+def limit_table(sec: dict[str, Any]) -> str:
+    """The ``limit`` section alone: the plain-Spark floor over its days."""
+    f = sec["floor"]
+    rows = [[str(f["intervals"]), f"{sec['events_per_interval']:,}", _s(f["wall_seconds"], 1),
+             _s(f.get("server_cpu_seconds"), 0), _s(f.get("server_peak_rss_mb"), 0),
+             _s(sec.get("server", {}).get("start_seconds"), 1),
+             ("yes" if f["outputs_equal"] else "**NO**") + f" ({f['rows']:,} rows)"]]
+    return (_table(["days", "events a day", "the job s", "Spark JVM CPU s", "Spark JVM peak RSS MB",
+                    "JVM start s (not in the job)", "output == oracle"], rows)
+            + "\n\n" + floor_note({**sec, "floor": {"limit": f}}, alone=True))

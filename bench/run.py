@@ -10,6 +10,7 @@ Sections (``--only`` picks some; default all):
 * ``batched``  backfill cost against intervals (a year, a month, one): batched vs per-interval vs naive
 * ``validate`` the GX completeness gate on a staged pv output vs the write; GX import time
 * ``dbload``   the database target's load vs a naive executemany loader vs COPY / LOAD DATA (PostgreSQL, MariaDB)
+* ``limit``    the plain-Spark floor: the pv computation as one plain Spark job over the landed days, no Airflow
 
 Results: ``bench/results/<timestamp>.json``; ``docs/BENCHMARKS.md`` (+ ``docs/img/commit_vs_files.png``)
 is rendered from the newest result of each section (``--report-only`` re-renders without measuring).
@@ -31,7 +32,7 @@ if __package__ in (None, ""):  # python bench/run.py
 
 from bench.common import ROOT, loadavg, machine, say  # noqa: E402
 
-SECTIONS = ("write", "commit", "recovery", "airflow", "backfill", "batched", "validate", "dbload")
+SECTIONS = ("write", "commit", "recovery", "airflow", "backfill", "batched", "validate", "dbload", "limit")
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -77,6 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-no-range", action="store_true",
                    help="batched section: skip the year as one range-triggered DAG run (its own deployment)")
     p.add_argument("--backfill-naive-first", action="store_true", help="backfill the naive DAG before ours")
+    p.add_argument("--limit-days", type=int, help="limit section: days of the plain-Spark floor (default 365; quick 3)")
+    p.add_argument("--spark-remote", help="limit section: the sc:// URL of a running Spark Connect server to use "
+                                          "(default: start one)")
     p.add_argument("--events", type=int, help="events per interval for the airflow/backfill sections (default 20000)")
     p.add_argument("--validate-events", type=int, help="events for the validate section (default 500000)")
     p.add_argument("--db-sizes", help="rows for the dbload section (default 100000,1000000)")
@@ -103,6 +107,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.backfill_submit = a.backfill_submit if a.backfill_submit is not None else (3 if q else 30)
     a.backfill_batched = a.backfill_batched if a.backfill_batched is not None else (3 if q else 365)
     a.backfill_month = a.backfill_month if a.backfill_month is not None else (2 if q else 30)
+    a.limit_days = a.limit_days if a.limit_days is not None else (3 if q else 365)
     a.events = a.events or 20_000
     a.validate_events = a.validate_events or (100_000 if q else 500_000)
     a.db_sizes = _ints(a.db_sizes) if a.db_sizes else ([100_000] if q else [100_000, 1_000_000])
@@ -175,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
                                        a.events, naive_first=a.backfill_naive_first,
                                        dags=tuple(d.strip() for d in a.backfill_dags.split(",") if d.strip()),
                                        idle_sleep=a.backfill_idle_sleep)
+            elif section == "limit":
+                from bench.limit import limit_section
+
+                res = limit_section(work, a.limit_days, a.events, a.spark_remote)
             elif section == "batched":
                 from bench.backfill_cost import batched_compare
 

@@ -52,6 +52,12 @@ def test_batched_section_under_the_scheduler(tmp_path):
     s = sec["summary"]
     assert s["year_batched_seconds"] > 0 and s["year_naive_seconds"] > 0 and s["year_intervals"] == 2
     assert s["year_range_seconds"] > 0 and s["year_range_intervals"] == 2
+    # the plain-Spark floor over the same days, on the section's server, equal to the oracle; each way over it
+    [floor] = sec["floor"].values()
+    assert floor["outputs_equal"] and floor["intervals"] == 2 and floor["server_cpu_seconds"] > 0, floor
+    assert all(s[f"year_{way}_over_floor"] > 0 for way in ("batched", "naive", "range")), s
+    # memory: the JVM's highest RSS so far and the largest task process's (a batch's host) per backfill
+    assert ours["spark_peak_rss_mb"] > 0 and ours["cpu"]["rss_peak_mb"]["task processes"]["max_process"] > 0, ours
     import psycopg2
 
     from tools.deployment import PG, marked_pids, port_open

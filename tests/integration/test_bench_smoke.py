@@ -137,3 +137,17 @@ def test_dbload_section_on_tiny_sizes(tmp_path):
         assert r["outputs_equal"] and all(d[0] == 3000 for d in r["digest"].values()), kind
         assert all(v["rows_per_s"] > 0 and v["ratio_to_bulk"] > 0 for v in r["variants"].values()), kind
     assert _positive(sec, "dbload") > 0
+
+
+def test_limit_section_the_plain_spark_floor(tmp_path, spark_connect):
+    """``--only limit`` on the shared Connect server (no JVM start of its own): the plain-Spark floor over 2 days
+    (2,000 events a day: every kind of malformed line the generator rotates through appears) equals the oracle
+    row for row, and the run reports its time and the server's CPU."""
+    res = run_bench(tmp_path, "--only", "limit", "--limit-days", "2", "--events", "2000", "--spark-remote", spark_connect)
+    sec = res["sections"]["limit"]
+    f = sec["floor"]
+    assert sec["outputs_equal"] and f["outputs_equal"] and f["intervals"] == 2 and f["rows"] > 0, f
+    assert f["wall_seconds"] > 0 and f["cpu"]["wall_seconds"] > 0 and sec["server"]["url"] == spark_connect
+    assert f["server_cpu_seconds"] is None  # a server it did not start: its pid is unknown
+    out = tmp_path / "work" / "floor-limit"
+    assert len(list(out.glob("dt=*/*.parquet"))) == 2  # one file a day

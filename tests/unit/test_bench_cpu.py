@@ -36,3 +36,21 @@ def test_a_process_busy_inside_the_block_is_credited_and_the_rest_is_other():
     assert 0.8 <= out["by_component"]["scheduler"] <= 1.5, out
     assert out["cpu_seconds"] >= sum(v for k, v in out["by_component"].items() if k != "other") - 0.2, out
     assert out["available_seconds"] >= out["wall_seconds"] > 0.9, out
+
+
+# holds 700 MiB resident (every page written) until its stdin closes: more than any triggerer of the engineers'
+# deployments sharing this machine, which the sampler credits to the same component
+HOLD = "import sys\nheld = b'x' * (700 * 2**20)\nprint('held', flush=True)\nsys.stdin.read()\n"
+
+
+def test_the_memory_peak_of_each_component_is_recorded():
+    with CpuSampler(every=0.1) as cpu:
+        hold = subprocess.Popen([sys.executable, "-c", HOLD, "airflow", "triggerer"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert hold.stdout.readline() == "held\n"
+        seen = cpu.samples
+        while cpu.samples < seen + 2:  # a whole sample while it holds the memory
+            time.sleep(0.01)
+        hold.communicate("")
+    peak = cpu.result()["rss_peak_mb"]["triggerer"]
+    assert 700 <= peak["max_process"] < 800 and peak["sum"] >= peak["max_process"], peak
