@@ -1,17 +1,24 @@
 """``eo`` - inspect and repair the transactions of a table, from any directory.
 
     eo status  s3://bucket/warehouse/orders     every interval's epochs and states, from the log
-    eo status  --dag pv_pipeline                 the tables the DAG's exactly-once groups write
+    eo status  --dag pv_pipeline                 the tables the DAG's exactly-once groups write (and their URLs)
     eo recover <table-url> | --dag <id>          finish decided commits, abort stale attempts
     eo gc      <table-url> | --dag <id>          delete what the log says is finished
     eo history <table-url>                      every version of every interval: time, rows, verdict
     eo rollback <table-url> --interval <start> --to e2    make an earlier version live again
+    eo reprocess <table-url> --interval <start>  a run of the table's DAG, through Airflow's REST API, that
+                                                 recomputes the interval from its input files as they are now
+    eo rerun-stale <table-url>                   runs that recompute the table's stale intervals, in order
 
-A table is addressed by its URL (a local path, ``file://`` or ``s3://``; credentials from the Airflow
-connection ``--conn-id``, default ``EO_STORAGE_CONN_ID``, or the usual AWS environment) or a DAG by its
-id, found through Airflow's DagBag (the configured dags folder; in a checkout's root without
-``AIRFLOW_HOME``, its ``dags/``; or ``--dags-folder``). Running one interval, the demo and
-sample data are development tools of a checkout: ``make run-interval``, ``make demo``, ``make sample``.
+A table is addressed by its URL - where the pipeline's table is (``<EO_DATA_ROOT>/warehouse/<sink>`` unless
+the pipeline says ``table=``), a local path, ``file://`` or ``s3://``, the same for every target: for a
+database or Redis target the rows are in the database, that path holds no data (it need not exist) and the
+log is beside it, in ``<parent>/_exactly_once/<sink>/``; ``eo status --dag <id>`` prints each table's URL.
+S3 credentials come from the Airflow connection ``--conn-id`` (default ``EO_STORAGE_CONN_ID``) or the usual
+AWS environment. A DAG is found by its id through Airflow's DagBag (the configured dags folder, or
+``--dags-folder``). ``reprocess`` and ``rerun-stale`` talk to the Airflow that runs the DAG: ``--api-url``
+(or ``EO_AIRFLOW_URL``, Airflow's ``[api] base_url``), a login (``--user``/``EO_AIRFLOW_USER`` and
+``EO_AIRFLOW_PASSWORD`` or a prompt, or ``EO_AIRFLOW_TOKEN``) that may trigger and edit the DAG.
 """
 from __future__ import annotations
 
@@ -132,12 +139,56 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
     sink = open_table(args.table_url, args.conn_id)
     interval = find_interval(sink, args.interval)
-    result = describe(rollback(sink, interval, parse_version(args.to, interval)))
+    result = describe(rollback(sink, interval, parse_version(args.to, interval)), sink)
     print(f"{result['version']}: {result['rollback_of']} is live again ({result['rows']} rows, partitions "
           f"{result['partitions']})")
     if result["stale"]:
-        print(f"later intervals computed on the replaced state are stale, re-run them in order: "
-              f"{', '.join(result['stale'])}")
+        print(f"stale intervals of the table now (computed on a state that is no longer live), re-run them in "
+              f"order: {', '.join(result['stale'])} - `eo rerun-stale {args.table_url}` or the table page's action")
+    else:
+        print("no stale interval: every later interval was computed on the live state")
+    return 0
+
+
+def _api(args: argparse.Namespace) -> Any:
+    from .airflow.rest import Api, api_url
+
+    return Api.login(api_url(args.api_url), args.user)
+
+
+def cmd_reprocess(args: argparse.Namespace) -> int:
+    """``eo reprocess``: one run of the table's DAG for the interval, with conf reprocess, through the REST API."""
+    from .ops.rollback import find_interval
+
+    sink = open_table(args.table_url, args.conn_id)
+    interval = find_interval(sink, args.interval)
+    api = _api(args)
+    conf = {"reprocess": True, "sinks": [sink.sink], "eo_action": "reprocess",
+            **({"allow_shrinking": True} if args.allow_shrinking else {})}
+    run = api.trigger(sink.pipeline, interval, conf, action="reprocess", note=f"eo reprocess of {sink.sink}")
+    print(f"started {run['dag_run_id']} of {sink.pipeline}: reprocess of {sink.sink} {interval.label}"
+          f"{' (allow shrinking)' if args.allow_shrinking else ''}; follow it at "
+          f"{api.run_url(sink.pipeline, run['dag_run_id'])}")
+    return 0
+
+
+def cmd_rerun_stale(args: argparse.Namespace) -> int:
+    """``eo rerun-stale``: one run of the table's DAG per stale interval (the table page's list), oldest first."""
+    from .ops.inspection import stale_intervals
+    from .ids import Interval
+
+    sink = open_table(args.table_url, args.conn_id)
+    stale = [Interval.from_token(t) for t in stale_intervals(sink)]
+    if not stale:
+        print(f"{sink.sink} has no stale interval: nothing to re-run")
+        return 0
+    api = _api(args)
+    for order, interval in enumerate(stale):
+        run = api.trigger(sink.pipeline, interval, {"reprocess": True, "sinks": [sink.sink], "eo_action": "rerun-stale"},
+                          action="rerun-stale", order=order, note=f"eo rerun-stale of {sink.sink}")
+        print(f"started {run['dag_run_id']} of {sink.pipeline}: re-run of stale {sink.sink} {interval.label}; "
+              f"{api.run_url(sink.pipeline, run['dag_run_id'])}")
+    print(f"{len(stale)} run(s) queued in interval order (a stateful DAG runs them one at a time)")
     return 0
 
 
@@ -189,6 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--to", required=True, help="the version to make live again: e2 (or 2)")
     r.add_argument("--conn-id", default=settings.storage_conn_id(), help="Airflow connection with S3 credentials")
     r.set_defaults(fn=cmd_rollback)
+    for name, fn, helptext in (
+            ("reprocess", cmd_reprocess, "recompute an interval from its inputs as they are now: a run of the "
+                                         "table's DAG through Airflow's REST API"),
+            ("rerun-stale", cmd_rerun_stale, "re-run the table's stale intervals in order: runs of its DAG through "
+                                             "Airflow's REST API")):
+        s = sub.add_parser(name, help=helptext)
+        s.add_argument("table_url", help="the table's location (eo status --dag <id> prints it)")
+        if name == "reprocess":
+            s.add_argument("--interval", required=True, help="the interval's start, ISO-8601 (eo history lists them)")
+            s.add_argument("--allow-shrinking", action="store_true",
+                           help="let the reprocess read fewer input files than the live version did")
+        s.add_argument("--api-url", help="Airflow's API server (default EO_AIRFLOW_URL, [api] base_url, "
+                                         "http://localhost:8080)")
+        s.add_argument("--user", help="the Airflow login (default EO_AIRFLOW_USER; password: EO_AIRFLOW_PASSWORD "
+                                      "or a prompt; or a token in EO_AIRFLOW_TOKEN)")
+        s.add_argument("--conn-id", default=settings.storage_conn_id(), help="Airflow connection with S3 credentials")
+        s.set_defaults(fn=fn)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -116,6 +116,11 @@ class PermissionDeniedError(ExactlyOnceError):
     the DAG that owns it. No retry can change that; the message names the user and the DAG."""
 
 
+class AirflowApiError(ExactlyOnceError):
+    """Airflow's REST API could not be reached or refused a request of ``eo`` (wrong URL or login, a user
+    without the right, a DAG the deployment does not have); the message says which and what to check."""
+
+
 # the error a commit raises for a transaction aborted for this recorded cause (else FencedError)
 ABORT_CAUSES = {"input_changed": InputChangedError, "staged_changed": StorageError,
                 "target_refused": TargetSchemaError}

@@ -50,15 +50,16 @@ def test_roll_back_from_the_table_page_with_confirmation_and_a_viewer_is_refused
         browser.wait_for_text("I confirm")
         _click(browser, "#confirm")                                    # box not ticked: the form is not sent
         assert "Make version e1" in browser.wait_for_text("I confirm")
-        assert client.get("/api/v2/dags/eo_rollback/dagRuns", headers=admin).json()["dag_runs"] == []
+        assert client.get(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin).json()["dag_runs"] == []
         _click(browser, 'input[name="confirm"]')
         _click(browser, "#confirm")
         done = browser.wait_for_text("Triggered: Roll back an interval")
         browser.screenshot(tmp_path / "triggered.png")
         assert "Asked by admin" in done
-        [run] = client.get("/api/v2/dags/eo_rollback/dagRuns", headers=admin).json()["dag_runs"]
+        [run] = client.get(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin).json()["dag_runs"]
         assert run["triggering_user_name"] == "admin" and run["conf"]["to_version"] == "e1"
-        assert run["conf"]["interval_start"] == Interval.daily(DAY).start.isoformat()
+        assert run["conf"]["eo_action"] == "rollback" and run["conf"]["sinks"] == [SINK]   # the pipeline's own DAG
+        assert run["data_interval_start"].startswith(DAY) and run["data_interval_end"].startswith("2026-01-02")
 
         browser.cookie(url, "_token", ui["tokens"]["viewer"])
         browser.open(f"{url}{TABLE}")
@@ -66,4 +67,4 @@ def test_roll_back_from_the_table_page_with_confirmation_and_a_viewer_is_refused
         assert "roll back to" not in text and "Recover now" not in text
         browser.open(f"{url}{TABLE}/actions/rollback?interval={Interval.daily(DAY).token}&to=e1")
         assert "may not edit DAG 'pv_pipeline'" in browser.wait_for_text("may not edit")
-    assert len(client.get("/api/v2/dags/eo_rollback/dagRuns", headers=admin).json()["dag_runs"]) == 1
+    assert len(client.get(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin).json()["dag_runs"]) == 1

@@ -3,8 +3,9 @@ CSRF, the DAG runs they trigger, and the provenance the table page and ``eo hist
 
 Users: ``admin`` (may edit every DAG), ``viewer`` (may read, not edit). The table ``app_pv`` of
 ``pv_pipeline``: day 1 committed twice (e1, then a reprocess e2 with another state), day 2 computed from
-e1's state - so day 2 is stale. The api-server runs no scheduler: the tests run the triggered
-``eo_rollback`` run's task in-process with that run's own conf and triggering user, as a worker would.
+e1's state - so day 2 is stale. The api-server runs no scheduler: the tests run the triggered run's
+``begin`` task (every action is a run of the pipeline's own DAG) in-process with that run's own conf,
+data interval and triggering user, as a worker would.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from ui_server import commit_day
 pytestmark = pytest.mark.airflow
 
 PIPELINE, SINK, D1, D2 = "pv_pipeline", "app_pv", "2026-01-01", "2026-01-02"
-USERS = {"admin": ("admin", "admin-pw-actions"), "viewer": ("viewer", "viewer-pw-actions")}
+USERS = {"admin": ("admin", "admin-pw-actions"), "viewer": ("viewer", "viewer-pw-actions"),
+         "editor": ("user", "editor-pw-actions")}                      # not an admin, may edit DAGs
 TABLE = f"/eo/dags/{PIPELINE}/tables/{SINK}"
 
 
@@ -76,17 +78,41 @@ def _post(ui, user: str, action: str, form: dict, origin: str | None = "self") -
 
 
 def _run_task(ui, dag_id: str, run_id: str):
-    """Run eo_rollback's task in-process for the DAG run ``run_id``, with the run's conf and triggering
-    user as Airflow recorded them (what a worker gets)."""
-    from exactly_once.airflow.rollback import RollbackOperator
+    """Run the begin task of the table's group in-process for the DAG run ``run_id`` of the pipeline's DAG,
+    with the run's conf, data interval and triggering user as Airflow recorded them (what a worker gets).
+    Returns (the task's return value, the tasks it skipped, its XComs, the asset events it added)."""
+    return run_begin(ui["client"].get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", headers=_as(ui, "admin")).json())
 
-    run = ui["client"].get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", headers=_as(ui, "admin")).json()
-    conf = run["conf"]
-    op = RollbackOperator(task_id="rollback", table_url=conf["table_url"], action=conf["action"],
-                          interval_start=conf.get("interval_start", ""), to_version=conf.get("to_version", ""))
-    dag_run = SimpleNamespace(run_id=run_id, dag_id=dag_id, conf=conf,
-                              triggering_user_name=run["triggering_user_name"])
-    return op.execute({"dag_run": dag_run, "ti": SimpleNamespace(task_id="rollback")})
+
+def run_begin(run: dict, config=None, team: str | None = None):
+    """Run the begin task of ``config``'s group (default: the table's) in a DAG built like the pipeline's, for
+    ``run`` (a DAG run as the REST API shows it), expecting it to carry out an action and skip the rest."""
+    from collections import defaultdict
+    from datetime import datetime, timezone
+
+    from airflow.sdk import DAG, CronDataIntervalTimetable
+
+    from exactly_once.airflow import exactly_once_group
+    from exactly_once.airflow.compat import DownstreamTasksSkipped
+    from exactly_once.airflow.tables import find_table
+
+    config = config or find_table(PIPELINE, SINK).config
+    with DAG(run["dag_id"], schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+             start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+        exactly_once_group(config)
+    begin = dag.get_task(f"{config.sink}.begin")
+    xcoms, events = {}, defaultdict(list)
+    ti = SimpleNamespace(run_id=run["dag_run_id"], try_number=1, dag_id=run["dag_id"], task_id=begin.task_id,
+                         xcom_push=lambda key, value: xcoms.__setitem__(key, value), xcom_pull=lambda **k: None)
+    dag_run = SimpleNamespace(run_id=run["dag_run_id"], dag_id=run["dag_id"], conf=run["conf"],
+                              triggering_user_name=run["triggering_user_name"], team_name=team)
+    context = {"ti": ti, "dag_run": dag_run, "dag": dag,
+               "data_interval_start": datetime.fromisoformat(run["data_interval_start"].replace("Z", "+00:00")),
+               "data_interval_end": datetime.fromisoformat(run["data_interval_end"].replace("Z", "+00:00")),
+               "outlet_events": defaultdict(lambda: SimpleNamespace(add=lambda a, extra: events[a.uri].append(extra)))}
+    with pytest.raises(DownstreamTasksSkipped) as skipped:
+        begin.execute(context)
+    return xcoms["return_value"], sorted(skipped.value.tasks), xcoms, dict(events)
 
 
 def test_actions_need_edit_permission_a_confirmation_and_a_same_origin_token(ui):
@@ -115,7 +141,7 @@ def test_actions_need_edit_permission_a_confirmation_and_a_same_origin_token(ui)
         _post(ui, "admin", "rollback", {**good, "to": "latest"}),               # not a version
     ]
     assert [r.status_code for r in refused] == [403, 403, 403, 403, 403, 400, 400], [r.text for r in refused]
-    assert _runs(ui, "eo_rollback") == []                                     # nothing was triggered
+    assert _runs(ui, PIPELINE) == []                                          # nothing was triggered
 
 
 def test_rollback_action_runs_through_the_protocol_and_shows_who_did_it(ui, capsys):
@@ -125,24 +151,32 @@ def test_rollback_action_runs_through_the_protocol_and_shows_who_did_it(ui, caps
     done = _post(ui, "admin", "rollback", {"token": _token(confirm.text), "interval": iv.token, "to": "e1",
                                            "confirm": "yes"})
     assert done.status_code == 200 and "Triggered" in done.text, done.text
-    [run] = _runs(ui, "eo_rollback")
+    [run] = _runs(ui, PIPELINE)                     # a run of the pipeline's own DAG: no eo_rollback DAG needed
     assert run["triggering_user_name"] == "admin" and run["state"] == "queued"
-    assert run["conf"] == {"table_url": ui["table_url"], "interval_start": iv.start.isoformat(), "to_version": "e1",
-                           "action": "rollback", "requested_by": "admin", "eo_action": "rollback"}
-    assert f"/dags/eo_rollback/runs/{run['dag_run_id']}" in done.text
-    result = _run_task(ui, "eo_rollback", run["dag_run_id"])
+    assert run["conf"] == {"to_version": "e1", "sinks": [SINK], "requested_by": "admin", "eo_action": "rollback"}
+    assert (run["data_interval_start"][:10], run["data_interval_end"][:10]) == (D1, D2)
+    assert f"/dags/{PIPELINE}/runs/{run['dag_run_id']}" in done.text
+    result, skipped, xcoms, events = _run_task(ui, PIPELINE, run["dag_run_id"])
     assert result["version"] == sink.ref(iv, 3).name and result["rollback_of"] == sink.ref(iv, 1).name
     assert sink.committed(iv)[0].name == sink.ref(iv, 3).name
+    assert skipped == [f"{SINK}.{t}" for t in ("abort", "commit", "pre_commit", "validate", "write")]
+    assert xcoms["eo_note"] == "rollback to e1 as e000003"
+    [event] = events[f"file://{ui['table_url']}"]                          # the table's asset event, once
+    assert event["version"] == sink.ref(iv, 3).name and event["interval"]["start"].startswith(D1)
+    assert result["stale"] == []                                            # day 2 read e1: current again
+    again, _, again_xcoms, again_events = _run_task(ui, PIPELINE, run["dag_run_id"])   # a retry, a clear
+    assert again["already"] and again["version"] == result["version"] and again_events == {}
+    assert sink.committed(iv)[0].name == sink.ref(iv, 3).name and len(sink.status(iv)) == 3
     page = client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=_as(ui, "viewer")).json()
     [e3] = [e for row in page["intervals"] if row["start"].startswith(D1) for e in row["epochs"] if e["epoch"] == 3]
     assert e3["run_id"] == run["dag_run_id"] and e3["state"] == "COMMITTED"
     html = client.get(TABLE, headers=_as(ui, "viewer")).text
     assert "rollback to e1 by <b>admin</b>" in html
-    assert f"/dags/eo_rollback/runs/{run['dag_run_id']}" in html
+    assert f"/dags/{PIPELINE}/runs/{run['dag_run_id']}" in html
     from exactly_once.cli import main as eo
 
     assert eo(["history", ui["table_url"]]) == 0
-    assert f"rollback to e1 by admin (eo_rollback run {run['dag_run_id']})" in capsys.readouterr().out
+    assert f"rollback to e1 by admin ({PIPELINE} run {run['dag_run_id']})" in capsys.readouterr().out
     # day 2 was computed on e1's state, live again: no longer stale (it was flagged stale after a rollback)
     assert client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=_as(ui, "admin")).json()["stale"] == []
     commit_day(sink, D1, "run-d1-again", "s1-newer")  # stale again, for the tests that follow
@@ -193,17 +227,19 @@ def test_reprocess_rerun_stale_and_recover_trigger_runs_as_the_user(ui):
 
     assert act("reprocess", interval=iv1.token, allow_shrinking="1").status_code == 200
     assert act("rerun-stale").status_code == 200
-    runs = sorted(_runs(ui, PIPELINE), key=lambda r: r["run_after"])
+    runs = sorted((r for r in _runs(ui, PIPELINE) if r["conf"].get("reprocess")), key=lambda r: r["run_after"])
     assert [(r["data_interval_start"][:10], r["conf"]["eo_action"], r["conf"]["reprocess"], r["conf"]["sinks"],
              r["conf"].get("allow_shrinking"), r["triggering_user_name"]) for r in runs] == \
         [(D1, "reprocess", True, [SINK], True, "admin"), (D2, "rerun-stale", True, [SINK], None, "admin")]
     assert all(r["data_interval_end"][:10] == str(Interval.from_token(t).end.date())
                for r, t in zip(runs, (iv1.token, iv2.token)))
     assert act("recover").status_code == 200
-    recover = [r for r in _runs(ui, "eo_rollback") if r["conf"]["action"] == "recover"]
+    recover = [r for r in _runs(ui, PIPELINE) if r["conf"]["eo_action"] == "recover"]
     assert len(recover) == 1 and recover[0]["triggering_user_name"] == "admin"
-    result = _run_task(ui, "eo_rollback", recover[0]["dag_run_id"])
-    assert result["by"] == "admin" and isinstance(result["recover"], list)
+    assert recover[0]["conf"]["sinks"] == [SINK] and recover[0]["data_interval_start"][:10] == D2  # newest interval
+    result, skipped, xcoms, _ = _run_task(ui, PIPELINE, recover[0]["dag_run_id"])
+    assert result["by"] == "admin" and isinstance(result["recover"], list) and len(skipped) == 5
+    assert xcoms["eo_note"].startswith("recover by admin: ")
 
 
 def test_report_tabs_of_a_dag_without_an_exactly_once_group_say_so(ui):
@@ -246,7 +282,7 @@ def test_a_form_token_triggers_only_what_was_confirmed_once_and_a_malformed_one_
 
     client = ui["client"]
     iv1, iv2 = Interval.daily(D1).token, Interval.daily(D2).token
-    rollbacks, reprocesses = len(_runs(ui, "eo_rollback")), len(_runs(ui, PIPELINE))
+    runs = len(_runs(ui, PIPELINE))
     confirm = client.get(f"{TABLE}/actions/rollback", headers=_as(ui, "admin"), params={"interval": iv1, "to": "e1"})
     good = {"token": _token(confirm.text), "interval": iv1, "to": "e1", "confirm": "yes"}
     shrink = client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"), params={"interval": iv1}).text
@@ -256,11 +292,11 @@ def test_a_form_token_triggers_only_what_was_confirmed_once_and_a_malformed_one_
                                                 "confirm": "yes"}),                 # confirmed without shrinking
                _post(ui, "admin", "recover", {"token": "\u00e9" * 88, "confirm": "yes"})]   # not ASCII
     assert [r.status_code for r in refused] == [403, 403, 403, 403], [r.text for r in refused]
-    assert (len(_runs(ui, "eo_rollback")), len(_runs(ui, PIPELINE))) == (rollbacks, reprocesses)
+    assert len(_runs(ui, PIPELINE)) == runs
     recover = _token(client.get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
     first, again = (_post(ui, "admin", "recover", {"token": recover, "confirm": "yes"}) for _ in range(2))
     assert (first.status_code, again.status_code) == (200, 403) and "used already" in again.text
-    assert len(_runs(ui, "eo_rollback")) == rollbacks + 1                        # the replay triggered nothing
+    assert len(_runs(ui, PIPELINE)) == runs + 1                                  # the replay triggered nothing
     # expiry: a token issued more than TOKEN_TTL ago is refused (same key, checked in-process)
     req = actions.parse("recover", find_table(PIPELINE, SINK), {}, [])
     old = actions.form_token("admin", req, now=1_000_000)
@@ -280,10 +316,10 @@ def test_only_intervals_of_the_tables_log_can_be_rolled_back_or_reprocessed(ui):
 
 def test_with_a_base_url_the_origin_must_be_it_whatever_the_host_header_says(ui):
     token = _token(ui["client"].get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
-    before = len(_runs(ui, "eo_rollback"))
+    before = len(_runs(ui, PIPELINE))
     got = ui["client"].post(f"{TABLE}/actions/recover", data={"token": token, "confirm": "yes"},
                             headers=_as(ui, "admin", Origin="http://evil.example", Host="evil.example"))
-    assert got.status_code == 403 and len(_runs(ui, "eo_rollback")) == before
+    assert got.status_code == 403 and len(_runs(ui, PIPELINE)) == before
 
 
 def test_the_failure_page_carries_the_csp(ui):
@@ -394,7 +430,8 @@ def test_under_multi_team_eo_rollback_refuses_and_a_reprocess_checks_the_dags_te
     """brk-actions rollback_dag_ignores_teams: under ``[core] multi_team`` the eo_rollback task asked the auth
     manager without the owning DAG's team, so a team_a user rolled back team_b's table. A task cannot learn
     another DAG's team: eo_rollback refuses under multi_team (any user), and so does a team-less check. A
-    conf reprocess runs in the pipeline's own DAG, whose team the run carries: that one is checked."""
+    conf reprocess - and the page's rollback and recover - run in the pipeline's own DAG, whose team the run
+    carries: that one is checked."""
     from exactly_once.airflow.compat import AirflowFailException
     from exactly_once.airflow.operators import may_reprocess
     from exactly_once.airflow.owners import user_may_edit
@@ -418,11 +455,61 @@ def test_under_multi_team_eo_rollback_refuses_and_a_reprocess_checks_the_dags_te
     with pytest.raises(AirflowFailException, match="user 'alice' .* may not edit DAG 'pv_pipeline'"):
         may_reprocess({"dag_run": run}, PIPELINE)
     may_reprocess({"dag_run": SimpleNamespace(triggering_user_name="bob", team_name="team_b")}, PIPELINE)
-    from fastapi import HTTPException
+    asked = {"dag_run_id": "manual__eo_rollback_x", "dag_id": PIPELINE, "triggering_user_name": "alice",
+             "conf": {"eo_action": "rollback", "to_version": "e1", "sinks": [SINK]},
+             "data_interval_start": iv.start.isoformat(), "data_interval_end": iv.end.isoformat()}
+    with pytest.raises(AirflowFailException, match=r"user 'alice' \(who triggered this run with conf eo_action "
+                                                   r"rollback\) may not edit DAG 'pv_pipeline'"):
+        run_begin(asked, team="team_b")                           # the page's rollback, in team_b's DAG
+    assert sorted(ui["sink"].status(iv)) == before
 
-    from exactly_once.airflow import webapp
-    from exactly_once.airflow.tables import find_table
 
-    with pytest.raises(HTTPException) as refused:                   # the table page says so, before any run
-        webapp._asked(SimpleNamespace(get_name=lambda: "bob"), find_table(PIPELINE, SINK), "recover", {})
-    assert refused.value.status_code == 400 and "`eo recover <table-url>`" in refused.value.detail
+def test_eo_reprocess_and_rerun_stale_start_correctly_dated_runs_through_the_rest_api(ui, monkeypatch, capsys):
+    """``eo reprocess`` / ``eo rerun-stale`` as a user runs them against their own Airflow: a run of the table's
+    DAG with the interval as its data interval and a logical date inside it (the interval's start would be
+    409 next to the scheduled run; twice in a row works), conf reprocess + sinks, triggered by the login; a
+    non-admin who may edit the DAG passes the begin task's check; a viewer is refused by the API; what the
+    command started is printed. rerun-stale queues the table page's stale list, oldest first."""
+    from datetime import datetime
+
+    from exactly_once.airflow.operators import may_reprocess
+    from exactly_once.cli import main as eo
+    from exactly_once.ops.inspection import stale_intervals
+
+    iv1 = Interval.daily(D1)
+    monkeypatch.delenv("EO_AIRFLOW_TOKEN", raising=False)
+    base = ["--api-url", ui["url"], "--user"]
+
+    def runs_of(action):
+        return [r for r in _runs(ui, PIPELINE) if r["conf"].get("eo_action") == action and "requested_by" not in r["conf"]]
+
+    monkeypatch.setenv("EO_AIRFLOW_PASSWORD", USERS["viewer"][1])
+    assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "viewer"]) == 1
+    assert "may not trigger runs of pv_pipeline" in capsys.readouterr().err and runs_of("reprocess") == []
+    monkeypatch.setenv("EO_AIRFLOW_PASSWORD", USERS["editor"][1])
+    for _ in range(2):
+        assert eo(["reprocess", ui["table_url"], "--interval", f"{D1}T00:00:00Z", *base, "editor"]) == 0
+    out = capsys.readouterr().out
+    runs = runs_of("reprocess")
+    assert len(runs) == 2 and out.count("started manual__eo_reprocess_") == 2
+    for run in runs:
+        assert run["triggering_user_name"] == "editor" and run["conf"] == {"reprocess": True, "sinks": [SINK],
+                                                                          "eo_action": "reprocess"}
+        assert (run["data_interval_start"][:19], run["data_interval_end"][:19]) == (f"{D1}T00:00:00", f"{D2}T00:00:00")
+        logical = datetime.fromisoformat(run["logical_date"].replace("Z", "+00:00"))
+        assert iv1.start < logical < iv1.end                           # inside: never the scheduled run's date
+        assert f"{ui['url']}/dags/{PIPELINE}/runs/{run['dag_run_id']}" in out
+    may_reprocess({"dag_run": SimpleNamespace(triggering_user_name="editor")}, PIPELINE)   # its begin goes ahead
+    assert eo(["reprocess", ui["table_url"], "--interval", "2027-01-01", *base, "editor"]) == 1
+    assert "no interval of" in capsys.readouterr().err                   # only an interval of the table's log
+    stale = stale_intervals(ui["sink"])
+    assert stale, "the fixture's day 2 is stale"
+    assert eo(["rerun-stale", ui["table_url"], *base, "editor"]) == 0
+    queued = sorted(runs_of("rerun-stale"), key=lambda r: r["run_after"])
+    assert [Interval(datetime.fromisoformat(r["data_interval_start"].replace("Z", "+00:00")),
+                     datetime.fromisoformat(r["data_interval_end"].replace("Z", "+00:00"))).token for r in queued] == stale
+    assert "run(s) queued in interval order" in capsys.readouterr().out
+    monkeypatch.setenv("EO_AIRFLOW_PASSWORD", "wrong")
+    assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "editor"]) == 1
+    err = capsys.readouterr().err
+    assert "refused the login of 'editor'" in err and "wrong" not in err    # the password is never printed

@@ -314,7 +314,7 @@ def test_marking_a_failed_gate_success_publishes_nothing(pipe):
 
 
 # ------------------------------------------------------------------------------------------ backfill
-def backfill(pipe: Pipeline, behavior: str) -> list[Any]:
+def backfill(pipe: Pipeline, behavior: str, dag_run_conf: dict | None = None) -> list[Any]:
     """``airflow backfill create --dag-id <dag> --from-date 2013-01-01 --to-date 2013-02-01
     --reprocess-behavior <behavior>``; returns the runs it (re)queued, in its order."""
     from airflow.models.backfill import BackfillDagRun, ReprocessBehavior, _create_backfill
@@ -322,7 +322,7 @@ def backfill(pipe: Pipeline, behavior: str) -> list[Any]:
     from sqlalchemy import select
 
     bf = _create_backfill(dag_id=pipe.dag_id, from_date=month(1).start, to_date=month(2).start, max_active_runs=10,
-                          reverse=False, dag_run_conf=None, triggering_user_name="test",
+                          reverse=False, dag_run_conf=dag_run_conf, triggering_user_name="test",
                           reprocess_behavior=ReprocessBehavior(behavior))
     pipe.session.expire_all()
     ids = pipe.session.scalars(select(BackfillDagRun.dag_run_id).where(BackfillDagRun.backfill_id == bf.id,
@@ -357,6 +357,26 @@ def test_backfill_create_with_each_reprocess_behavior(pipe, behavior):
         assert pipe.epochs(1) == {1: "COMMITTED", 2: "COMMITTED"}
         assert pipe.sink.status(month(1))[2].records["open"]["meta"]["replayed"] is True
     assert pipe.staged() == []
+
+
+@pytest.mark.parametrize("conf", [None, {"reprocess": True}, {"reprocess": False}])
+def test_a_backfill_rerun_whose_reprocess_was_lost_fails_loudly_instead_of_replaying(pipe, conf):
+    """A file landed late for committed January; ``airflow backfill create --reprocess-behavior completed``
+    re-runs January's run. Airflow 3.1 drops the backfill's ``--dag-run-conf`` for a re-run (``None`` here):
+    begin fails at once, publishing nothing, and says how to reprocess - not a green replay without the
+    file. With the conf arriving (3.2+), ``reprocess: true`` takes the late file in and ``reprocess: false``
+    replays the frozen inputs on purpose."""
+    green_run(pipe, 1)
+    land(pipe.root, "2013-01", "late.csv", [5])
+    [run] = backfill(pipe, "completed", conf)[:1]
+    states = pipe.drive(run)
+    if conf is None:
+        assert states["begin"] == "failed" and pipe.run_state(run) == "failed"   # at once: AirflowFailException
+        assert pipe.epochs() == {1: "COMMITTED"} and pipe.rows() == JAN and pipe.staged() == []
+        return
+    assert set(states.values()) == {"success"} and pipe.epochs()[2] == "COMMITTED"
+    jan = [r for r in pipe.rows() if r["month"] == "2013-01"]
+    assert jan == ([{"n": 3, "total": 8, "month": "2013-01"}] if conf["reprocess"] else JAN)
 
 
 # ------------------------------------------------------------------------------------------ asset events

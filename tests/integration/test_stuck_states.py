@@ -194,8 +194,9 @@ def test_run_notes_keep_the_advice_of_the_real_long_messages(tmp_path):
     run = IntervalRun(cfg, month(1), storage_options={})
     with pytest.raises(Exception) as shrank:
         run.begin(refresh_sources=True)
-    cases.append((run, None, shrank.value, 'reprocess with allow_shrinking: trigger the run with conf '
-                  '{"reprocess": true, "allow_shrinking": true} (make run-interval ... REPROCESS=1 ALLOW_SHRINKING=1)'))
+    cases.append((run, None, shrank.value, f'reprocess with allow_shrinking: `eo reprocess {cfg.table_url} --interval '
+                  "2013-01-01T00:00:00+00:00 --allow-shrinking` or the table page's Reprocess action; in a checkout: "
+                  f"make run-interval DAG={cfg.pipeline} START=2013-01-01T00:00:00+00:00 REPROCESS=1 ALLOW_SHRINKING=1"))
     feb = IntervalRun(cfg, month(2), storage_options={})
     txn = TxnRef.from_dict(feb.begin()["txn"])
     with pytest.raises(Exception) as nothing:

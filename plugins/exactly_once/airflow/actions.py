@@ -1,17 +1,20 @@
-"""The table page's actions: each one is an Airflow DAG run, triggered by the logged-in user after a
-confirmation, and carried out through the protocol by that run.
+"""The table page's actions: each one is a run of the pipeline's own DAG, triggered by the logged-in user
+after a confirmation, and carried out through the protocol by that run - so they need nothing but the
+installed package (no extra DAG file) and the user's own DAGs.
 
 =============  ======================================================================================
-action         the run it triggers (``conf``)
+action         the run of the pipeline's DAG it triggers (data interval; ``conf``)
 =============  ======================================================================================
-rollback       ``eo_rollback``: ``table_url``, ``interval_start``, ``to_version``, ``action=rollback``
-reprocess      the pipeline's DAG for that data interval: ``reprocess``, ``sinks`` (+ ``allow_shrinking``)
-rerun-stale    the pipeline's DAG, one run per stale interval, queued oldest first: ``reprocess``, ``sinks``
-recover        ``eo_rollback``: ``table_url``, ``action=recover`` (``eo recover`` of the table, now)
+rollback       the interval: ``eo_action=rollback``, ``to_version``, ``sinks``
+reprocess      the interval: ``reprocess``, ``sinks`` (+ ``allow_shrinking``)
+rerun-stale    one run per stale interval, queued oldest first: ``reprocess``, ``sinks``
+recover        the table's newest interval: ``eo_action=recover``, ``sinks`` (``eo recover`` of the whole table)
 =============  ======================================================================================
 
 ``sinks`` is ``[<the table's sink>]``: in a DAG with several exactly-once groups only that table's group
-runs (and reprocesses); the others are skipped (``operators.sinks_asked``).
+runs (and reprocesses, rolls back or recovers); the others are skipped (``operators.sinks_asked``). A
+rollback or recover is carried out by the group's ``begin`` task, which skips the rest of the group
+(``rollback.carry_out``).
 
 The stale intervals' runs are queued with increasing ``run_after``; Airflow starts queued runs in that
 order and a stateful pipeline's DAG runs one at a time (``max_active_runs=1``), so they run in interval
@@ -59,7 +62,9 @@ class Request:
 
     @property
     def dag_to_trigger(self) -> str:
-        return ROLLBACK_DAG if self.action in ("rollback", "recover") else self.table.pipeline
+        """Every action is a run of the table's own DAG (``ROLLBACK_DAG`` is a checkout's DAG for ``eo_rollback``
+        runs triggered by hand, no longer what the page triggers)."""
+        return self.table.pipeline
 
     def describe(self) -> str:
         t = self.table
@@ -175,20 +180,27 @@ def trigger(req: Request, user: str, token: str) -> list[str]:
     The run ids carry the token's nonce: :class:`TokenUsedError` if a run of it exists already (and the
     metadata DB's unique run id refuses a concurrent second use)."""
     t = req.table
-    asked = {"requested_by": user, "eo_action": req.action}
+    asked = {"requested_by": user, "eo_action": req.action, "sinks": [t.sink]}  # only this table's group runs
     nonce = token_id(token)
     _unused(req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
     if req.action == "rollback":
-        return [_create(ROLLBACK_DAG, user, {"table_url": t.url, "interval_start": req.interval.start.isoformat(),
-                                             "to_version": req.to_version, "action": "rollback", **asked}, nonce=nonce)]
+        return [_create(t.pipeline, user, {"to_version": req.to_version, **asked}, req.interval, nonce=nonce)]
     if req.action == "recover":
-        return [_create(ROLLBACK_DAG, user, {"table_url": t.url, "action": "recover", **asked}, nonce=nonce)]
-    mine = {"reprocess": True, "sinks": [t.sink]}  # only this table's group of the DAG runs
+        return [_create(t.pipeline, user, asked, carrier_interval(t), nonce=nonce)]
+    mine = {"reprocess": True}
     if req.action == "reprocess":
         return [_create(t.pipeline, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
                         req.interval, nonce=nonce)]
     return [_create(t.pipeline, user, {**mine, **asked}, Interval.from_token(s), order=i, nonce=nonce)
             for i, s in enumerate(req.stale)]
+
+
+def carrier_interval(table: TableRef) -> Interval:
+    """The data interval of the run that carries out a recover of the whole table: its log's newest."""
+    every = table.handle().log.intervals()
+    if not every:
+        raise ValueError(f"{table.sink}'s log has no interval: nothing to recover")
+    return max(every)
 
 
 def _unused(dag_id: str, run_id: str) -> None:
@@ -210,13 +222,12 @@ def _create(dag_id: str, user: str, conf: dict[str, Any], interval: Interval | N
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
+    from .rest import logical_date_inside
+
     run_after = datetime.now(timezone.utc) + timedelta(microseconds=order)  # the runs start in this order
     logical, data_interval = None, None
-    if interval is not None:
-        # a logical date inside the interval that no other run of the DAG has (one run per logical date)
-        span = max(2, int((interval.end - interval.start) / timedelta(microseconds=1)))
-        logical = interval.start + timedelta(microseconds=1 + time.time_ns() // 1000 % (span - 1))
-        data_interval = (interval.start, interval.end)
+    if interval is not None:  # a logical date inside the interval that no other run of the DAG has
+        logical, data_interval = logical_date_inside(interval), (interval.start, interval.end)
     with create_session() as session:
         dag = get_latest_version_of_dag(create_dag_bag(), dag_id, session)
         run_id = f"manual__eo_{conf['eo_action']}_{nonce}_{order}"  # unique: the token triggers once

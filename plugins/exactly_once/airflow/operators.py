@@ -20,6 +20,7 @@ from ..protocol.config import PipelineConfig
 from ..errors import FINAL, PredecessorPendingError, SinkRenamedError, ValidationFailedError
 from ..ids import Interval, TxnRef
 from ..protocol.pipeline import IntervalRun
+from ..storage import redact
 from . import batching
 from .connections import storage_options
 from .heap import young_heap
@@ -130,7 +131,7 @@ def sinks_asked(context: Any, conf: dict[str, Any]) -> list[str] | None:
     return sinks
 
 
-def may_reprocess(context: Any, dag_id: str) -> None:
+def may_reprocess(context: Any, dag_id: str, asked: str = "reprocess") -> None:
     """A reprocess asked through the run's conf (REST API, CLI, the table page) needs the right the table
     page asks for: a triggering user who is an Airflow login must be allowed to edit the DAG
     (``owners.user_may_edit``, as ``eo_rollback`` checks; with the DAG's team, ``dag_run.team_name``, under
@@ -138,7 +139,8 @@ def may_reprocess(context: Any, dag_id: str) -> None:
     passes; so does one whose user is no login (``airflow dags test`` - ``make run-interval REPROCESS=1``
     - or ``airflow dags trigger``): it was made from a shell with the metadata DB at hand, which no API
     permission governs. (Airflow does not give a task the run's ``triggered_by``, which would tell a
-    shell's run from a REST one; the user's name is what there is.)"""
+    shell's run from a REST one; the user's name is what there is.) ``asked``: what the conf asks
+    (``reprocess``, or the ``eo_action`` rollback / recover: the same right)."""
     from .owners import UNKNOWN_TEAM, known_user, user_may_edit
 
     dag_run = context.get("dag_run")
@@ -146,14 +148,16 @@ def may_reprocess(context: Any, dag_id: str) -> None:
     team = getattr(dag_run, "team_name", UNKNOWN_TEAM)
     if by is not None and known_user(by) and not user_may_edit(by, dag_id, team):
         raise AirflowFailException(f"PermissionDeniedError: user {by!r} (who triggered this run with conf "
-                                   f"reprocess) may not edit DAG {dag_id!r}: a reprocess replaces a committed "
-                                   "version, ask someone with edit access to that DAG to trigger it")
+                                   f"{asked}) may not edit DAG {dag_id!r}: a {asked} changes what is live, "
+                                   "ask someone with edit access to that DAG to trigger it")
 
 
 class BeginOperator(PhaseOperator):
     """Setup task: recover, allocate the epoch, freeze the sources (``conf.reprocess`` re-freezes;
     ``conf.allow_shrinking`` lets that reprocess read fewer files than the committed version did). With
     ``conf.sinks`` only those sinks' groups run: this one is skipped (and so its tasks) if not among them.
+    ``conf.eo_action`` rollback (``to_version``) or recover: this task carries that out instead and skips
+    the rest of the group (:func:`exactly_once.airflow.rollback.carry_out`).
 
     In a backfill of a pipeline with ``max_batch > 1`` it first hosts, waits for or finds a batch that
     publishes its interval with others in one write job (:mod:`exactly_once.airflow.batching`), on the
@@ -197,15 +201,23 @@ class BeginOperator(PhaseOperator):
         return super().resume_execution(next_method, next_kwargs, context)
 
     def call(self, run: IntervalRun, context: Any) -> Any:
+        from .rollback import action_of, carry_out  # noqa: PLC0415 - the ops layer only where asked
+
         conf = (context.get("dag_run") and context["dag_run"].conf) or {}
         ti = context["ti"]
         sinks = sinks_asked(context, conf)
         if sinks is not None and run.config.sink not in sinks:
             raise AirflowSkipException(f"this run is for {', '.join(sinks)} (conf sinks), not {run.config.sink}: "
                                        "this group does nothing")
+        action = action_of(conf)
+        if action:  # a rollback / recover asked of this table (the table page, eo, the REST API)
+            may_reprocess(context, ti.dag_id, asked=f"eo_action {action}")
+            return carry_out(self, run, context, action, conf)
         reprocess = bool(conf.get("reprocess"))
         if reprocess:
             may_reprocess(context, ti.dag_id)
+        elif "reprocess" not in conf:
+            refuse_lost_reprocess(context, run)
         finished = run.finish_publishes()
         announce_finished(self, context, run, finished)
         if batching.mode(self, context):  # finished at once, waiting, or a single run from here on
@@ -236,6 +248,30 @@ class BeginOperator(PhaseOperator):
             raise AirflowRescheduleException(now + timedelta(seconds=poke))
         raise AirflowFailException(f"{type(exc).__name__}: {exc} (waited {waited:.0f} s for it; "
                                    "EO_PREDECESSOR_TIMEOUT_SECONDS sets how long)") from exc
+
+
+def refuse_lost_reprocess(context: Any, run: IntervalRun) -> None:
+    """A backfill's re-run of a committed interval (``airflow backfill create --reprocess-behavior completed``:
+    Airflow clears the interval's run and makes it a backfill run) whose conf says nothing about reprocess,
+    while files landed late for the interval: fail at once, publishing nothing, instead of replaying the
+    frozen inputs and going green without the late files. Airflow 3.1 drops the backfill's
+    ``--dag-run-conf`` for the runs it re-runs (3.2+ applies it), so a ``{"reprocess": true}`` asked there
+    is lost. Conf ``{"reprocess": false}`` replays on purpose."""
+    dag_run = context.get("dag_run")
+    rerun = str(getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", None))) == "backfill"
+    if not rerun or not (getattr(dag_run, "clear_number", 0) or 0) or run.sink.committed(run.interval) is None:
+        return
+    late = run.late_files()
+    if late["new"] or late["changed"]:
+        from .. import advice  # noqa: PLC0415
+
+        raise AirflowFailException(
+            f"this backfill re-runs {run.interval.label}, committed already, without conf reprocess, and "
+            f"{len(late['new'])} new and {len(late['changed'])} changed input files landed since its version froze "
+            "its inputs: a replay would leave them out. (Airflow 3.1's `airflow backfill create` drops "
+            "--dag-run-conf for the runs it re-runs.) Nothing was published. To take them in: "
+            f"{advice.reprocess(run.config.pipeline, redact(run.storage.url(run.sink.table)), run.interval.start.isoformat())}"
+            '; to replay the frozen inputs anyway, re-run with conf {"reprocess": false}')
 
 
 def announce_finished(operator: PhaseOperator, context: Any, run: IntervalRun,

@@ -7,7 +7,8 @@ Used where no request is at hand - inside the ``eo_rollback`` task - so it impor
   declares is refused;
 * :func:`user_may_edit`: whether the user *named* ``name`` may edit DAG ``dag_id``
   (``is_authorized_dag(PUT)``), asked of the configured auth manager. The user is looked up by name:
-  SimpleAuthManager's configured users (every user an admin under ``simple_auth_manager_all_admins``),
+  SimpleAuthManager's configured users (every user an admin under ``simple_auth_manager_all_admins``;
+  Airflow 3.1 lists them as dicts, 3.2+ as user objects),
   or an auth manager whose security manager has ``find_user(username=)`` (FAB). A name no auth
   manager knows (``dag_test``, an OS user of ``airflow dags trigger``) may not.
 
@@ -36,7 +37,13 @@ def _user_named(manager: Any, name: str) -> Any | None:
 
         if conf.getboolean("core", "simple_auth_manager_all_admins", fallback=False):
             return SimpleAuthManagerUser(username=name, role="admin")
-        return next((u for u in manager.get_users() if u.get_name() == name), None)
+        for user in manager.get_users():
+            if isinstance(user, dict):  # Airflow 3.1 lists them as {"username": ..., "role": ...}
+                if user.get("username") == name:
+                    return SimpleAuthManagerUser(username=name, role=user.get("role"))
+            elif user.get_name() == name:
+                return user
+        return None
     finder = getattr(getattr(manager, "security_manager", None), "find_user", None)
     return finder(username=name) if finder else None
 

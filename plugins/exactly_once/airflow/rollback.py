@@ -1,5 +1,14 @@
-"""Rollback and recovery from Airflow: a thin operator over :func:`exactly_once.ops.rollback.rollback` and
-``recover`` (see dags/eo_rollback.py).
+"""Rollback and recovery from Airflow, two ways:
+
+* **in the pipeline's own DAG** (what the table page triggers; needs nothing but the installed package): a
+  run of the DAG for the interval's data interval with conf ``{"eo_action": "rollback", "to_version": "e2",
+  "sinks": ["<sink>"]}`` - or ``"eo_action": "recover"`` (the whole table; any data interval of it) - is
+  carried out by that sink's ``begin`` task (:func:`carry_out`); the rest of the group is skipped, and the
+  DAG's other groups skip as ``sinks`` says. The triggering user is checked as for a reprocess (the DAG's
+  own team under ``multi_team``): :func:`~exactly_once.airflow.operators.may_reprocess`.
+* **the** ``eo_rollback`` **DAG** of a checkout (dags/eo_rollback.py): a thin operator over
+  :func:`exactly_once.ops.rollback.rollback` and ``recover`` for a table given by its URL. The rest of
+  this docstring is about it.
 
 Only a table a DAG of the DAGs folder declares can be acted on, and only by a user who may edit that
 DAG: the run's *triggering user* (set by Airflow, not by the run's conf) is checked against the auth
@@ -29,6 +38,51 @@ from .owners import owning_table
 
 log = logging.getLogger(__name__)
 ACTIONS = ("rollback", "recover")
+
+
+def action_of(conf: dict[str, Any]) -> str | None:
+    """The maintenance action a run of a pipeline's DAG was asked for (``conf.eo_action`` rollback or
+    recover), None for an ordinary run. A conf asking a reprocess too is refused: one run does one thing."""
+    action = conf.get("eo_action")
+    if action not in ACTIONS:
+        return None
+    if conf.get("reprocess"):
+        raise AirflowFailException(f"conf asks both a reprocess and eo_action {action!r}: trigger one run for each")
+    return action
+
+
+def carry_out(operator: Any, run: Any, context: Any, action: str, conf: dict[str, Any]) -> dict[str, Any]:
+    """Carry out ``action`` (rollback: the run's interval back to ``conf.to_version``; recover: every
+    transaction of the table) in the ``begin`` task of the sink's group, then skip the rest of the group
+    (nothing to write, gate or commit: a rollback republishes a version that passed its gate). A rollback
+    that published announces the table's asset event and leaves the run's note, like a commit.
+    Refusals (a wrong or gc'ed version, a lineage that no longer holds) fail the task at once."""
+    from .compat import DownstreamTasksSkipped
+    from .notes import NOTE_KEY, announce
+
+    user = getattr(context.get("dag_run"), "triggering_user_name", None)
+    ti = context["ti"]
+    try:
+        if action == "recover":
+            result: dict[str, Any] = {"recover": run.sink.recover(), "by": user}
+            note = f"recover by {user or 'a run'}: " + ("; ".join(result["recover"]) or "nothing to do")
+        else:
+            version = parse_version(str(conf.get("to_version") or ""), run.interval)
+            meta = {"run": provenance(context, "rollback", to=f"e{version}")}
+            result = describe(rollback(run.sink, run.interval, version, meta=meta, request=request_of(context)),
+                              run.sink)
+            note = f"rollback to e{version} as {result['version'].rsplit('.', 1)[-1]}"
+            if result.get("already"):
+                note += " (done by this run before: nothing done again)"
+            else:
+                announce(operator, context, {**result, "files": None})
+    except ExactlyOnceError as exc:
+        raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
+    log.info("%s of %s: %s", action, run.sink.sink, result)
+    ti.xcom_push(key=NOTE_KEY, value=note[:200])
+    ti.xcom_push(key="return_value", value=result)  # raising below skips Airflow's own push
+    rest = sorted(operator.get_flat_relative_ids(upstream=False))
+    raise DownstreamTasksSkipped(tasks=rest)
 
 
 def provenance(context: Any, action: str, **what: Any) -> dict[str, Any]:
@@ -78,7 +132,7 @@ class RollbackOperator(BaseOperator):
                 interval = find_interval(sink, self.interval_start)
                 version = parse_version(self.to_version, interval)
                 meta = {"run": provenance(context, "rollback", to=f"e{version}")}
-                result = describe(rollback(sink, interval, version, meta=meta, request=request_of(context)))
+                result = describe(rollback(sink, interval, version, meta=meta, request=request_of(context)), sink)
                 if result.get("already"):
                     result["note"] = (f"this run rolled {interval.token} back already as {result['version']}: "
                                       "nothing was done again (a retry or a clear never rolls back twice; "

@@ -178,17 +178,12 @@ def stale_of(table: TableRef) -> list[str]:
 
 
 def _stale(table: TableRef, sink: Any, every: list[Interval]) -> list[str]:
-    """Later intervals whose input state is no longer the committed state of their predecessor."""
-    if table.config is None or not table.config.stateful:
-        return []
-    from ..protocol.pipeline import IntervalRun
+    """Later intervals whose input state is no longer the committed state of their predecessor (from the
+    log: what ``eo rollback`` and the rollback task print too)."""
+    from ..ops.inspection import stale_intervals
 
-    first = next((iv for iv in every if sink.committed(iv) is not None), None)
-    if first is None:
-        return []
     try:
-        return list(IntervalRun(table.config, first,
-                                storage_options=storage_options(table.config.storage_conn_id)).stale_after())
+        return stale_intervals(sink)
     except (ExactlyOnceError, OSError) as exc:
         log.warning("%s/%s: stale check failed: %s", table.pipeline, table.sink, exc)
         return []

@@ -32,6 +32,7 @@ from functools import reduce
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import unquote
 
+from .. import advice
 from ..contracts import COUNTS, FILE_ROWS, QUARANTINE, STATE, BatchSpec, Counts, FrozenInput, JobSpec, SourceInputs
 from ..errors import ContractError, StorageError
 from ..storage import storage_for
@@ -68,8 +69,8 @@ def check_frozen(inputs: Sequence[FrozenInput], storage_options: Mapping[str, An
                                                     meta.get("etag")))
         if changed:
             raise StorageError(f"source {item.path} changed since it was frozen ({changed}); replay is impossible: "
-                               "reprocess the interval to read it as it is now (trigger the run with conf "
-                               '{"reprocess": true}, or make run-interval ... REPROCESS=1)')
+                               "reprocess the interval to read it as it is now: "
+                               + advice.reprocess("<dag_id>", "<table-url>", "<interval start>"))
 
 
 def _child(base: str, *parts: str) -> str:

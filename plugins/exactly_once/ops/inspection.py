@@ -265,3 +265,13 @@ def open_table(url: str, *, storage_options: dict[str, Any] | None = None) -> Tw
     fmt = owner["format"] if owner else "files"
     return TwoPhaseCommitSink(probe.storage, probe.table, pipeline=names[0], sink=names[1],
                               require_validation=validated, table_format=fmt)
+
+
+def stale_intervals(sink: TwoPhaseCommitSink) -> list[str]:
+    """The table's stale intervals (tokens, oldest first), from its log alone: those after its first
+    committed interval whose input state is no longer their predecessor's live state
+    (:func:`~exactly_once.protocol.ordering.stale_from`) - what the table page lists and re-runs."""
+    from ..protocol.ordering import stale_from
+
+    first = next((iv for iv in sorted(sink.log.intervals()) if sink.committed(iv) is not None), None)
+    return stale_from(sink, first) if first is not None else []

@@ -276,8 +276,13 @@ def _copy(sink: TwoPhaseCommitSink, src: str, dst: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def describe(result: CommitResult) -> dict[str, Any]:
-    """What a rollback did, for the CLI and the Airflow task (``already``: its request had done it before)."""
+def describe(result: CommitResult, sink: TwoPhaseCommitSink | None = None) -> dict[str, Any]:
+    """What a rollback did, for the CLI and the Airflow task (``already``: its request had done it before).
+    ``stale``: with ``sink``, the table's stale intervals now - what its page lists
+    (:func:`~exactly_once.ops.inspection.stale_intervals`) -, else the successors the commit fenced."""
+    from .inspection import stale_intervals
+
+    stale = stale_intervals(sink) if sink is not None else result.extra.get("stale", [])
     out = {"version": result.txn.name, "rollback_of": result.extra.get("rollback_of"),
-           "partitions": result.partitions, "rows": result.rows, "stale": result.extra.get("stale", [])}
+           "partitions": result.partitions, "rows": result.rows, "stale": stale}
     return {**out, "already": True} if result.extra.get("already") else out

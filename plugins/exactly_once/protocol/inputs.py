@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from .. import advice
 from ..contracts import FrozenInput
 from ..errors import InputsShrankError, NoInputError
 from ..ids import Interval, TxnRef
@@ -55,7 +56,8 @@ def frozen_now(pipeline: str, data_root: str, options: Mapping[str, Any], source
 
 
 def dropped_inputs(pipeline: str, interval: Interval, committed: tuple[TxnRef, EpochStatus],
-                   inputs: Mapping[str, list[FrozenInput]], sources: Sequence[Source], allow: bool) -> list[str]:
+                   inputs: Mapping[str, list[FrozenInput]], sources: Sequence[Source], allow: bool,
+                   table: str = "<table-url>") -> list[str]:
     """Files (``source:rel``) the ``committed`` version read that are not among ``inputs``; raises
     InputsShrankError if there are any and ``allow`` is false."""
     first = sources[0].name
@@ -68,9 +70,8 @@ def dropped_inputs(pipeline: str, interval: Interval, committed: tuple[TxnRef, E
             f"{pipeline}: interval {interval}: {len(gone)} input file(s) that the committed "
             f"version {committed[0].name} read are no longer in the landing zone ({', '.join(gone[:5])}"
             f"{', ...' if len(gone) > 5 else ''}); publishing would drop their data. Put them back and "
-            "reprocess, or - if removing them is intended - reprocess with allow_shrinking: trigger the "
-            'run with conf {"reprocess": true, "allow_shrinking": true} (make run-interval ... REPROCESS=1 '
-            "ALLOW_SHRINKING=1)")
+            "reprocess, or - if removing them is intended - reprocess with allow_shrinking: "
+            + advice.reprocess(pipeline, table, interval.start.isoformat(), allow_shrinking=True))
     return gone
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import PredecessorPendingError, TransactionStateError
-from ..ids import TxnRef
+from ..ids import Interval, TxnRef, parse_txn_name
 from ..records.txlog import State
 
 if TYPE_CHECKING:
@@ -36,6 +36,35 @@ def state_fingerprint(st: "EpochStatus | None") -> str | None:
 def same_state(a: Any, b: Any) -> bool:
     """Whether two state fingerprints are known and equal (two versions committed the same state)."""
     return a is not None and a == b
+
+
+def stale_from(sink: Any, interval: Interval) -> list[str]:
+    """Later committed intervals (tokens, in order) whose input state differs from what ``interval``'s
+    live version committed: interval n+1 is stale when the state it read (the version of n it ran after)
+    is not the state of n's live version; everything after a stale interval is stale too. A re-run or a
+    rollback that reproduces the same state makes nothing stale. From the log alone (a stateless table's
+    versions read nothing: it has no stale interval), so the table page, ``eo rollback`` and the task
+    that reprocesses say the same."""
+    stale: list[str] = []
+    current, iv = sink.committed(interval), interval
+    every = sink.log.intervals()
+    while current is not None:
+        nxt = [i for i in every if i.start == iv.end]
+        found = sink.committed(nxt[0]) if len(nxt) == 1 else None
+        if not found:
+            break
+        used = found[1].reads
+        if stale or (used is not None and used.name != current[0].name
+                     and not same_state(_state_of(sink, used.name), state_fingerprint(current[1]))):
+            stale.append(nxt[0].token)
+        current, iv = found, nxt[0]
+    return stale
+
+
+def _state_of(sink: Any, txn_name: str | None) -> str | None:
+    parsed = parse_txn_name(txn_name or "")
+    st = sink.status(Interval.from_token(parsed[0])).get(parsed[1]) if parsed else None
+    return state_fingerprint(st)
 
 
 def newer_than(sink: "SinkView", reads: TxnRef) -> str | None:

@@ -17,16 +17,17 @@ import uuid
 from typing import Any, Mapping
 
 from . import liveness
+from .. import advice
 from .config import PipelineConfig
 from ..contracts import COUNTS, SPEC, STATE, FrozenInput, JobSpec, SourceInputs
 from ..errors import (CommitWithoutWriteError, ConfigError, OrderingError, OwnershipError, PhaseNotRunError,
                      PredecessorPendingError, SinkRenamedError, TransactionAbortedError, TransactionStateError,
                      ValidationFailedError)
 from ..failpoints import failpoint
-from ..ids import Interval, TxnRef, parse_txn_name
+from ..ids import Interval, TxnRef
 from .inputs import dropped_inputs, frozen_now, late_inputs, replayable, replayed
 from .layout import Source
-from .ordering import same_state, state_fingerprint
+from .ordering import stale_from
 from ..storage import redact, storage_for
 from ..records.txlog import EpochStatus, State
 
@@ -126,8 +127,8 @@ class IntervalRun:
                               "which reads no state)")
         if self.interval.start <= cfg.start:  # type: ignore[operator]
             return None
-        found = []
-        for iv in (i for i in self.sink.log.intervals() if i.end == self.interval.start):
+        found, before = [], [i for i in self.sink.log.intervals() if i.end == self.interval.start]
+        for iv in before:
             self.sink.recover(iv)  # a lost acknowledgement there must not look like "not committed"
             committed = self.sink.committed(iv)
             if committed:
@@ -136,11 +137,11 @@ class IntervalRun:
             raise OrderingError(f"{cfg.pipeline}: several committed intervals end at {self.interval.start}: "
                                 f"{[t.interval.token for t in found]}; a stateful pipeline needs one schedule")
         if not found:
+            its_start = before[0].start.isoformat() if len(before) == 1 else "<its start>"
             raise PredecessorPendingError(
                 f"{cfg.pipeline}: interval {self.interval} needs the state of the interval that ends at "
-                f"{self.interval.start.isoformat()}, which is not committed; run that interval first "
-                f"(make run-interval DAG={cfg.pipeline} START=<its start>), or set start= to make this the "
-                "first interval")
+                f"{self.interval.start.isoformat()}, which is not committed; run that interval first: "
+                f"{advice.run_interval(cfg.pipeline, its_start)}; or set start= to make this the first interval")
         return found[0]
 
     def _chained(self, chain: TxnRef) -> TxnRef:
@@ -169,7 +170,8 @@ class IntervalRun:
         committed = self.sink.committed(self.interval)
         if committed is None:
             return []
-        gone = dropped_inputs(self.config.pipeline, self.interval, committed, inputs, self._sources(), allow)
+        gone = dropped_inputs(self.config.pipeline, self.interval, committed, inputs, self._sources(), allow,
+                              table=redact(self.storage.url(self.sink.table)))
         if gone:
             log.warning("%s %s: reprocess drops %d input file(s) of %s (allow_shrinking): %s", self.config.pipeline,
                         self.interval, len(gone), committed[0].name, ", ".join(gone[:20]))
@@ -409,38 +411,15 @@ class IntervalRun:
         out = late_inputs(found[1], self.config.root, self.options, self._sources(), self.interval)
         if out["new"] or out["changed"]:
             log.warning("%d late and %d changed input files of %s are not in the committed version; reprocess "
-                        "with: make run-interval DAG=%s START=%s REPROCESS=1", len(out["new"]), len(out["changed"]),
-                        self.interval, self.config.pipeline, self.interval.start.isoformat())
+                        "with: %s", len(out["new"]), len(out["changed"]), self.interval,
+                        advice.reprocess(self.config.pipeline, redact(self.storage.url(self.sink.table)),
+                                         self.interval.start.isoformat()))
         return out
 
     def stale_after(self) -> list[str]:
-        """Later committed intervals whose input state differs from what this interval now commits.
-
-        Interval n+1 is stale when the state it read (the checkpoint of the version of n it ran after)
-        is not the same as the state of n's current version; everything after a stale interval is stale
-        too. A re-run that reproduces the same state makes nothing stale. Returns interval tokens.
-        """
-        if not self.config.stateful:
-            return []
-        stale: list[str] = []
-        current = self.sink.committed(self.interval)
-        iv = self.interval
-        while current is not None:
-            nxt = [i for i in self.sink.log.intervals() if i.start == iv.end]
-            found = self.sink.committed(nxt[0]) if len(nxt) == 1 else None
-            if not found:
-                break
-            used = found[1].reads
-            if stale or (used is not None and used.name != current[0].name
-                         and not same_state(self._state_digest(used.name), state_fingerprint(current[1]))):
-                stale.append(nxt[0].token)
-            current, iv = found, nxt[0]
-        return stale
-
-    def _state_digest(self, txn_name: str | None) -> str | None:
-        parsed = parse_txn_name(txn_name or "")
-        st = self.sink.status(Interval.from_token(parsed[0])).get(parsed[1]) if parsed else None
-        return state_fingerprint(st)
+        """Later committed intervals whose input state differs from what this interval now commits
+        (:func:`~exactly_once.protocol.ordering.stale_from`; none for a stateless pipeline). Returns tokens."""
+        return stale_from(self.sink, self.interval) if self.config.stateful else []
 
     def _fingerprint(self, txn: TxnRef) -> str | None:
         """A content fingerprint of the staged keyed state: sha256 of its rows, sorted.

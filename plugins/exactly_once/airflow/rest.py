@@ -1,0 +1,121 @@
+"""Runs of a pipeline's DAG started through Airflow's REST API - what ``eo reprocess`` and ``eo rerun-stale``
+use, in the user's own deployment (nothing but the installed package and the API server's URL and a login).
+
+A run for a data interval is created with ``POST /api/v2/dags/<dag>/dagRuns`` giving that interval as its
+``data_interval_start``/``_end`` and a ``logical_date`` *inside* it (:func:`logical_date_inside`): Airflow
+keeps one run per (DAG, logical date), so the interval's start - the scheduled run's logical date - answers
+409 once the interval ran. ``run_after`` orders several runs (a stateful DAG runs them one at a time, in
+that order). The API checks that the login may trigger the DAG; the run's ``begin`` task then checks that
+the same user may edit it (a reprocess replaces a committed version: ``operators.may_reprocess``).
+
+The login: ``EO_AIRFLOW_TOKEN`` (a JWT, e.g. from ``POST /auth/token``), else user and password
+(``--user`` / ``EO_AIRFLOW_USER``, ``EO_AIRFLOW_PASSWORD`` or a prompt) exchanged at ``/auth/token``;
+the password and the token are never printed. The URL: ``--api-url``, ``EO_AIRFLOW_URL``, Airflow's
+``[api] base_url``, else ``http://localhost:8080``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..errors import AirflowApiError
+from ..ids import Interval
+
+log = logging.getLogger(__name__)
+TIMEOUT = 60.0
+
+
+def logical_date_inside(interval: Interval) -> datetime:
+    """A logical date inside ``interval`` that no other run of the DAG has (one run per logical date): the
+    start plus 1 microsecond and a time-derived offset - never the start itself, the scheduled run's."""
+    span = max(2, int((interval.end - interval.start) / timedelta(microseconds=1)))
+    return interval.start + timedelta(microseconds=1 + time.time_ns() // 1000 % (span - 1))
+
+
+def api_url(explicit: str | None = None) -> str:
+    """Where Airflow's API server is: ``explicit``, ``EO_AIRFLOW_URL``, ``[api] base_url``, or localhost:8080."""
+    url = explicit or os.environ.get("EO_AIRFLOW_URL")
+    if not url:
+        try:
+            from airflow.configuration import conf
+
+            url = conf.get("api", "base_url", fallback="") or ""
+        except Exception:  # noqa: BLE001 - no Airflow configuration here: the default
+            url = ""
+    return (url or "http://localhost:8080").rstrip("/")
+
+
+@dataclass
+class Api:
+    """A logged-in client of Airflow's REST API v2 (``url``: the API server's base URL)."""
+
+    url: str
+    token: str
+
+    @classmethod
+    def login(cls, url: str, user: str | None = None, password: str | None = None) -> "Api":
+        """``EO_AIRFLOW_TOKEN`` if set, else a token for ``user``/``password`` from ``/auth/token``."""
+        token = os.environ.get("EO_AIRFLOW_TOKEN")
+        if token:
+            return cls(url, token)
+        user = user or os.environ.get("EO_AIRFLOW_USER")
+        password = password if password is not None else os.environ.get("EO_AIRFLOW_PASSWORD")
+        if not user:
+            raise AirflowApiError("no Airflow login: give --user (or EO_AIRFLOW_USER) and EO_AIRFLOW_PASSWORD, or "
+                                  "EO_AIRFLOW_TOKEN (a token of the API server's /auth/token)")
+        if password is None:
+            import getpass
+
+            password = getpass.getpass(f"Airflow password of {user} at {url}: ")
+        got = _call("POST", f"{url}/auth/token", json={"username": user, "password": password})
+        if got.status_code not in (200, 201):
+            raise AirflowApiError(f"{url}/auth/token refused the login of {user!r} ({got.status_code}): check the "
+                                  "user and password (the API server's auth manager has them)")
+        return cls(url, got.json()["access_token"])
+
+    def trigger(self, dag_id: str, interval: Interval, conf: dict[str, Any], *, action: str, order: int = 0,
+                note: str | None = None) -> dict[str, Any]:
+        """Create a run of ``dag_id`` for ``interval`` with ``conf`` (QUEUED: the scheduler runs it); returns
+        the run as the API shows it. ``order``: runs of one request start in this order."""
+        run_id = f"manual__eo_{action}_{interval.token}_{secrets.token_hex(4)}"
+        body = {"dag_run_id": run_id, "logical_date": logical_date_inside(interval).isoformat(),
+                "data_interval_start": interval.start.isoformat(), "data_interval_end": interval.end.isoformat(),
+                "run_after": (datetime.now(timezone.utc) + timedelta(microseconds=order)).isoformat(),
+                "conf": conf, **({"note": note} if note else {})}
+        got = _call("POST", f"{self.url}/api/v2/dags/{dag_id}/dagRuns", json=body,
+                    headers={"Authorization": f"Bearer {self.token}"})
+        if got.status_code in (200, 201):
+            return got.json()
+        raise AirflowApiError(_refusal(got, dag_id, self.url))
+
+    def run_url(self, dag_id: str, run_id: str) -> str:
+        """The run's page in Airflow's UI."""
+        return f"{self.url}/dags/{dag_id}/runs/{run_id}"
+
+
+def _call(method: str, url: str, **kwargs: Any) -> Any:
+    import httpx
+
+    try:
+        return httpx.request(method, url, timeout=TIMEOUT, **kwargs)
+    except httpx.HTTPError as exc:
+        raise AirflowApiError(f"cannot reach Airflow's API server at {url.split('/api/')[0].split('/auth/')[0]} "
+                              f"({type(exc).__name__}: {exc}): give its URL with --api-url or EO_AIRFLOW_URL") from None
+
+
+def _refusal(got: Any, dag_id: str, url: str) -> str:
+    try:
+        detail = got.json().get("detail")
+    except ValueError:
+        detail = got.text[:300]
+    why = {401: "the login is not valid (expired token?): log in again",
+           403: f"this user may not trigger runs of {dag_id} (a reprocess needs edit access to the DAG)",
+           404: f"the deployment at {url} has no DAG {dag_id}: deploy the DAG file that declares the table, or "
+                "give --api-url of the Airflow that runs it",
+           409: "a run with this id or logical date exists already: run the command again"}.get(got.status_code, "")
+    return f"Airflow refused to start a run of {dag_id} ({got.status_code}: {detail}){': ' + why if why else ''}"
