@@ -1,7 +1,9 @@
 """Identities (DESIGN §3): names that reach storage paths are allow-listed and rendered as safe tokens.
 
 * pipeline / sink names: ``[A-Za-z0-9][A-Za-z0-9_.-]*`` (at most 128 characters, no ``..``);
-* an interval ``[start, end)`` in UTC renders as ``20260101T000000Z_20260102T000000Z``;
+* an interval ``[start, end)`` in UTC renders as ``20260101T000000Z_20260102T000000Z``; its years have four
+  digits: from 1000 (historical data, before 1970, included) to 9999 (MySQL/MariaDB's DATETIME, where a
+  database target keeps the interval, has the same range);
 * a transaction is (pipeline, sink, interval, epoch) and names its staging dir ``<interval>.e000007``;
 * a partition is ``key=value[/key=value...]`` with allow-listed keys and values.
 
@@ -21,6 +23,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _PART_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PART_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
 _TOKEN_FMT = "%Y%m%dT%H%M%SZ"
+FIRST_YEAR = 1000  # four-digit years: the tokens sort in time order, strftime pads nothing it need not
 _TXN = re.compile(r"([0-9]{8}T[0-9]{6}Z_[0-9]{8}T[0-9]{6}Z)\.e([0-9]{6,})")
 
 
@@ -88,8 +91,10 @@ class Interval:
         object.__setattr__(self, "end", utc(self.end))
         if not self.start < self.end:
             raise UnsafeIdentifierError(f"empty or reversed interval [{self.start}, {self.end})")
-        if self.start.year < 1970 or self.end.year > 9999:
-            raise UnsafeIdentifierError(f"interval out of range: [{self.start}, {self.end})")
+        if self.start.year < FIRST_YEAR:
+            raise UnsafeIdentifierError(f"interval out of range: [{self.start}, {self.end}) starts before the year "
+                                        f"{FIRST_YEAR}: interval tokens (and a MySQL/MariaDB target's DATETIME) have "
+                                        "four-digit years; shift the calendar of older data by whole centuries")
         if self.start.microsecond or self.end.microsecond:  # the token has whole seconds only
             raise UnsafeIdentifierError(f"interval bounds must be whole seconds: [{self.start}, {self.end})")
 
@@ -100,7 +105,8 @@ class Interval:
         try:
             end = start + timedelta(days=1)
         except OverflowError:
-            raise UnsafeIdentifierError(f"interval out of range: the day {start.date()}") from None
+            raise UnsafeIdentifierError(f"interval out of range: the day {start.date()} ends after the year 9999, "
+                                        "the last a datetime has") from None
         return cls(start, end)
 
     @classmethod

@@ -497,3 +497,25 @@ def test_commit_keeps_the_teardown_when_airflow_cannot_say_the_task_states(tmp_p
     ctx["ti"].get_task_states = unavailable
     assert tasks["t.commit"].execute(ctx)["version"] == txn.name  # published, no skip raised
     assert sink.live_version("dt=2013-01-01") == txn.name
+
+
+def test_without_a_spark_connection_the_write_submits_to_local_and_says_so(monkeypatch, caplog):
+    """The README promises ``local[*]`` by default; the Spark provider alone submits to ``yarn`` when the
+    connection does not exist (every write of a fresh deployment failed). The write task defines it as
+    ``local[*]`` for its process and logs so; an existing connection is left as it is."""
+    import json
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from exactly_once.airflow.write import default_local
+
+    monkeypatch.delenv("AIRFLOW_CONN_EO_NO_SUCH_SPARK", raising=False)       # restored (absent) afterwards
+    assert SparkSubmitHook(conn_id="eo_no_such_spark")._connection["master"] == "yarn"   # the provider alone
+    with caplog.at_level("WARNING", logger="exactly_once.airflow.write"):
+        assert default_local("eo_no_such_spark") is True
+    assert "no Airflow connection 'eo_no_such_spark': spark-submit runs the job on local[*]" in caplog.text
+    command = SparkSubmitHook(conn_id="eo_no_such_spark")._build_spark_submit_command("job.py")
+    assert command[command.index("--master") + 1] == "local[*]"
+    monkeypatch.setenv("AIRFLOW_CONN_EO_CLUSTER", json.dumps({"conn_type": "spark", "host": "spark://h", "port": 7077}))
+    assert default_local("eo_cluster") is False
+    assert SparkSubmitHook(conn_id="eo_cluster")._connection["master"] == "spark://h:7077"

@@ -347,3 +347,39 @@ def test_counts_trusted_at_pre_commit_make_the_attempt_gated_for_any_recoverer(t
     with pytest.raises(ValidationFailedError, match="job reported 999, staged 1"):
         run.validate(txn)
     assert run.abort(txn) == "ABORTED" and not list((tmp_path / "warehouse").rglob("*.parquet"))
+
+
+def test_historical_and_far_future_intervals_run_and_keep_their_order(tmp_path):
+    """Intervals before 1970 (a user's data from 1952) and in the last year a datetime has run through the
+    protocol like any other: a stateful chain across them reads the right state, the log lists them in time
+    order, ``eo history`` shows them; before the year 1000 an interval is refused with the reason."""
+    from exactly_once.cli import main as eo
+    from exactly_once.errors import UnsafeIdentifierError
+
+    def year(y: int) -> Interval:
+        return Interval(datetime(y, 1, 1, tzinfo=UTC), datetime(y + 1, 1, 1, tzinfo=UTC))
+
+    cfg = config(tmp_path, stateful=True, start=datetime(1952, 1, 1, tzinfo=UTC),
+                 sources=Source("s", format="csv", path="{start:%Y}"), partitions="year={start:%Y}")
+    for y, v in ((1952, 5), (1953, 7)):
+        land(tmp_path, str(y), "a.csv", [v])
+        run_interval(cfg, year(y))
+    assert table_rows(cfg) == {"1952": (1, 5), "1953": (1, 12)}               # 1953 read 1952's state
+    far = Interval(datetime(9999, 12, 30, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC))
+    free = config(tmp_path, sink="t2", sources=Source("s", format="csv", path="{start:%Y-%m-%d}"),
+                  partitions="dt={start:%Y-%m-%d}")
+    land(tmp_path, "9999-12-30", "a.csv", [1])
+    run_interval(free, far)
+    sink = IntervalRun(cfg, year(1953), storage_options={}).sink
+    assert sink.log.intervals() == [year(1952), year(1953)] and year(1952).token.startswith("19520101T")
+    assert IntervalRun(free, far, storage_options={}).sink.committed(far) is not None
+    assert eo(["history", cfg.table_url]) == 0
+    for bad in (lambda: Interval(datetime(999, 1, 1, tzinfo=UTC), datetime(1000, 1, 1, tzinfo=UTC)),
+                lambda: Interval.daily("9999-12-31")):
+        with pytest.raises(UnsafeIdentifierError, match="interval out of range: .*(year 1000|year 9999)"):
+            bad()
+
+
+def table_rows(cfg: PipelineConfig) -> dict[str, tuple[int, int]]:
+    rows = ds.dataset(cfg.table_url, format="parquet", partitioning="hive").to_table().to_pylist()
+    return {str(r["year"]): (r["n"], r["total"]) for r in rows}

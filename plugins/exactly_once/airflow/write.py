@@ -12,7 +12,9 @@ At run time it picks the path, with no DAG change:
   ``SparkConnectLostError`` after ``EO_SPARK_CONNECT_RETRY_SECONDS``. Before it starts, the
   queries of earlier attempts of the same transaction still running on the server (a client killed
   mid-write) are interrupted, so nothing but this attempt writes into the staging dir;
-* otherwise ``spark-submit`` as before (``local[*]`` or a cluster master). Unless the master is
+* otherwise ``spark-submit`` as before (``local[*]`` or a cluster master). With no Airflow connection of the
+  group's ``spark_conn_id`` (``spark_default``) at all, the task submits to ``local[*]`` and logs so
+  (:func:`default_local`): the Spark provider alone would submit to ``yarn``. Unless the master is
   ``local``, the library rides along on ``--py-files`` (:mod:`exactly_once.job.shipping`): the driver and
   the executors need neither Airflow nor the package installed. The driver's and executors' Python is
   the task environment's ``PYSPARK_DRIVER_PYTHON`` / ``PYSPARK_PYTHON`` (default: the task's own
@@ -26,6 +28,7 @@ Either way the task keeps its transaction's heartbeat fresh while the job runs
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import sys
@@ -75,6 +78,28 @@ def spark_remote(conn_id: str | None) -> str | None:
     if conn.conn_type == "spark_connect":
         return f"sc://{host or '127.0.0.1'}:{conn.port or 15002}"
     return None
+
+
+LOCAL_MASTER = "local[*]"
+
+
+def default_local(conn_id: str) -> bool:
+    """When Airflow has no connection ``conn_id``, define it for this task process as ``local[*]`` (through
+    ``AIRFLOW_CONN_<ID>``, Airflow's own environment lookup) and log so - the Spark provider alone would
+    fall back to ``--master yarn``. Returns whether it did. A connection that exists is never touched."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.sdk import BaseHook
+
+    try:
+        BaseHook.get_connection(conn_id)
+        return False
+    except AirflowNotFoundException:
+        pass
+    os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps({"conn_type": "spark", "host": LOCAL_MASTER})
+    log.warning("no Airflow connection %r: spark-submit runs the job on %s in this worker (the Spark provider "
+                "would submit to yarn); define the connection for a cluster (README, Deploying)", conn_id,
+                LOCAL_MASTER)
+    return True
 
 
 def load_compute(application: str, function: str = "compute") -> Callable[..., Any]:
@@ -162,6 +187,7 @@ def write_batch(settings: dict[str, Any], batch_url: str, attempt: int) -> None:
         return
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+    default_local(settings["conn_id"])
     hook = SparkSubmitHook(conf=dict(settings.get("conf") or {}), conn_id=settings["conn_id"],
                            name=settings.get("name") or "exactly-once-batch", env_vars=dict(settings.get("env_vars") or {}),
                            application_args=["--batch", batch_url, *args])
@@ -215,7 +241,9 @@ class WriteOperator(SparkSubmitOperator):
 
     def _prepare_submit(self) -> None:
         """Fit the spark-submit to where its driver runs (module docstring): the connection as the
-        Spark provider resolves it, the Python variables, and the library on ``--py-files``."""
+        Spark provider resolves it (``local[*]`` when there is none: :func:`default_local`), the Python
+        variables, and the library on ``--py-files``."""
+        default_local(self._conn_id)
         resolved = self._get_hook()._connection  # the provider's own reading of the connection
         master, deploy = str(resolved.get("master") or ""), resolved.get("deploy_mode")
         if master.startswith("spark://") and deploy == "cluster":

@@ -102,11 +102,12 @@ class Partitions:
         (``[start - len, start)`` and ``[end, end + len)``) own none of them."""
         length = interval.end - interval.start
         neighbours = [interval]
-        for iv in ((interval.start - length, interval.start), (interval.end, interval.end + length)):
+        for side in (-1, 1):
             try:
-                neighbours.append(Interval(*iv))
+                start = interval.start - length if side < 0 else interval.end
+                neighbours.append(Interval(start, start + length))
             except (UnsafeIdentifierError, OverflowError):
-                pass  # at the edge of the representable range
+                pass  # at the edge of the representable range (the years 1000 and 9999)
         self.check_distinct(neighbours)
         return self.for_interval(interval)
 

@@ -30,6 +30,7 @@ import fcntl
 import hashlib
 import html
 import json
+import logging
 import os
 import re
 import shutil
@@ -52,10 +53,20 @@ _ICONS = {'<i class="fas fa-check-circle text-success" ></i>': "passed",
           '<i class="fas fa-times text-danger" ></i>': "FAILED"}
 
 
+# GX's own chatter at INFO: "Skipping registering function ... because it is a closure", ~200 lines in every
+# validate task's log (at import, and again for every data context). The gate's own lines stay.
+NOISY_LOGGERS = ("great_expectations._docs_decorators",)
+
+
 def quiet_gx() -> None:
-    """No analytics, no progress bars: set before GX is imported (and harmless after)."""
+    """No analytics, no progress bars, none of GX's registration chatter in the task log: set before GX is
+    imported (and harmless after). A user who wants it back sets that logger's level after this."""
     os.environ["GX_ANALYTICS_ENABLED"] = "false"
     os.environ.setdefault("TQDM_DISABLE", "1")
+    for name in NOISY_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:  # never lower a level the deployment chose
+            logger.setLevel(logging.WARNING)
 
 
 @dataclass
