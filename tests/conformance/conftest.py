@@ -259,6 +259,65 @@ class World:
             monkeypatch.setattr(keyvalue, "failpoint", failpoint)
         return state
 
+    # ------------------------------------------------------------------ other owners, other publishers
+    FOREIGN = {"owner_id": "f" * 32, "pipeline": "q", "sink": "t", "home": "file:///elsewhere/_exactly_once/t"}
+
+    def foreign_marker(self, interval: Interval, epoch: int) -> None:
+        """Another owner's marker of ``interval`` at ``epoch`` in the target, written straight into it (as
+        another deployment of the pipeline, or an old loader, would): the marker row of a database, the
+        marker hash of Redis; files and Delta keep no marker per interval, only the location's owner claim
+        (``_eo_owner.json``): it is rewritten to name the other owner."""
+        f = self.FOREIGN
+        if self.place.db is not None:
+            db = self.place.db
+            db.run(f"UPDATE {db.q('_eo_commits')} SET epoch = %s, pipeline = %s, sink = %s, owner = %s "
+                   "WHERE target = %s AND interval_token = %s",
+                   (epoch, f["pipeline"], f["sink"], f["owner_id"], self.name, interval.token))
+        elif self.kind == "redis":
+            redis_client().hset(f"{self.name}:_eo:marker:{interval.token}",
+                                mapping={"epoch": epoch, "pipeline": f["pipeline"], "sink": f["sink"],
+                                         "owner": f["owner_id"]})
+        else:
+            from exactly_once.records.ownership import LOCATION_CLAIM
+            from exactly_once.storage import to_json
+
+            sink = self.sink()
+            path = sink.storage.join(sink.table, LOCATION_CLAIM)
+            self._claim = sink.storage.read_bytes(path)
+            sink.storage.write_atomic(path, to_json({**f, "kind": "delta" if self.is_delta else "files"}))
+
+    def clear_foreign_marker(self, interval: Interval, ours: TxnRef, owner: Any) -> None:
+        """Put our marker (``ours`` live, set by ``owner``) back where :meth:`foreign_marker` wrote
+        another owner's."""
+        oid = owner.id if owner is not None else None
+        if self.place.db is not None:
+            db = self.place.db
+            db.run(f"UPDATE {db.q('_eo_commits')} SET epoch = %s, pipeline = %s, sink = %s, owner = %s "
+                   "WHERE target = %s AND interval_token = %s",
+                   (ours.epoch, ours.pipeline, ours.sink, oid, self.name, interval.token))
+        elif self.kind == "redis":
+            redis_client().hset(f"{self.name}:_eo:marker:{interval.token}",
+                                mapping={"epoch": ours.epoch, "pipeline": ours.pipeline, "sink": ours.sink,
+                                         "owner": oid})
+        else:
+            from exactly_once.records.ownership import LOCATION_CLAIM
+
+            sink = self.sink()
+            sink.storage.write_atomic(sink.storage.join(sink.table, LOCATION_CLAIM), self._claim)
+
+    def lock_waiters(self) -> int:
+        """Sessions of this world's database waiting for a row lock now (a database target only)."""
+        db = self.place.db
+        assert db is not None
+        if self.kind == "postgresql":
+            return db.run("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                          "wait_event_type = 'Lock'")[0][0]
+        # MariaDB's INNODB_TRX does not list a session queued on a row lock: a statement of another session
+        # of this (per-module) database that takes a row lock and is still running is one
+        return db.run("SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> "
+                      "CONNECTION_ID() AND COMMAND = 'Query' AND (INFO LIKE 'INSERT%%' OR INFO LIKE '%%FOR UPDATE')"
+                      )[0][0]
+
     # ------------------------------------------------------------------ reading
     def read_rows(self) -> list[dict[str, Any]]:
         """What the target's readers see now, as sorted ``{"dt", "k", "v"}`` dicts."""

@@ -222,6 +222,11 @@ class FilesTarget(LocationOwned, PublishTarget):
         self.check_owner()
         return {part: self._publish_partition(txn, staged, part, files) for part, files in staged.partitions.items()}
 
+    def check(self, txn: TxnRef, staged: StagedVersion) -> None:
+        """Before the decision: OwnershipError if the location is bound to another owner (its publish
+        would refuse: nothing may be decided that can never be published)."""
+        self.check_owner()
+
     @abstractmethod
     def _publish_partition(self, txn: TxnRef, staged: StagedVersion, part: str, files: tuple[StagedFile, ...]) -> str:
         """Publish one partition of ``staged``; ``published`` / ``already`` / ``superseded``."""

@@ -196,6 +196,7 @@ class DatabaseTarget(PublishTarget):
         if self.create_sql:
             self._ensure_table(conn, cur, self.table, self.create_sql)
         marker = self._peek_marker(cur, txn.interval)
+        self._refuse_foreign(marker, txn)  # before the decision, as the publish would
         if marker.epoch < txn.epoch:  # else already or superseded: the publish will load nothing
             try:
                 if marker.epoch == 0 and d.table_info(cur, self.commit_table) is not None:
@@ -205,8 +206,20 @@ class DatabaseTarget(PublishTarget):
                 conn.rollback()
 
     def live_epoch(self, interval: Interval) -> int | None:
-        """The epoch the marker says is live for ``interval`` (None: never published here)."""
-        return self._with_retries(f"read the marker of {interval.token}", lambda conn: self._read_marker(conn, interval))
+        """The epoch the marker says is live for ``interval`` (None: never published here, or - once
+        claimed - the marker is another owner's)."""
+        marker = self._with_retries(f"read the marker of {interval.token}", lambda conn: self._read_marker(conn, interval))
+        if marker is None or (self.owner is not None and not db_claims.same_owner(self.owner, marker.owner,
+                                                                                   marker.pipeline, marker.sink)):
+            return None  # another owner's marker: our version of the interval is not live
+        return marker.epoch
+
+    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
+        """The marker is at ``txn``'s epoch and ours (by owner id once claimed, else by ``txn``'s names)."""
+        marker = self._with_retries(f"read the marker of {txn.interval.token}",
+                                    lambda conn: self._read_marker(conn, txn.interval))
+        return marker is not None and marker.epoch == txn.epoch and db_claims.same_owner(
+            self.owner, marker.owner, marker.pipeline, marker.sink, txn.pipeline, txn.sink)
 
     # ------------------------------------------------------------------ one attempt
     @property
@@ -224,11 +237,7 @@ class DatabaseTarget(PublishTarget):
             db_claims.claim_table(d, cur, claims, key, self.commit_table, self.owner)
             db_claims.check(d, cur, self.commit_table, self.table, self.owner)
         marker = self._lock_marker(cur, txn.interval)
-        if marker.epoch and not db_claims.same_owner(self.owner, marker.owner, marker.pipeline, marker.sink,
-                                                     txn.pipeline, txn.sink):
-            raise OwnershipError(f"{self.table} is published by pipeline {marker.pipeline!r} (sink {marker.sink!r}, "
-                                 f"owner id {marker.owner or 'unknown'}), not {txn.pipeline}/{txn.sink}: a table "
-                                 "belongs to one sink (its epochs are that sink's); publish into another table")
+        self._refuse_foreign(marker, txn)
         if marker.epoch >= txn.epoch:
             conn.rollback()
             verdict = ALREADY if marker.epoch == txn.epoch else SUPERSEDED
@@ -246,6 +255,14 @@ class DatabaseTarget(PublishTarget):
         conn.commit()
         logger.info("%s: published %d rows (%d partitions) into %s", txn.name, rows, len(parts), self.describe())
         return PUBLISHED
+
+    def _refuse_foreign(self, marker: Marker, txn: TxnRef) -> None:
+        """OwnershipError if ``marker`` was set by another owner: its epoch is never "already published"."""
+        if marker.epoch and not db_claims.same_owner(self.owner, marker.owner, marker.pipeline, marker.sink,
+                                                     txn.pipeline, txn.sink):
+            raise OwnershipError(f"{self.table} is published by pipeline {marker.pipeline!r} (sink {marker.sink!r}, "
+                                 f"owner id {marker.owner or 'unknown'}), not {txn.pipeline}/{txn.sink}: a table "
+                                 "belongs to one sink (its epochs are that sink's); publish into another table")
 
     def _refuse_overlap(self, cur: Any, d: Dialect, txn: TxnRef, lock: bool = False) -> None:
         """replace by ``interval_column``: refuse an interval overlapping a published one
@@ -283,30 +300,22 @@ class DatabaseTarget(PublishTarget):
     def _peek_marker(self, cur: Any, interval: Interval) -> Marker:
         """The marker of ``interval`` without locking it (epoch 0 if there is none)."""
         d = self.dialect
-        if d.table_info(cur, self.commit_table) is None:
-            return Marker(0, None, None, ())
-        cur.execute(f"SELECT epoch, pipeline, sink, partitions FROM {d.table(self.commit_table)} WHERE target = %s "
-                    "AND interval_token = %s", (self.table, interval.token))
-        row = cur.fetchone()
-        return Marker(int(row[0]), row[1], row[2], tuple(json.loads(row[3]) if row[3] else ())) if row \
-            else Marker(0, None, None, ())
-
-    def _read_marker(self, conn: Any, interval: Interval) -> int | None:
-        d = self.dialect
-        cur = conn.cursor()
         info = d.table_info(cur, self.commit_table)
         if info is None:
-            return None
+            return Marker(0, None, None, ())
         owned = all(info.column(c, d.case_insensitive_columns) for c in db_claims.OWNER_COLUMNS)
-        cur.execute(f"SELECT epoch, pipeline, sink, {'owner' if owned else 'NULL'} FROM {d.table(self.commit_table)} "
-                    "WHERE target = %s AND interval_token = %s", (self.table, interval.token))
+        cur.execute(f"SELECT epoch, pipeline, sink, partitions, {'owner' if owned else 'NULL'} FROM "
+                    f"{d.table(self.commit_table)} WHERE target = %s AND interval_token = %s",
+                    (self.table, interval.token))
         row = cur.fetchone()
+        return Marker(int(row[0]), row[1], row[2], tuple(json.loads(row[3]) if row[3] else ()), row[4]) if row \
+            else Marker(0, None, None, ())
+
+    def _read_marker(self, conn: Any, interval: Interval) -> Marker | None:
+        """The marker of ``interval`` (None: none with an epoch > 0), read without a lock."""
+        marker = self._peek_marker(conn.cursor(), interval)
         conn.rollback()
-        if not row or int(row[0]) <= 0:
-            return None
-        if self.owner is not None and not db_claims.same_owner(self.owner, row[3], row[1], row[2]):
-            return None  # another owner's marker: our version of the interval is not live
-        return int(row[0])
+        return marker if marker.epoch > 0 else None
 
     # ------------------------------------------------------------------ the load
     def _load(self, cur: Any, d: Dialect, txn: TxnRef, staged: StagedVersion, marker: Marker) -> int:

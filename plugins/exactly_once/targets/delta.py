@@ -245,7 +245,8 @@ class DeltaTarget(LocationOwned, PublishTarget):
         is created here, without files: an empty version 0). A column, once in the table, keeps its type,
         so a version that passed this check still fits at publish whatever other intervals commit in
         between; only an outside writer changing a column's type can refuse it later (then the publish
-        names the way out: fix the table, ``eo recover``)."""
+        names the way out: fix the table, ``eo recover``). OwnershipError if another owner holds the location."""
+        self.check_owner()
         schema = self.staged_schema(txn, staged)  # also refuses files that disagree on a column's type
         dt = self.snapshot()
         if dt is None and schema is None and not staged.partitions:

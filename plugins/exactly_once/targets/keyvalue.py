@@ -195,28 +195,56 @@ class RedisTarget(PublishTarget):
     def check(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Before the decision: every staged row must make a key (key and value columns present, no NULL
         key column, no duplicate key); TargetSchemaError otherwise. Redis stores any value, so nothing
-        about the server can refuse a publish that passed this check."""
-        self._values(staged)
-
-    def live_epoch(self, interval: Interval) -> int | None:
+        about the server can refuse a publish that passed this check. OwnershipError if the namespace's
+        claim or the interval's marker belongs to another owner (the publish would refuse it)."""
         import redis
 
         ep = self.endpoint()
         try:
             client = self._client(ep)
             try:
-                marker = client.hgetall(self.marker_key(interval))
+                if self.owner is not None:
+                    self._refuse_foreign_claim(client.get(self.owner_key()), self.owner)
+                self._refuse_foreign(client.hgetall(self.marker_key(txn.interval)), self.owner, txn)
             finally:
                 client.close()
         except redis.RedisError as exc:
-            raise TargetUnavailableError(f"read the marker of {interval.token} from {self.describe()}: "
-                                         f"{redact(exc, *ep.secrets())[:500]}") from None
+            raise TargetUnavailableError(f"check {txn.name} against {self.describe()}: "
+                                         f"{redact(exc, *ep.secrets())[:500]}; nothing was decided, retry") from None
+        self._values(staged)
+
+    def live_epoch(self, interval: Interval) -> int | None:
+        """The marker's epoch of ``interval`` (None: none, or - once claimed - another owner's marker)."""
+        marker = self._marker(interval)
         if self.owner is not None:
             try:
                 self._refuse_foreign(marker, self.owner, None)
             except OwnershipError:
                 return None  # another owner's marker: our version of the interval is not live
         return int(marker[b"epoch"]) if marker.get(b"epoch") else None
+
+    def is_live(self, txn: TxnRef, partitions: list[str]) -> bool:
+        """The marker is at ``txn``'s epoch and ours (by owner id once claimed, else by ``txn``'s names)."""
+        marker = self._marker(txn.interval)
+        try:
+            self._refuse_foreign(marker, self.owner, txn)
+        except OwnershipError:
+            return False
+        return int(marker.get(b"epoch", 0)) == txn.epoch
+
+    def _marker(self, interval: Interval) -> dict[bytes, bytes]:
+        import redis
+
+        ep = self.endpoint()
+        try:
+            client = self._client(ep)
+            try:
+                return client.hgetall(self.marker_key(interval))
+            finally:
+                client.close()
+        except redis.RedisError as exc:
+            raise TargetUnavailableError(f"read the marker of {interval.token} from {self.describe()}: "
+                                         f"{redact(exc, *ep.secrets())[:500]}") from None
 
     # ------------------------------------------------------------------ internals
     def _client(self, ep: Endpoint) -> Any:

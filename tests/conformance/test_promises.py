@@ -1,0 +1,133 @@
+"""Promises of every target that only the end state after ``recover`` used to show (issue 44):
+
+* between a crash mid-publish and recovery, readers still see the previous version and the target's
+  marker has not moved;
+* a reprocess whose new version no longer produces a partition the old one had empties it;
+* another owner's marker (or claim) already in the target: a publish refuses it - never "already" or
+  "superseded" on its epoch - and ``live_epoch``/``is_live`` do not take it for ours;
+* two publishers of one interval inside one database at once: the second waits for the first's row
+  lock and the newer epoch wins whole (forced: the first holds the lock until the second is seen
+  waiting on the server, never a sleep);
+* what readers get back after a publish is exactly the staged rows (test_refusals checks the same
+  for the versions a target takes without refusing).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from exactly_once import State
+from exactly_once.errors import ExactlyOnceError, OwnershipError
+from exactly_once.targets.base import StagedVersion
+from protocol_helpers import CRASH_EXIT, make_rows, run_child
+
+from .conftest import IV, PART
+
+PART_B = "dt=2026-02-01"  # a second partition the interval owns (no other interval of the suite writes it)
+
+
+def test_between_a_crash_mid_publish_and_recovery_readers_see_the_previous_version(world):
+    sink = world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 4, start=30)
+    t1 = world.commit(sink, IV, {PART: [old]})
+    ops = [{"op": "begin"}, {"op": "write", "files": {PART: [new[:2], new[2:]]}}, {"op": "pre_commit"},
+           {"op": "commit"}]
+    code, _, err = run_child(world.log_url("p", "t"), IV, ops, failpoints_spec="commit.mid_publish=crash",
+                             sink_kwargs=world.sink_kwargs())
+    assert code == CRASH_EXIT, err
+    t2 = sink.ref(IV, t1.epoch + 1)
+    st = world.sink().status(IV)[t2.epoch]
+    assert st.state is State.COMMITTED and not st.published  # decided, its publish cut short
+    assert world.read_rows() == world.rows({PART: [old]})  # readers: the previous version, whole
+    target = world.sink().target
+    assert target.is_live(t1, [PART]) and not target.is_live(t2, [PART])  # the marker has not moved
+    if not world.keeps_copies:
+        assert target.live_epoch(IV) == t1.epoch
+    world.sink().recover(IV)
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.sink().target.is_live(t2, [PART])
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_reprocess_that_drops_a_partition_empties_it(world):
+    sink = world.sink()
+    a, b, again = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20)
+    world.commit(sink, IV, {PART: [a], PART_B: [b]})
+    assert world.read_rows() == world.rows({PART: [a], PART_B: [b]})
+    world.commit(sink, IV, {PART: [again]})  # the new version no longer produces PART_B
+    assert world.read_rows() == world.rows({PART: [again]})
+    world.commit(sink, IV, {PART_B: [b]})  # and back: PART emptied, PART_B again
+    assert world.read_rows() == world.rows({PART_B: [b]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+@pytest.mark.parametrize("at", ["equal", "newer"], ids=["foreign-at-our-epoch", "foreign-newer"])
+def test_another_owners_marker_in_the_target_is_refused(world, at):
+    sink = world.sink()
+    old = make_rows("old", 3)
+    t1 = world.commit(sink, IV, {PART: [old]})
+    foreign_epoch = t1.epoch + (1 if at == "equal" else 5)  # "equal": the epoch our next begin takes
+    world.foreign_marker(IV, foreign_epoch)
+    bound, unbound = sink.target, world.sink().target  # as the owner publishes; as `eo status` reads
+    for target in (bound, unbound):
+        assert not target.is_live(sink.ref(IV, foreign_epoch), [PART])  # another owner's epoch is not ours
+    if not world.keeps_copies:  # the marker is per interval: it is not ours, so nothing of ours is live
+        assert bound.live_epoch(IV) is None
+    with pytest.raises(ExactlyOnceError):
+        with sink.transaction(IV) as txn:
+            world.stage(sink, txn, {PART: [make_rows("new", 2, start=40)]})
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED, "refused after the decision"
+    assert txn.epoch == t1.epoch + 1
+    # the target's own check, without the protocol's: a publish at the foreign epoch or past it
+    for epoch in (foreign_epoch, foreign_epoch + 1):
+        with pytest.raises(OwnershipError):
+            bound.publish(sink.ref(IV, epoch), StagedVersion({PART: ()}, lambda p, n: None))
+        assert not bound.is_live(sink.ref(IV, epoch), [PART])
+    world.clear_foreign_marker(IV, t1, getattr(bound, "owner", None))
+    assert world.read_rows() == world.rows({PART: [old]})  # nothing of ours was touched
+
+
+@pytest.mark.parametrize("waiter", ["newer", "older"])
+def test_two_publishers_in_one_database_queue_on_the_marker_row(world, monkeypatch, tmp_path, waiter):
+    """Two publishes of one interval at once (a reprocess racing a rollback's republish): the first holds
+    the marker row lock until the second is seen waiting for it on the server; the newer epoch wins."""
+    if world.place.db is None:
+        pytest.skip("a database target's row lock (other targets: test_late_finisher, test_gc_rollback)")
+    from target_helpers import stage
+
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("v1", 2)]})
+    target = sink.target
+    rows = {5: make_rows("e5", 3, start=50), 6: make_rows("e6", 2, start=60)}
+    staged = {}
+    for epoch, rs in rows.items():
+        staged[epoch] = stage(tmp_path, {PART: [[{"k": k, "v": v} for k, v in rs]]})
+    first, second = (5, 6) if waiter == "newer" else (6, 5)
+    cls, real_lock = type(target), type(target)._lock_marker
+    seen: dict = {}
+
+    def lock_then_let_the_other_run(self, cur, interval):
+        marker = real_lock(self, cur, interval)
+        if threading.current_thread() is threading.main_thread() and "thread" not in seen:
+            other = threading.Thread(target=lambda: seen.update(result=target.publish(sink.ref(IV, second),
+                                                                                        staged[second])))
+            seen["thread"] = other
+            other.start()
+            deadline = time.monotonic() + 60
+            while not world.lock_waiters() and other.is_alive():  # a condition on the server, not a delay
+                assert time.monotonic() < deadline, "the second publisher neither waited nor finished"
+                time.sleep(0.01)
+            seen["finished_while_locked"] = not other.is_alive()
+        return marker
+
+    monkeypatch.setattr(cls, "_lock_marker", lock_then_let_the_other_run)
+    result = target.publish(sink.ref(IV, first), staged[first])
+    seen["thread"].join(60)
+    monkeypatch.undo()
+    assert not seen["finished_while_locked"], "the second publisher did not wait for the marker row lock"
+    assert set(result.values()) == {"published"}
+    assert set(seen["result"].values()) == {"published" if second == 6 else "superseded"}
+    assert world.read_rows() == world.rows({PART: [rows[6]]})  # the newer epoch, whole, never a mix
+    assert target.live_epoch(IV) == 6
