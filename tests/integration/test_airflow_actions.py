@@ -67,7 +67,9 @@ def _runs(ui, dag_id: str) -> list[dict]:
 
 
 def _token(page: str) -> str:
-    return re.search(r'name="token" value="([0-9a-f]+)"', page).group(1)
+    found = re.search(r'name="token" value="([0-9a-f]+)"', page)
+    assert found, re.sub(r"<[^>]+>", " ", page.split("<body>")[-1])[:2000]   # a refusal: say why
+    return found.group(1)
 
 
 def _post(ui, user: str, action: str, form: dict, origin: str | None = "self") -> httpx.Response:
@@ -75,6 +77,16 @@ def _post(ui, user: str, action: str, form: dict, origin: str | None = "self") -
     if origin:
         headers["Origin"] = ui["url"] if origin == "self" else origin
     return ui["client"].post(f"{TABLE}/actions/{action}", headers=headers, data=form)
+
+
+def _settle(ui, state: str = "success") -> None:
+    """End every queued run, as the scheduler would (there is none here; Airflow's REST API cannot end a run
+    whose tasks were never scheduled): an action on an interval with a pending run is refused, and the
+    tests that follow act on the same intervals."""
+    import sqlite3
+
+    with sqlite3.connect(ui["base"] / "airflow-home" / "airflow.db") as db:
+        db.execute("update dag_run set state = ? where state in ('queued', 'running')", (state,))
 
 
 def _run_task(ui, dag_id: str, run_id: str):
@@ -180,6 +192,7 @@ def test_rollback_action_runs_through_the_protocol_and_shows_who_did_it(ui, caps
     # day 2 was computed on e1's state, live again: no longer stale (it was flagged stale after a rollback)
     assert client.get(f"/eo/api/dags/{PIPELINE}/tables/{SINK}", headers=_as(ui, "admin")).json()["stale"] == []
     commit_day(sink, D1, "run-d1-again", "s1-newer")  # stale again, for the tests that follow
+    _settle(ui)
 
 
 def test_eo_rollback_refuses_tables_no_dag_owns_and_users_who_may_not_edit(ui, tmp_path):
@@ -240,6 +253,7 @@ def test_reprocess_rerun_stale_and_recover_trigger_runs_as_the_user(ui):
     result, skipped, xcoms, _ = _run_task(ui, PIPELINE, recover[0]["dag_run_id"])
     assert result["by"] == "admin" and isinstance(result["recover"], list) and len(skipped) == 5
     assert xcoms["eo_note"].startswith("recover by admin: ")
+    _settle(ui)
 
 
 def test_report_tabs_of_a_dag_without_an_exactly_once_group_say_so(ui):
@@ -297,6 +311,7 @@ def test_a_form_token_triggers_only_what_was_confirmed_once_and_a_malformed_one_
     first, again = (_post(ui, "admin", "recover", {"token": recover, "confirm": "yes"}) for _ in range(2))
     assert (first.status_code, again.status_code) == (200, 403) and "used already" in again.text
     assert len(_runs(ui, PIPELINE)) == runs + 1                                  # the replay triggered nothing
+    _settle(ui)
     # expiry: a token issued more than TOKEN_TTL ago is refused (same key, checked in-process)
     req = actions.parse("recover", find_table(PIPELINE, SINK), {}, [])
     old = actions.form_token("admin", req, now=1_000_000)
@@ -395,8 +410,9 @@ def test_an_action_on_one_table_runs_only_that_tables_group_of_the_dag(tmp_path,
     for cfg in (a, b):
         commit_day(cfg.sink_handle(), D1, "r1", f"{cfg.sink}-v1")
     created = []
-    monkeypatch.setattr(actions, "_unused", lambda dag_id, run_id: None)
-    monkeypatch.setattr(actions, "_create", lambda dag_id, user, conf, interval=None, order=0, nonce="":
+    monkeypatch.setattr(actions, "_lock", lambda session, dag_id: None)
+    monkeypatch.setattr(actions, "_unused", lambda session, dag_id, run_id: None)
+    monkeypatch.setattr(actions, "_create", lambda session, dag_id, user, conf, interval=None, order=0, nonce="":
                         created.append(conf) or "run")
     for action, form, stale in (("reprocess", {"interval": iv.token}, []), ("rerun-stale", {}, [iv.token])):
         req = actions.parse(action, TableRef(a.pipeline, a.sink, a.table_url, a), form, stale)
@@ -513,3 +529,137 @@ def test_eo_reprocess_and_rerun_stale_start_correctly_dated_runs_through_the_res
     assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "editor"]) == 1
     err = capsys.readouterr().err
     assert "refused the login of 'editor'" in err and "wrong" not in err    # the password is never printed
+
+
+def _server_token(ui, user: str, req) -> str:
+    """A form token the api-server accepts (same secret), for a request its confirm page would not issue
+    (an edited URL, posted directly)."""
+    from exactly_once.airflow import actions
+    from ui_server import JWT_SECRET
+
+    saved = list(actions._KEY)
+    actions._KEY[:] = [JWT_SECRET.encode()]
+    try:
+        return actions.form_token(user, req)
+    finally:
+        actions._KEY[:] = saved
+
+
+def test_the_confirm_step_refuses_what_the_run_would_and_a_second_action_on_a_pending_interval(ui):
+    """Issue 47: an edited URL (a version that does not exist, an aborted one, the live one) is refused at the
+    confirm step with the reason, and so is its POST; a second action on an interval with a queued run is
+    refused until that run ends. The reason typed at the confirm step is in the run's conf."""
+    from exactly_once.airflow import actions
+    from exactly_once.airflow.tables import find_table
+
+    client, sink = ui["client"], ui["sink"]
+    iv = Interval.daily(D2)
+    live = f"e{sink.committed(iv)[0].epoch}"
+    aborted = ui["sink"].begin(iv, meta={"run": {"run_id": "zombie"}})
+    ui["sink"].abort(aborted)                                                  # e<n> ABORTED, newest
+    before = len(_runs(ui, PIPELINE))
+    for to, why in ((live, f"{live} is the live version of {iv.label} already"),
+                    ("e9", f"interval {iv.label} has no version e9"),
+                    (f"e{aborted.epoch}", f"e{aborted.epoch} of {iv.label} is ABORTED, not committed")):
+        got = client.get(f"{TABLE}/actions/rollback", headers=_as(ui, "admin"), params={"interval": iv.token, "to": to})
+        assert got.status_code == 409 and f"Refused: {why}" in got.text.replace("&#x27;", "'"), (to, got.text[-800:])
+        assert 'name="token"' not in got.text                                     # no form to confirm
+        req = actions.parse("rollback", find_table(PIPELINE, SINK), {"interval": iv.token, "to": to}, [])
+        posted = _post(ui, "admin", "rollback", {"token": _server_token(ui, "admin", req), "interval": iv.token,
+                                                  "to": to, "confirm": "yes"})
+        assert posted.status_code == 409 and why in posted.text.replace("&#x27;", "'"), posted.text[-800:]
+    assert len(_runs(ui, PIPELINE)) == before                                 # nothing was triggered
+
+    confirm = client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"), params={"interval": iv.token})
+    assert confirm.status_code == 200 and "attempts in flight" in confirm.text, confirm.text[-2000:]
+    early = _token(client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"),
+                              params={"interval": iv.token}).text)   # a second confirm page, open before the first runs
+    done = _post(ui, "admin", "reprocess", {"token": _token(confirm.text), "interval": iv.token, "confirm": "yes",
+                                            "reason": "late files\nfrom the partner feed\x00"})
+    assert done.status_code == 200, done.text
+    [run] = [r for r in _runs(ui, PIPELINE) if r["state"] == "queued"]
+    assert run["conf"]["eo_reason"] == "late files from the partner feed"
+    second = client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"), params={"interval": iv.token})
+    assert second.status_code == 409 and f"is queued (run {run['dag_run_id']}" in second.text, second.text[-800:]
+    raced = _post(ui, "admin", "reprocess", {"token": early, "interval": iv.token, "confirm": "yes"})
+    assert raced.status_code == 409 and "is queued" in raced.text and "Error" not in raced.text.split("<body>")[1]
+    assert len(_runs(ui, PIPELINE)) == before + 1
+    page = client.get(TABLE, headers=_as(ui, "viewer")).text
+    row = page[page.index(f'data-interval="{iv.token}"'):].split("</tr>")[0]
+    assert f'data-run="{run["dag_run_id"]}" data-state="queued"' in row and "late files from the partner feed" in row
+    other = client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"),
+                       params={"interval": Interval.daily(D1).token})
+    assert other.status_code == 200                                           # another interval: not blocked
+    _settle(ui, "failed")
+    page = client.get(TABLE, headers=_as(ui, "viewer")).text
+    row = page[page.index(f'data-interval="{iv.token}"'):].split("</tr>")[0]
+    assert f'data-run="{run["dag_run_id"]}" data-state="refused"' in row      # failed before it began anything
+    assert client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"),
+                      params={"interval": iv.token}).status_code == 200   # nothing pending any more
+
+
+def test_a_reason_typed_at_confirm_is_in_the_provenance_and_eo_history(ui, capsys):
+    client, sink = ui["client"], ui["sink"]
+    iv = Interval.daily(D1)
+    to = f"e{min(sink.status(iv))}"
+    confirm = client.get(f"{TABLE}/actions/rollback", headers=_as(ui, "admin"), params={"interval": iv.token, "to": to})
+    assert confirm.status_code == 200 and "later intervals that go stale" in confirm.text, confirm.text[-2000:]
+    assert f"live version now</dt><dd>e{sink.committed(iv)[0].epoch} (2 rows, 1 file)" in confirm.text
+    done = _post(ui, "admin", "rollback", {"token": _token(confirm.text), "interval": iv.token, "to": to,
+                                           "confirm": "yes", "reason": "e3's <state> was wrong"})
+    assert done.status_code == 200, done.text
+    [run] = [r for r in _runs(ui, PIPELINE) if r["state"] == "queued"]
+    assert run["conf"]["eo_reason"] == "e3's <state> was wrong"
+    _run_task(ui, PIPELINE, run["dag_run_id"])
+    _settle(ui)
+    from exactly_once.cli import main as eo
+
+    assert eo(["history", ui["table_url"]]) == 0
+    assert (f"rollback to {to} by admin because \"e3's <state> was wrong\" ({PIPELINE} run {run['dag_run_id']})"
+            in capsys.readouterr().out)
+    html = client.get(TABLE, headers=_as(ui, "viewer")).text
+    assert f"rollback to {to} by <b>admin</b> because &ldquo;e3&#x27;s &lt;state&gt; was wrong&rdquo;" in html
+    commit_day(sink, D1, "run-d1-later", "s1-latest")
+
+
+def test_a_paused_dag_is_said_and_unpaused_from_the_table_page(ui):
+    client = ui["client"]
+    got = client.patch(f"/api/v2/dags/{PIPELINE}", headers=_as(ui, "admin"), json={"is_paused": True})
+    assert got.status_code == 200, got.text
+    viewer = client.get(TABLE, headers=_as(ui, "viewer")).text
+    assert f"DAG {PIPELINE} is paused" in viewer and "Unpause" not in viewer
+    page = client.get(TABLE, headers=_as(ui, "admin")).text
+    token = _token(page[page.index('id="paused"'):])
+    assert _post(ui, "viewer", "unpause", {"token": token, "confirm": "yes"}).status_code == 403
+    assert _post(ui, "admin", "unpause", {"token": token, "confirm": "yes"}, origin="http://evil.example").status_code == 403
+    assert client.get(f"/api/v2/dags/{PIPELINE}", headers=_as(ui, "admin")).json()["is_paused"] is True
+    done = _post(ui, "admin", "unpause", {"token": token, "confirm": "yes"})
+    assert done.status_code == 200 and f"Unpaused {PIPELINE}" in done.text, done.text
+    assert client.get(f"/api/v2/dags/{PIPELINE}", headers=_as(ui, "admin")).json()["is_paused"] is False
+    assert f"DAG {PIPELINE} is paused" not in client.get(TABLE, headers=_as(ui, "admin")).text
+
+
+def test_localhost_and_127_0_0_1_are_the_same_server_and_a_refusal_says_where_to_go(ui):
+    port = ui["url"].rsplit(":", 1)[1]
+    token = _token(ui["client"].get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
+    refused = _post(ui, "admin", "recover", {"token": token, "confirm": "yes"}, origin=f"http://localhost:{int(port) + 1}")
+    assert refused.status_code == 403 and f"this server, {ui['url']} - open Airflow" in refused.text
+    got = _post(ui, "admin", "recover", {"token": token, "confirm": "yes"}, origin=f"http://localhost:{port}")
+    assert got.status_code == 200, got.text
+    _settle(ui)
+
+
+def test_a_double_submit_of_one_confirmation_makes_one_run_and_no_raw_error(ui):
+    """Issue 47: a double click on "Trigger the run" gave a 409 page with the raw IntegrityError and SQL."""
+    import concurrent.futures
+
+    before = len(_runs(ui, PIPELINE))
+    token = _token(ui["client"].get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: _post(ui, "admin", "recover", {"token": token, "confirm": "yes"}), range(2)))
+    assert sorted(r.status_code for r in got) == [200, 403], [r.text[-500:] for r in got]
+    for r in got:
+        assert "IntegrityError" not in r.text and "INSERT" not in r.text
+    assert "used already" in next(r.text for r in got if r.status_code == 403)
+    assert len(_runs(ui, PIPELINE)) == before + 1
+    _settle(ui)

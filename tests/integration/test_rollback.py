@@ -181,7 +181,7 @@ def test_one_eo_rollback_run_rolls_back_at_most_once(tmp_path, monkeypatch, poin
 
 def test_the_table_page_offers_only_rollbacks_that_would_go_ahead(table_url):
     """Issue 28: a version gc removed is not offered as a rollback target; the page says why instead."""
-    from exactly_once.airflow.pages import table_html
+    from exactly_once.airflow.page_table import table_html
     from exactly_once.airflow.tables import TableRef
     from exactly_once.airflow.views import Filters, table_page
     from exactly_once.ops.rollback import rollback_refusal

@@ -9,7 +9,11 @@ rollback       the interval: ``eo_action=rollback``, ``to_version``, ``sinks``
 reprocess      the interval: ``reprocess``, ``sinks`` (+ ``allow_shrinking``)
 rerun-stale    one run per stale interval, queued oldest first: ``reprocess``, ``sinks``
 recover        the table's newest interval: ``eo_action=recover``, ``sinks`` (``eo recover`` of the whole table)
+unpause        no run: unpauses the pipeline's DAG, so that its queued runs start
 =============  ======================================================================================
+
+Every run also carries ``eo_reason``: what the user typed at the confirm step (at most
+:data:`REASON_CHARS` characters), which the epoch's provenance records and ``eo history`` shows.
 
 ``sinks`` is ``[<the table's sink>]``: in a DAG with several exactly-once groups only that table's group
 runs (and reprocesses, rolls back or recovers); the others are skipped (``operators.sinks_asked``). A
@@ -23,7 +27,9 @@ order. The table page shows what is still stale once they are done.
 Contract of the web flow (``webapp``): a GET shows what will be done and a form; only a POST with the
 form's token (an HMAC of user, table, action and its parameters, issue time and a nonce, under the API
 server's secret; valid 10 minutes, once: the run ids carry the nonce) and a same-origin
-``Origin`` (or ``Referer``) triggers anything. Both need the user to be allowed to edit the pipeline's
+``Origin`` (or ``Referer``) triggers anything; the runs are created under a row lock of the pipeline's
+DAG after the confirm step's checks pass again (``confirm.plan``: nothing pending on the interval), so
+two confirmations at once cannot both start work on one interval (PostgreSQL, MySQL). Both need the user to be allowed to edit the pipeline's
 DAG (``is_authorized_dag(PUT)``) and to trigger the DAG that runs the action. The run records who
 asked: Airflow's ``triggering_user_name`` is the logged-in user, and the conf says what was asked.
 """
@@ -37,7 +43,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 
 from ..ids import Interval
 from .tables import TableRef
@@ -45,7 +51,8 @@ from .tables import TableRef
 log = logging.getLogger(__name__)
 ROLLBACK_DAG = "eo_rollback"
 ACTIONS = {"rollback": "Roll back an interval", "reprocess": "Reprocess an interval",
-           "rerun-stale": "Re-run the stale intervals", "recover": "Recover now"}
+           "rerun-stale": "Re-run the stale intervals", "recover": "Recover now", "unpause": "Unpause the DAG"}
+REASON_CHARS = 500
 _KEY: list[bytes] = []
 
 
@@ -78,6 +85,8 @@ class Request:
         if self.action == "rerun-stale":
             days = ", ".join(_when(Interval.from_token(s)) for s in self.stale)
             return f"Re-run the stale intervals of {t.sink} in order, one run of {t.pipeline} each: {days}"
+        if self.action == "unpause":
+            return f"Unpause DAG {t.pipeline}: its queued runs (actions of the table page among them) start"
         return f"Bring every transaction of {t.sink} to a final state now (what `eo recover` does)"
 
 
@@ -101,6 +110,12 @@ def parse(action: str, table: TableRef, form: dict[str, str], stale: list[str]) 
     if action == "rerun-stale" and not stale:
         raise ValueError(f"{table.sink} has no stale interval: nothing to re-run")
     return Request(action, table, interval, to, form.get("allow_shrinking") in ("1", "on", "true"), tuple(stale))
+
+
+def reason_of(form: dict[str, str]) -> str:
+    """The reason typed at the confirm step: one line, printable, at most :data:`REASON_CHARS` characters."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in form.get("reason", "")).split())
+    return text[:REASON_CHARS]
 
 
 # ------------------------------------------------------------------------------------------- the token
@@ -154,45 +169,94 @@ class TokenUsedError(ValueError):
     """The form's token triggered its run(s) already."""
 
 
-def same_origin(headers: Any, scheme: str) -> bool:
-    """Whether a POST comes from a page of this server: its ``Origin`` (else ``Referer``) is ``[api] base_url``'s
-    origin when that is set (the request's own ``Host`` is not trusted then), else this request's host."""
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def own_origin(headers: Any, scheme: str) -> str:
+    """This server's origin: ``[api] base_url``'s when that is set (the request's ``Host`` is not trusted
+    then), else this request's host."""
     from urllib.parse import urlsplit
 
     from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback="") or ""
+    if base:
+        b = urlsplit(base)
+        return f"{b.scheme}://{b.netloc}"
+    return f"{scheme}://{headers.get('host', '')}"
+
+
+def _loopback(origin: str) -> tuple[str, str] | None:
+    """(scheme, port) of an origin on a loopback name (127.0.0.1, localhost, [::1]), else None."""
+    from urllib.parse import urlsplit
+
+    got = urlsplit(origin)
+    host = (got.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host
+    return (got.scheme, str(got.port or "")) if host in LOOPBACK else None
+
+
+def same_origin(headers: Any, scheme: str) -> bool:
+    """Whether a POST comes from a page of this server: its ``Origin`` (else ``Referer``) is :func:`own_origin`.
+    On a loopback address, its other loopback names count as the same server (``localhost`` and
+    ``127.0.0.1`` with the same scheme and port: no other site can be served from them)."""
+    from urllib.parse import urlsplit
 
     source = headers.get("origin") or headers.get("referer") or ""
     if not source or source == "null":
         return False
     got = urlsplit(source)
-    base = conf.get("api", "base_url", fallback="") or ""
-    if base:
-        b = urlsplit(base)
-        mine = f"{b.scheme}://{b.netloc}"
-    else:
-        mine = f"{scheme}://{headers.get('host', '')}"
-    return f"{got.scheme}://{got.netloc}" == mine
+    sent, mine = f"{got.scheme}://{got.netloc}", own_origin(headers, scheme)
+    return sent == mine or (_loopback(mine) is not None and _loopback(sent) == _loopback(mine))
 
 
 # ------------------------------------------------------------------------------------------- the runs
-def trigger(req: Request, user: str, token: str) -> list[str]:
+class RefusedError(ValueError):
+    """The confirm step's checks refuse the action now (something changed since the confirm page)."""
+
+
+def trigger(req: Request, user: str, token: str, reason: str = "",
+            check: Callable[[], str] | None = None) -> list[str]:
     """Create the DAG run(s) of ``req`` as ``user`` (QUEUED; the scheduler runs them). Returns the run ids.
-    The run ids carry the token's nonce: :class:`TokenUsedError` if a run of it exists already (and the
-    metadata DB's unique run id refuses a concurrent second use)."""
+    Under a row lock of the pipeline's DAG, ``check()`` (the confirm step's checks; a refusal, or "") runs
+    first: :class:`RefusedError` if it refuses. The run ids carry the token's nonce: :class:`TokenUsedError`
+    if a run of it exists already (or the metadata DB's unique run id refuses a concurrent second use)."""
+    from airflow.utils.session import create_session
+    from sqlalchemy.exc import IntegrityError
+
     t = req.table
-    asked = {"requested_by": user, "eo_action": req.action, "sinks": [t.sink]}  # only this table's group runs
+    asked = {"requested_by": user, "eo_action": req.action, "sinks": [t.sink],  # only this table's group runs
+             **({"eo_reason": reason} if reason else {})}
     nonce = token_id(token)
-    _unused(req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
-    if req.action == "rollback":
-        return [_create(t.pipeline, user, {"to_version": req.to_version, **asked}, req.interval, nonce=nonce)]
-    if req.action == "recover":
-        return [_create(t.pipeline, user, asked, carrier_interval(t), nonce=nonce)]
-    mine = {"reprocess": True}
-    if req.action == "reprocess":
-        return [_create(t.pipeline, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
-                        req.interval, nonce=nonce)]
-    return [_create(t.pipeline, user, {**mine, **asked}, Interval.from_token(s), order=i, nonce=nonce)
-            for i, s in enumerate(req.stale)]
+    try:
+        with create_session() as session:
+            _lock(session, t.pipeline)
+            _unused(session, req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
+            refusal = check() if check is not None else ""
+            if refusal:
+                raise RefusedError(refusal)
+            if req.action == "rollback":
+                return [_create(session, t.pipeline, user, {"to_version": req.to_version, **asked}, req.interval,
+                                nonce=nonce)]
+            if req.action == "recover":
+                return [_create(session, t.pipeline, user, asked, carrier_interval(t), nonce=nonce)]
+            mine = {"reprocess": True}
+            if req.action == "reprocess":
+                return [_create(session, t.pipeline, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
+                                req.interval, nonce=nonce)]
+            return [_create(session, t.pipeline, user, {**mine, **asked}, Interval.from_token(s), order=i,
+                            nonce=nonce) for i, s in enumerate(req.stale)]
+    except IntegrityError:  # a concurrent use of the same confirmation (a double click) made its run first
+        raise TokenUsedError("this confirmation was used already (a double click sends it twice; the first one "
+                             "triggered the run): its state is on the table page") from None
+
+
+def _lock(session: Any, dag_id: str) -> None:
+    """Hold the pipeline DAG's row until the session ends: actions on its tables are decided one at a time."""
+    from airflow.models.dag import DagModel
+    from sqlalchemy import select
+
+    session.execute(select(DagModel.dag_id).where(DagModel.dag_id == dag_id).with_for_update()).all()
 
 
 def carrier_interval(table: TableRef) -> Interval:
@@ -203,22 +267,19 @@ def carrier_interval(table: TableRef) -> Interval:
     return max(every)
 
 
-def _unused(dag_id: str, run_id: str) -> None:
+def _unused(session: Any, dag_id: str, run_id: str) -> None:
     from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    with create_session() as session:
-        used = session.scalar(select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    used = session.scalar(select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
     if used:
         raise TokenUsedError(f"this confirmation was used already (run {used}): open the action from the table "
                              "page again to do it once more")
 
 
-def _create(dag_id: str, user: str, conf: dict[str, Any], interval: Interval | None = None, order: int = 0,
-            nonce: str = "") -> str:
+def _create(session: Any, dag_id: str, user: str, conf: dict[str, Any], interval: Interval | None = None,
+            order: int = 0, nonce: str = "") -> str:
     from airflow.api_fastapi.common.dagbag import create_dag_bag, get_latest_version_of_dag
-    from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
@@ -228,13 +289,13 @@ def _create(dag_id: str, user: str, conf: dict[str, Any], interval: Interval | N
     logical, data_interval = None, None
     if interval is not None:  # a logical date inside the interval that no other run of the DAG has
         logical, data_interval = logical_date_inside(interval), (interval.start, interval.end)
-    with create_session() as session:
-        dag = get_latest_version_of_dag(create_dag_bag(), dag_id, session)
-        run_id = f"manual__eo_{conf['eo_action']}_{nonce}_{order}"  # unique: the token triggers once
-        run = dag.create_dagrun(run_id=run_id, logical_date=logical,
-                                data_interval=data_interval, run_after=run_after, conf=conf,
-                                run_type=DagRunType.MANUAL, triggered_by=DagRunTriggeredByType.UI,
-                                triggering_user_name=user, state=DagRunState.QUEUED, session=session)
-        log.info("%s asked %s of %s/%s: run %s of %s", user, conf["eo_action"], conf.get("table_url", ""),
-                 interval, run.run_id, dag_id)
-        return run.run_id
+    dag = get_latest_version_of_dag(create_dag_bag(), dag_id, session)
+    run_id = f"manual__eo_{conf['eo_action']}_{nonce}_{order}"  # unique: the token triggers once
+    run = dag.create_dagrun(run_id=run_id, logical_date=logical,
+                            data_interval=data_interval, run_after=run_after, conf=conf,
+                            run_type=DagRunType.MANUAL, triggered_by=DagRunTriggeredByType.UI,
+                            triggering_user_name=user, state=DagRunState.QUEUED, session=session)
+    session.flush()
+    log.info("%s asked %s of %s %s: run %s of %s", user, conf["eo_action"], ",".join(conf.get("sinks") or []),
+             interval, run.run_id, dag_id)
+    return run.run_id

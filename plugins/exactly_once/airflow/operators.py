@@ -109,7 +109,8 @@ def _asked(context: Any, conf: dict[str, Any]) -> dict[str, Any]:
         action = conf.get("eo_action") if conf.get("eo_action") in ASKED_LABELS else "reprocess"
     if action and conf.get("allow_shrinking"):
         action += " (allow shrinking)"
-    return {k: v for k, v in (("by", by), ("action", action)) if v}
+    why = str(conf.get("eo_reason") or "")[:500] if action else ""  # what the user typed at the confirm step
+    return {k: v for k, v in (("by", by), ("action", action), ("reason", why)) if v}
 
 
 def sinks_asked(context: Any, conf: dict[str, Any]) -> list[str] | None:

@@ -41,6 +41,6 @@ class ExactlyOncePlugin(AirflowPlugin):
          "destination": "dag"},
         {"name": "Exactly-once report", "href": f"{URL_PREFIX}/dags/{{DAG_ID}}/runs/{{RUN_ID}}",
          "url_route": RUN_REPORT_ROUTE, "destination": "dag_run"},  # the validate task's report link opens it
-        {"name": "Data quality reports", "href": f"{URL_PREFIX}/reports/data_docs/index.html",
+        {"name": "Data quality reports", "href": f"{URL_PREFIX}/data-docs",  # by interval, paged
          "url_route": "eo-data-docs", "destination": "nav", "category": "browse"},
     ]

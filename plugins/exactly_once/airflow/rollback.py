@@ -88,9 +88,10 @@ def carry_out(operator: Any, run: Any, context: Any, action: str, conf: dict[str
 def provenance(context: Any, action: str, **what: Any) -> dict[str, Any]:
     """``meta.run`` of an epoch an action begins: the Airflow run, who triggered it, what was asked."""
     dag_run, ti = context.get("dag_run"), context.get("ti")
+    why = str((getattr(dag_run, "conf", None) or {}).get("eo_reason") or "")[:500]  # typed at the confirm step
     return {"run_id": getattr(dag_run, "run_id", None), "dag_id": getattr(dag_run, "dag_id", None),
             "task_id": getattr(ti, "task_id", None), "by": getattr(dag_run, "triggering_user_name", None),
-            "action": action, **what}
+            "action": action, **({"reason": why} if why else {}), **what}
 
 
 def request_of(context: Any) -> str | None:

@@ -20,9 +20,13 @@ from ..ops.rollback import rollback_refusal
 from ..ops.run_report import Measure, measures
 from ..protocol.transaction import TwoPhaseCommitSink
 from ..records.txlog import State
+from ..quality.reports import version_page_url
+from .chart import Point, point
+from .runs import RunState
 from .tables import TableRef
 
 log = logging.getLogger(__name__)
+CHART_MAX = 1000  # intervals the quality chart shows (the newest)
 STATES = ("COMMITTED", "ABORTED", "PRE_COMMITTED", "OPEN")
 ATTENTION = "attention"
 MAX_ROWS = 500
@@ -90,6 +94,15 @@ class TablePage:
     total: int
     stale: list[str] = field(default_factory=list)
     error: str = ""
+    chart: list[Point] = field(default_factory=list)      # every interval (at most CHART_MAX), oldest first
+    runs: list[RunState] = field(default_factory=list)    # Airflow's runs on the table (:func:`with_airflow`)
+    paused: list[str] = field(default_factory=list)       # the DAGs its actions run in that are paused
+    airflow_runs: frozenset[str] | None = None            # the epochs' run ids this Airflow knows (None: all)
+
+    def runs_of(self, iv: Interval | None) -> list[RunState]:
+        """The runs on interval ``iv`` (None: on the whole table), newest first."""
+        at = iv.start if iv is not None else None
+        return [r for r in self.runs if r.start == at]
 
 
 def table_page(table: TableRef, filters: Filters) -> TablePage:
@@ -108,7 +121,41 @@ def table_page(table: TableRef, filters: Filters) -> TablePage:
             rows.append(row)
         if len(rows) >= filters.limit:
             break
-    return TablePage(table, filters, rows, len(every), stale)
+    return TablePage(table, filters, rows, len(every), stale, chart=_chart(table, sink, every))
+
+
+def _chart(table: TableRef, sink: TwoPhaseCommitSink, every: list[Interval]) -> list[Point]:
+    """The quality chart's points: each interval's live version, else its newest attempt (oldest first)."""
+    out = []
+    for iv in every[-CHART_MAX:]:
+        view = interval_view(sink, iv, with_recover=False)
+        shown = view.live or (view.epochs[-1] if view.epochs else None)
+        if shown is not None:
+            out.append(point(iv, shown, version_page_url(table.pipeline, table.sink, shown.version)))
+    return out
+
+
+def with_airflow(page: TablePage) -> TablePage:
+    """``page`` with what Airflow's metadata DB says: the runs acting on the table (a failed one that began
+    no transaction is *refused*), the paused DAGs its actions run in, the epochs' runs it knows."""
+    from dataclasses import replace
+
+    from . import runs as airflow_runs
+    from .actions import ROLLBACK_DAG
+
+    if page.error:
+        return page
+    t = page.table
+    epochs = [e for r in page.rows for e in r.view.epochs if e.run_id]
+    began = {e.run_id for e in epochs}
+    found = airflow_runs.with_outcome(airflow_runs.table_runs(t, ROLLBACK_DAG, intervals(t.handle())), began)
+    shown = {r.view.interval.start for r in page.rows}
+    found = [r for r in found if r.start is None or r.start in shown]
+    known = {r.run_id for r in found}
+    for dag_id in {e.run_dag or t.pipeline for e in epochs}:
+        known |= airflow_runs.known_runs(dag_id, {e.run_id for e in epochs if (e.run_dag or t.pipeline) == dag_id})
+    return replace(page, runs=found, paused=airflow_runs.paused((t.pipeline,)),
+                   airflow_runs=frozenset(known))
 
 
 def _refusals(sink: TwoPhaseCommitSink, view: IntervalView) -> dict[int, str]:

@@ -10,14 +10,17 @@ Routes (all GET; HTML unless said otherwise)::
     /eo/api/dags/<dag_id>/tables/<sink>          the table page as JSON
     /eo/reports/<path>                           Data Docs and run summaries (files; no symlinks, no escape);
                                                  ``runs/<dag_id>/`` redirects to the DAG's tables
-    /eo/dags/<dag_id>/tables/<sink>/actions/<a>  GET: what action <a> will do and a confirmation form;
-                                                 POST (the form): trigger its DAG run(s) (see ``actions``)
+    /eo/data-docs?table=&page=                   every validation, grouped by interval, paged (``docsindex``)
+    /eo/dags/<dag_id>/tables/<sink>/actions/<a>  GET: what action <a> will do and a confirmation form, or
+                                                 why it is refused (409, ``confirm``); POST (the form): the
+                                                 same checks again, then trigger its DAG run(s) (``actions``)
 
 Every request is authenticated first (an app-wide dependency on Airflow's ``get_user``: no or a bad
 token -> 401/403), including paths that do not exist (a catch-all route answers 404 only after
 authentication); there is no ``/docs`` or ``/openapi.json``. Each route then asks the auth manager
 whether the user may read the DAG the data belongs to (403 otherwise). Errors are pages (escaped
-message, a link back to the tables) except under ``/eo/api/``, where they stay ``{"detail": ...}``.
+message, a link back to the tables) except under ``/eo/api/``, where they stay ``{"detail": ...}``; no page
+shows an exception's raw text (an unexpected one is logged with an id the page gives).
 """
 from __future__ import annotations
 
@@ -36,20 +39,23 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from .. import settings
 from ..errors import UnsafeIdentifierError
 from ..quality.reports import URL_PREFIX, reports_root
-from . import actions, pages
+from . import actions, docsindex, page_actions, page_table, pages
+from . import runs as airflow_runs
+from .confirm import Plan, plan
 from .auth import GetUserDep, authorize_dag, can_act, can_read_dag, dag_of_report, get_user
 from .datadocs import CSP, offline_html
 from .connections import storage_options
 from .files import read_under, read_url_under
 from .tables import TableRef, find_table, known_tables, tables_of
+from .style import SCRIPT_HASHES
 from .views import (Filters, logged_intervals, page_json, run_page, stale_of, table_page, table_status,
-                    version_page)
+                    version_page, with_airflow)
 
 log = logging.getLogger(__name__)
 NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-# the plugin's own pages: inline style, one fixed script (pages.TOP_LINKS, by its hash), forms only to this
-# server, framed only by Airflow's UI
-PAGE_CSP = (f"default-src 'none'; style-src 'unsafe-inline'; script-src {pages.TOP_LINKS_HASH}; img-src 'self' data:; "
+# the plugin's own pages: inline style, fixed scripts (``style``: the colour mode and links out of Airflow's
+# frame, by their hashes), forms only to this server, framed only by Airflow's UI
+PAGE_CSP = (f"default-src 'none'; style-src 'unsafe-inline'; script-src {SCRIPT_HASHES}; img-src 'self' data:; "
             "form-action 'self'; base-uri 'none'; frame-ancestors 'self'")
 # framed by Airflow's UI (same origin: the plugin's tabs and menu entries), by no other site; X-Frame-Options
 # says the same as frame-ancestors for browsers that predate it
@@ -94,6 +100,13 @@ def _asked(user: GetUserDep, table: TableRef, action: str, form: dict[str, str])
     return req
 
 
+def _plan(req: actions.Request) -> Plan:
+    """The confirm step's checks and preview of ``req``, with the runs Airflow has on its table now."""
+    if req.action == "unpause":
+        return Plan()
+    return plan(req, airflow_runs.table_runs(req.table, actions.ROLLBACK_DAG, logged_intervals(req.table)))
+
+
 def _act(user: GetUserDep, dag_id: str, sink: str, action: str, form: dict[str, str]) -> HTMLResponse:
     table = _table(user, dag_id, sink)
     req = _asked(user, table, action, form)
@@ -102,19 +115,36 @@ def _act(user: GetUserDep, dag_id: str, sink: str, action: str, form: dict[str, 
                             "this request: open the action from the table page and confirm it there")
     if form.get("confirm") != "yes":
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "not confirmed: tick the confirmation and submit again")
+    if req.action == "unpause":
+        airflow_runs.unpause(table.pipeline)
+        return _html(page_actions.action_done_html(req, user.get_name(), []))
     try:
-        run_ids = actions.trigger(req, user.get_name(), form["token"])
+        run_ids = actions.trigger(req, user.get_name(), form["token"], actions.reason_of(form),
+                                  check=lambda: _plan(req).refusal)
     except actions.TokenUsedError as exc:
         raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
-    except Exception as exc:  # the DAG is not serialized, a run id clash: say so, trigger nothing more
-        log.exception("action %s on %s/%s failed", action, dag_id, sink)
+    except actions.RefusedError as exc:
+        return HTMLResponse(page_actions.action_failed_html(req, f"Refused: {exc}"), status_code=409,
+                            headers=PAGE_HEADERS)
+    except Exception as exc:  # the DAG is not serialized, the DB is down: say what to do, log the details
         return failed_page(req, exc)
-    return _html(pages.action_done_html(req, user.get_name(), run_ids))
+    return _html(page_actions.action_done_html(req, user.get_name(), run_ids))
 
 
 def failed_page(req: actions.Request, exc: Exception) -> HTMLResponse:
-    """409: the run(s) could not be created; the page carries the same CSP as every page of the plugin."""
-    return HTMLResponse(pages.action_failed_html(req, f"{type(exc).__name__}: {exc}"), status_code=409,
+    """409: the run(s) could not be created. The page says what to do; the exception itself (SQL, values)
+    goes to the API server's log only, under an id the page gives. Same CSP as every page of the plugin."""
+    ref = os.urandom(4).hex()
+    log.error("action %s on %s/%s: no run created [error %s]", req.action, req.table.pipeline, req.table.sink, ref,
+              exc_info=exc)
+    dag = req.dag_to_trigger
+    if "not found" in str(exc).lower() or type(exc).__name__ in ("DagNotFound", "SerializedDagNotFound"):
+        advice = (f"Airflow has no DAG {dag!r}: it is not in the DAGs folder, or its file does not import yet (see "
+                  "the import errors in Airflow's UI, Dags page). Once the DAG is listed, open the action again")
+    else:
+        advice = ("Airflow could not create the run. Open the action again from the table page; if this persists, "
+                  "ask the Airflow administrator to look for this error id in the API server's log")
+    return HTMLResponse(page_actions.action_failed_html(req, f"{advice} (error {ref})."), status_code=409,
                         headers=PAGE_HEADERS)
 
 
@@ -170,7 +200,9 @@ def create_app() -> FastAPI:
               until: str | None = None, limit: int | None = Query(None, ge=1, le=500)) -> HTMLResponse:
         found = _table(user, dag_id, sink)
         may = can_act(user, dag_id, dag_id)
-        return _html(pages.table_html(table_page(found, _filters(state, since, until, limit)), can_act=may))
+        page = with_airflow(table_page(found, _filters(state, since, until, limit)))
+        token = actions.form_token(user.get_name(), actions.Request("unpause", found)) if may and page.paused else ""
+        return _html(page_table.table_html(page, can_act=may, unpause_token=token))
 
     @app.get("/api/dags/{dag_id}/tables/{sink}")
     def table_json(dag_id: str, sink: str, user: GetUserDep, state: str | None = None, since: str | None = None,
@@ -182,8 +214,11 @@ def create_app() -> FastAPI:
     def version(dag_id: str, sink: str, version: str, user: GetUserDep) -> HTMLResponse:
         report = version_page(_table(user, dag_id, sink), version)
         if report is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no version {version!r} of {sink!r}")
-        return _html(pages.version_html(report))
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no version {version!r} of {sink!r}: the table page "
+                                "lists every version of every interval")
+        e = report.epoch
+        known = airflow_runs.known_runs(e.run_dag or dag_id, [e.run_id]) if e.run_id else set()
+        return _html(pages.version_html(report, known))
 
     @app.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
     def run(dag_id: str, run_id: str, user: GetUserDep) -> HTMLResponse:
@@ -195,15 +230,28 @@ def create_app() -> FastAPI:
     def confirm(dag_id: str, sink: str, action: str, request: Request, user: GetUserDep) -> HTMLResponse:
         table = _table(user, dag_id, sink)
         req = _asked(user, table, action, dict(request.query_params))
-        return _html(pages.confirm_html(req, actions.form_token(user.get_name(), req)))
+        if req.action == "unpause":
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "unpause is a button of the table page: open the table "
+                                "page and use it there")
+        checked = _plan(req)
+        page = page_actions.confirm_html(req, actions.form_token(user.get_name(), req), checked)
+        return HTMLResponse(page, status_code=409 if checked.refusal else 200, headers=PAGE_HEADERS)
 
     @app.post("/dags/{dag_id}/tables/{sink}/actions/{action}", response_class=HTMLResponse)
     async def act(dag_id: str, sink: str, action: str, request: Request, user: GetUserDep) -> HTMLResponse:
         if not actions.same_origin(request.headers, request.url.scheme):
             raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-site request refused: actions are posted from "
-                                "the table page of this server")
+                                f"the table page of this server, {actions.own_origin(request.headers, request.url.scheme)}"
+                                " - open Airflow's UI at that address and start the action again")
         form = {k: v[-1] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
         return await run_in_threadpool(_act, user, dag_id, sink, action, form)
+
+    @app.get("/data-docs", response_class=HTMLResponse)
+    def data_docs(user: GetUserDep, table: str = "", page: int = Query(1, ge=1, le=100_000)) -> HTMLResponse:
+        every = known_tables()
+        allowed = {p: can_read_dag(user, p) for p in {t.pipeline for t in every}}
+        mine = [t for t in every if allowed[t.pipeline]]
+        return _html(docsindex.docs_html(docsindex.docs_page(mine, page, table), mine))
 
     @app.get("/reports/{path:path}")
     def report_file(path: str, user: GetUserDep) -> Response:

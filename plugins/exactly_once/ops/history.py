@@ -31,7 +31,8 @@ class HistoryRow:
     verdict: str
     reason: str
     table_version: int | None = None  # the table format's own version of this publish (Delta), if any
-    asked: str = ""                   # an action's provenance: "rollback to e2 by admin (eo_rollback run r1)"
+    asked: str = ""                   # an action's provenance: 'rollback to e2 by admin because "bad input"
+                                      # (eo_rollback run r1)'
 
 
 def history(sink: TwoPhaseCommitSink) -> list[HistoryRow]:
@@ -54,7 +55,8 @@ def asked(e: EpochView) -> str:
         return ""
     by = f" by {e.by}" if e.by else ""
     run = f" ({e.run_dag} run {e.run_id})" if e.run_id else ""
-    return f"{e.action}{by}{run}"
+    why = f' because "{e.asked_reason}"' if e.asked_reason else ""
+    return f"{e.action}{by}{why}{run}"
 
 
 def _iso(ts: float | None) -> str | None:

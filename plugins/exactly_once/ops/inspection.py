@@ -66,6 +66,7 @@ class EpochView:
     run_dag: str | None = None      # the DAG of that run (``eo_rollback`` for a rollback)
     by: str | None = None           # who triggered that run (Airflow's triggering user)
     action: str = ""                # what was asked: "rollback to e2", "reprocess", "" for a scheduled run
+    asked_reason: str = ""          # why, as the person who asked typed it at the table page's confirm step
 
     @property
     def label(self) -> str:
@@ -132,7 +133,7 @@ def epoch_view(st: EpochStatus, statuses: Mapping[int, EpochStatus], version: st
                      rows=manifest.rows if manifest else None, files=manifest.files if manifest else None,
                      quality=quality,
                      reason=_reason(st, statuses, quality, ended), run_dag=run.get("dag_id"), by=run.get("by"),
-                     action=action)
+                     action=action, asked_reason=str(run.get("reason") or "") if action else "")
 
 
 def _reason(st: EpochStatus, statuses: Mapping[int, EpochStatus], quality: Quality, ended: float | None) -> str:

@@ -447,6 +447,10 @@ class IntervalRun:
 def _refuse_aborted(txn: TxnRef, st: EpochStatus) -> None:
     """An aborted attempt (the teardown or a failed phase ended it; its staging is gone) never goes on."""
     if st.state is State.ABORTED:
+        if (st.reason or "").startswith("fenced"):  # a newer attempt (a rollback, a reprocess) owns the interval
+            raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason}); it can never commit. Nothing to "
+                                          "do: the newer attempt decides the interval (see `eo history`); re-running "
+                                          "the interval now would replace what it did")
         raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason or 'no reason recorded'}); it can "
                                       "never commit - re-run the interval")
 

@@ -1,0 +1,181 @@
+"""The Airflow DAG runs that act on a table, as its page shows them (read from Airflow's metadata DB).
+
+A run acts on table ``T`` (of pipeline DAG ``P``) when it is
+
+* a run of ``P`` with a data interval (scheduled, backfill, manual, and the table page's actions: a
+  reprocess, re-run, rollback) whose ``conf.sinks``, if any, names ``T``'s sink; it acts on the interval of
+  its data interval - except a recover (``conf.eo_action``), which acts on the whole table;
+* a run of a checkout's ``eo_rollback`` DAG (triggered by hand) whose ``conf.table_url`` is ``T``'s URL: a
+  rollback acts on the interval starting at ``conf.interval_start``, a recover on the whole table.
+
+Each run's state is Airflow's (queued, running, success, failed), except that a failed run which began no
+transaction of the table is *refused* (a check refused it before anything was written: a user who may not
+edit, a shrinking reprocess, a rollback to a version that cannot be rolled back to); its reason is the
+run's note (the tasks' ``eo_note``, see ``notes``). A run is *pending* while queued or running: the
+confirm step refuses a second action on an interval with a pending run (:func:`pending`).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from ..ids import Interval
+from .tables import TableRef
+
+log = logging.getLogger(__name__)
+PENDING = ("queued", "running")
+MAX_RUNS = 5000  # the newest runs read per DAG (a year of daily runs with retries and actions)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """One DAG run that acts on a table (see the module)."""
+
+    dag_id: str
+    run_id: str
+    state: str                    # queued | running | success | failed | refused
+    what: str                     # "scheduled", "backfill", "reprocess", "rollback to e1", "recover", ...
+    by: str | None
+    reason: str                   # what the person who asked typed at the confirm step
+    note: str                     # the run's note: what it did, or why it failed / was refused
+    start: datetime | None        # the start of the interval it acts on; None: the whole table (recover)
+    queued_at: datetime | None
+    ended_at: datetime | None
+
+    @property
+    def pending(self) -> bool:
+        return self.state in PENDING
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return value if value is None or value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _what(run_type: str, conf: dict[str, Any]) -> str:
+    action = str(conf.get("eo_action") or "")
+    if conf.get("action") == "recover" or action == "recover":
+        return "recover"
+    if conf.get("action") == "rollback" or action == "rollback":
+        return f"rollback to {conf.get('to_version') or '?'}"
+    if conf.get("reprocess"):
+        label = action if action in ("reprocess", "rerun-stale") else "reprocess"
+        return label + (" (allow shrinking)" if conf.get("allow_shrinking") else "")
+    return str(run_type or "run")
+
+
+def _start_at(text: Any) -> datetime | None:
+    """The start of the interval a rollback names (ISO-8601)."""
+    try:
+        return _aware(datetime.fromisoformat(str(text).replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+def table_runs(table: TableRef, maintenance_dag: str, logged: Iterable[Interval] = ()) -> list[RunState]:
+    """Every run that acts on ``table`` (newest first), with its state. ``logged``: the log's intervals; a
+    rollback of an interval the log does not know counts as a run on the whole table."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    starts = {iv.start for iv in logged}
+    cols = (DagRun.dag_id, DagRun.run_id, DagRun._state, DagRun.run_type, DagRun.conf, DagRun.triggering_user_name,
+            DagRun.data_interval_start, DagRun.data_interval_end, DagRun.queued_at, DagRun.end_date, DagRun.id)
+    out: list[RunState] = []
+    with create_session() as session:
+        rows = []
+        for dag_id in dict.fromkeys((table.pipeline, maintenance_dag)):
+            rows += session.execute(select(*cols).where(DagRun.dag_id == dag_id)
+                                    .order_by(DagRun.id.desc()).limit(MAX_RUNS)).all()
+        notes = _notes(session, [r[-1] for r in rows if r[2] == "failed" or r[2] == "success"])
+    for dag_id, run_id, state, run_type, conf, by, start, end, queued, ended, pk in rows:
+        conf = conf if isinstance(conf, dict) else {}
+        if dag_id == table.pipeline:
+            sinks = conf.get("sinks")
+            if isinstance(sinks, list) and table.sink not in sinks or start is None or end is None:
+                continue
+            at = None if conf.get("eo_action") == "recover" else _aware(start)
+        else:
+            if conf.get("table_url") != table.url:
+                continue
+            at = _start_at(conf.get("interval_start")) if conf.get("action", "rollback") == "rollback" else None
+            at = at if at in starts else None  # an interval the log does not know: a run on the whole table
+        out.append(RunState(dag_id, run_id, str(state or "queued"), _what(run_type, conf), by,
+                            str(conf.get("eo_reason") or ""), notes.get(pk, ""), at, _aware(queued), _aware(ended)))
+    out.sort(key=lambda r: r.queued_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+    return out
+
+
+def _notes(session: Any, pks: list[int]) -> dict[int, str]:
+    if not pks:
+        return {}
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRunNote
+
+    got: dict[int, str] = {}
+    for i in range(0, len(pks), 1000):
+        got.update(session.execute(select(DagRunNote.dag_run_id, DagRunNote.content)
+                                   .where(DagRunNote.dag_run_id.in_(pks[i:i + 1000]))).all())
+    return {k: str(v or "") for k, v in got.items()}
+
+
+def with_outcome(runs: list[RunState], began: set[str]) -> list[RunState]:
+    """``runs`` with a failed run that began no transaction (its run id is not in ``began``) as *refused*."""
+    from dataclasses import replace
+
+    return [replace(r, state="refused") if r.state == "failed" and r.run_id not in began and r.what != "recover"
+            else r for r in runs]
+
+
+def pending(runs: Iterable[RunState], interval: Interval | None) -> list[RunState]:
+    """The queued or running runs that act on ``interval`` (None: on the whole table, i.e. a recover)."""
+    at = interval.start if interval is not None else None
+    return [r for r in runs if r.pending and r.start == at]
+
+
+def paused(dag_ids: Iterable[str]) -> list[str]:
+    """Which of ``dag_ids`` Airflow has paused (their runs, actions included, wait until unpaused)."""
+    from sqlalchemy import select
+
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    ids = list(dict.fromkeys(dag_ids))
+    with create_session() as session:
+        found = dict(session.execute(select(DagModel.dag_id, DagModel.is_paused).where(DagModel.dag_id.in_(ids))).all())
+    return [d for d in ids if found.get(d)]
+
+
+def unpause(dag_id: str) -> None:
+    """Unpause ``dag_id`` (what Airflow's toggle does: ``DagModel.is_paused``)."""
+    from sqlalchemy import update
+
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=False))
+    log.info("unpaused DAG %s", dag_id)
+
+
+def known_runs(dag_id: str, run_ids: Iterable[str]) -> set[str]:
+    """Which of ``run_ids`` of ``dag_id`` this Airflow knows (a run made elsewhere - ``airflow dags test``
+    with another metadata DB - has no page here)."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    ids = [r for r in dict.fromkeys(run_ids) if r]
+    if not ids:
+        return set()
+    found: set[str] = set()
+    with create_session() as session:
+        for i in range(0, len(ids), 1000):
+            found.update(session.scalars(select(DagRun.run_id).where(DagRun.dag_id == dag_id,
+                                                                     DagRun.run_id.in_(ids[i:i + 1000]))))
+    return found
