@@ -549,6 +549,7 @@ def test_the_confirm_step_refuses_what_the_run_would_and_a_second_action_on_a_pe
     """Issue 47: an edited URL (a version that does not exist, an aborted one, the live one) is refused at the
     confirm step with the reason, and so is its POST; a second action on an interval with a queued run is
     refused until that run ends. The reason typed at the confirm step is in the run's conf."""
+    _settle(ui)                                      # the runs earlier tests left queued
     from exactly_once.airflow import actions
     from exactly_once.airflow.tables import find_table
 
@@ -599,6 +600,7 @@ def test_the_confirm_step_refuses_what_the_run_would_and_a_second_action_on_a_pe
 
 
 def test_a_reason_typed_at_confirm_is_in_the_provenance_and_eo_history(ui, capsys):
+    _settle(ui)                                      # the runs earlier tests left queued
     client, sink = ui["client"], ui["sink"]
     iv = Interval.daily(D1)
     to = f"e{min(sink.status(iv))}"
@@ -623,6 +625,7 @@ def test_a_reason_typed_at_confirm_is_in_the_provenance_and_eo_history(ui, capsy
 
 
 def test_a_paused_dag_is_said_and_unpaused_from_the_table_page(ui):
+    _settle(ui)                                      # the runs earlier tests left queued
     client = ui["client"]
     got = client.patch(f"/api/v2/dags/{PIPELINE}", headers=_as(ui, "admin"), json={"is_paused": True})
     assert got.status_code == 200, got.text
@@ -640,6 +643,7 @@ def test_a_paused_dag_is_said_and_unpaused_from_the_table_page(ui):
 
 
 def test_localhost_and_127_0_0_1_are_the_same_server_and_a_refusal_says_where_to_go(ui):
+    _settle(ui)                                      # the runs earlier tests left queued
     port = ui["url"].rsplit(":", 1)[1]
     token = _token(ui["client"].get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
     refused = _post(ui, "admin", "recover", {"token": token, "confirm": "yes"}, origin=f"http://localhost:{int(port) + 1}")
@@ -651,6 +655,7 @@ def test_localhost_and_127_0_0_1_are_the_same_server_and_a_refusal_says_where_to
 
 def test_a_double_submit_of_one_confirmation_makes_one_run_and_no_raw_error(ui):
     """Issue 47: a double click on "Trigger the run" gave a 409 page with the raw IntegrityError and SQL."""
+    _settle(ui)                                      # the runs earlier tests left queued
     import concurrent.futures
 
     before = len(_runs(ui, PIPELINE))
