@@ -105,7 +105,9 @@ def _sinks(args: argparse.Namespace) -> Iterator[TwoPhaseCommitSink]:
 
 def cmd_status(args: argparse.Namespace) -> int:
     for sink in _sinks(args):
-        print(f"{sink.pipeline}/{sink.sink}: {sink.storage.url(sink.table)}")
+        print(f"{sink.pipeline}/{sink.sink}: {sink.storage.url(sink.table)}"
+              + (f" (the table's URL for eo; its rows are in {sink.target.describe()})"
+                 if sink.target.keeps_staged_copies else ""))
         for iv in sink.log.intervals():
             desc = ", ".join(f"e{e}:{st.state.value}"
                              f"{'' if st.published or st.state is not State.COMMITTED else '(publishing)'}"

@@ -17,6 +17,7 @@ from exactly_once import State, TransactionStateError
 from exactly_once.cli import main as eo
 from exactly_once.ops.history import history
 from exactly_once.ops.maintenance import gc
+from exactly_once.ops.inspection import stale_intervals
 from exactly_once.ops.rollback import rollback
 from protocol_helpers import make_rows
 
@@ -75,8 +76,12 @@ def test_rollback_republishes_an_earlier_version_as_a_new_epoch(world, capsys):
     assert sink.status(IV)[3].records["open"]["meta"]["rollback_of"] == e1.name
     # and back again through `eo rollback`: e2 is kept as well
     url = world.log_url("p", "t")
+    assert stale_intervals(sink) == [IV2.token]                   # day 2 read e2, e1 is live: as the page says
     assert eo(["rollback", url, "--interval", IV.start.isoformat(), "--to", "e2"]) == 0
-    assert "is live again" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "is live again" in out and "no stale interval" in out  # e2 live again (as e4): day 2 is current
+    assert stale_intervals(sink) == []
+    assert eo(["status", url]) == 0 and f"its rows are in {sink.target.describe()}" in capsys.readouterr().out
     assert world.read_rows() == world.rows({PART: [make_rows("v2", 3, start=50)],
                                             PART2: [make_rows("d2", 2, start=90)]})
     assert idle(world, sink)

@@ -54,11 +54,27 @@ def stale_from(sink: Any, interval: Interval) -> list[str]:
         if not found:
             break
         used = found[1].reads
-        if stale or (used is not None and used.name != current[0].name
+        if stale or (used is not None and used.name not in _copies_of(sink, current)
                      and not same_state(_state_of(sink, used.name), state_fingerprint(current[1]))):
             stale.append(nxt[0].token)
         current, iv = found, nxt[0]
     return stale
+
+
+def _copies_of(sink: Any, version: tuple[TxnRef, "EpochStatus"]) -> set[str]:
+    """``version``'s name and those of the versions it is a rollback of (a rollback republishes that
+    version's files and state: a successor that read it read this state)."""
+    names, (txn, st) = {version[0].name}, version
+    for _ in range(64):  # a chain of rollbacks, each of the one before
+        rolled = (st.records.get("pre_committed") or {}).get("rollback_of")
+        parsed = parse_txn_name(rolled or "")
+        if not parsed or rolled in names:
+            break
+        names.add(rolled)
+        st = sink.status(Interval.from_token(parsed[0])).get(parsed[1])
+        if st is None:
+            break
+    return names
 
 
 def _state_of(sink: Any, txn_name: str | None) -> str | None:
