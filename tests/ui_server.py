@@ -19,8 +19,9 @@ from eo_testing import free_port
 JWT_SECRET = "eo-ui-test-jwt-secret-0123456789abcdef"
 
 
-def commit_day(sink, day: str, run_id: str, state: str, prev: str | None = None) -> str:
-    """Commit one validated version of day ``day`` whose state fingerprint is ``state`` (read from ``prev``)."""
+def commit_day(sink, day: str, run_id: str, state: str, prev: str | None = None, counts: dict | None = None) -> str:
+    """Commit one validated version of day ``day`` whose state fingerprint is ``state`` (read from ``prev``);
+    ``counts``: the write job's counts the gate measured (records in, rejected, deduplicated)."""
     from exactly_once.ids import Interval, parse_txn_name
     from protocol_helpers import write_output
 
@@ -30,9 +31,10 @@ def commit_day(sink, day: str, run_id: str, state: str, prev: str | None = None)
         reads = sink.ref(Interval.from_token(token), epoch)
     txn = sink.begin(Interval.daily(day), meta={"prev": prev, "run": {"run_id": run_id}}, reads=reads)
     write_output(sink, txn, {f"dt={day}": [[(1, state), (2, state)]]})
-    sink.pre_commit(txn, extra={"counts": {"records_in": 2, "rows_written": {f"dt={day}": 2}},
+    measured = {"records_in": 2, **(counts or {})}
+    sink.pre_commit(txn, extra={"counts": {**measured, "rows_written": {f"dt={day}": 2}},
                                 "state_fingerprint": state})
-    sink.record_validation(txn, True, {"failures": []})
+    sink.record_validation(txn, True, {"failures": [], "measured": measured})
     sink.commit(txn)
     return txn.name
 

@@ -85,11 +85,11 @@ def plan(req: Request, runs: list[airflow_runs.RunState]) -> Plan:
     busy = airflow_runs.pending(runs, iv)
     in_flight += [f"run {r.run_id}: {r.what} ({r.state})" for r in busy]
     base = Plan(live=_version(view.live), in_flight=in_flight)
-    if busy:
-        return _with(base, refusal=_pending_refusal(busy, f"interval {iv.label}"))
-    if req.action == "rollback":
-        return _rollback(req, sink, view, base)
-    return _reprocess(req, sink, view, base)
+    # what can never go ahead first; then what must wait (a run on the interval is pending)
+    planned = _rollback(req, sink, view, base) if req.action == "rollback" else _reprocess(req, sink, view, base)
+    if busy and not planned.refusal:
+        return _with(planned, refusal=_pending_refusal(busy, f"interval {iv.label}"))
+    return planned
 
 
 def _with(p: Plan, **changes: object) -> Plan:
