@@ -50,6 +50,9 @@ from tools.deployment import Deployment, free_port, postgres_problem
 from tools.sample_data import generate
 
 OURS, NAIVE, WARMUP = "pv_pipeline", "naive_pv_connect", "bench_warmup"
+# the month's ways: ours batched and the naive DAG (deployment `month`), ours per interval with six tasks
+# (`month-per-interval`) and with one (`month-one-task`: EO_PV_ONE_TASK=1, what a scheduled interval can run)
+MONTH_WAYS = ("batched", "naive", "per-interval", "one-task")
 
 
 def _warm_up(deploy: Deployment, landing_day: Path) -> float:
@@ -163,9 +166,10 @@ def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> d
 
 def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
                 plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
-                idle_sleep: float | None, max_active_runs: int, parallelism: int) -> dict[str, Any]:
+                idle_sleep: float | None, max_active_runs: int, parallelism: int, one_task: bool = False) -> dict[str, Any]:
     """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``;
-    ``parallelism``: Airflow's ``[core] parallelism`` (the LocalExecutor's worker slots)."""
+    ``parallelism``: Airflow's ``[core] parallelism`` (the LocalExecutor's worker slots); ``one_task``: ours'
+    runs that do not batch publish their interval in their begin task (``EO_PV_ONE_TASK=1``)."""
     run_dir = work / f"cost-{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
     folder = run_dir / "dags"
@@ -177,12 +181,14 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
     (run_dir / "data" / "landing").symlink_to(landing)
     settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0",
                 "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",  # as docker-compose.yaml ships it (DEPLOYING.md)
-                "EO_PV_MAX_BATCH": str(max_batch), "EO_SPARK_REMOTE": server.url,
+                "EO_PV_MAX_BATCH": str(max_batch), "EO_PV_ONE_TASK": "1" if one_task else "0",
+                "EO_SPARK_REMOTE": server.url,
                 "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
                     {"conn_type": "spark_connect", "host": "127.0.0.1", "port": server.port})}
     if idle_sleep is not None:
         settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
     res: dict[str, Any] = {"intervals": len(days), "days": [days[0], days[-1]], "max_batch": max_batch,
+                           "one_task": one_task,
                            "scheduler_idle_sleep_time": idle_sleep if idle_sleep is not None else 1.0,
                            "min_heartbeat_interval": float(settings["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"]),
                            "parallelism": parallelism, "variants": {}}
@@ -229,7 +235,7 @@ def _floor_ratios(out: dict[str, Any], floor: dict[str, Any]) -> None:
     """``<scope>_floor_seconds`` and each way's end to end over it (``<scope>_<way>_over_floor``) into ``out``."""
     for scope, f in floor.items():
         out[f"{scope}_floor_seconds"] = f["wall_seconds"]
-        for way in ("batched", "naive", "range", "per_interval"):
+        for way in ("batched", "naive", "range", "per_interval", "one_task"):
             key = f"{scope}_{way}_seconds"
             if out.get(key) and f["wall_seconds"]:
                 out[f"{scope}_{way}_over_floor"] = round(out[key] / f["wall_seconds"], 2)
@@ -256,6 +262,13 @@ def _summary(dep: dict[str, Any], floor: dict[str, Any] | None = None) -> dict[s
     if r is not None:
         out["year_range_seconds"] = r["wall_seconds"]
         out["year_range_intervals"] = r["intervals"]
+    one = var("month-one-task", "one-task")
+    if one is not None:
+        out["month_one_task_seconds"] = one["wall_seconds"]
+        out["one_task_median"] = one["timings"]["per_interval"]["median"]
+        naive = out.get("month_naive_per_interval_median") or out.get("year_naive_per_interval_median")
+        if naive and out["one_task_median"] is not None:
+            out["single_interval_one_task_ratio"] = round(out["one_task_median"] / naive, 2)
     p = var("month-per-interval", "per-interval")
     if p is not None:
         out["month_per_interval_seconds"] = p["wall_seconds"]
@@ -271,7 +284,8 @@ def _summary(dep: dict[str, Any], floor: dict[str, Any] | None = None) -> dict[s
 
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
                     idle_sleep: float | None = None, max_active_runs: int = 1, range_run: bool = True,
-                    naive: bool = True, parallelism: int = 4) -> dict[str, Any]:
+                    naive: bool = True, parallelism: int = 4,
+                    month_ways: tuple[str, ...] = MONTH_WAYS) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
     skips either, not both); see the module docstring."""
     if problem := postgres_problem():
@@ -301,17 +315,23 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
         res["floor"] = _floors(url, server.pid(), landing, days, work, {"month": month, "year": year})
         plans = []
         if month:
-            plans += [("month", days[-month:], [("batched", OURS, True), ("naive", NAIVE, False)], 366, max_active_runs),
-                      ("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1, 1)]
+            first = [*([("batched", OURS, True)] if "batched" in month_ways else []),
+                     *([("naive", NAIVE, False)] if "naive" in month_ways else [])]
+            plans += [*([("month", days[-month:], first, 366, max_active_runs, False)] if first else []),
+                      *([("month-per-interval", days[-month:], [("per-interval", OURS, False)], 1, 1, False)]
+                        if "per-interval" in month_ways else []),
+                      *([("month-one-task", days[-month:], [("one-task", OURS, False)], 1, 1, True)]
+                        if "one-task" in month_ways else [])]
         if year:  # 0: the month deployments only
             plans.append(("year", days[-year:], [("batched", OURS, True), *([("naive", NAIVE, False)] if naive else [])],
-                          366, max_active_runs))
+                          366, max_active_runs, False))
             if range_run:  # the same year as ONE DAG run (a range trigger): a fresh data root
-                plans.append(("year-range", days[-year:], [("range", OURS, True)], 366, 1))
-        for name, span_days, plan, max_batch, runs_at_once in plans:
+                plans.append(("year-range", days[-year:], [("range", OURS, True)], 366, 1, False))
+        for name, span_days, plan, max_batch, runs_at_once, one_task in plans:
             try:
                 res["deployments"][name] = _deployment(work, name, landing, server, span_days, plan, max_batch,
-                                                       timeout_per_interval, idle_sleep, runs_at_once, parallelism)
+                                                       timeout_per_interval, idle_sleep, runs_at_once, parallelism,
+                                                       one_task)
             except Exception as exc:  # noqa: BLE001 - the other deployments' figures still count
                 say(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
                 res["deployments"][name] = {"intervals": len(span_days), "error": f"{type(exc).__name__}: {exc}",

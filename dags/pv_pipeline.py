@@ -39,6 +39,9 @@ PV = PipelineConfig(
     # a backfill computes up to a year of days in one Spark job, each day its own transaction
     # (EO_PV_MAX_BATCH=1: one Spark job per day, as before)
     max_batch=int(os.environ.get("EO_PV_MAX_BATCH") or 366),
+    # EO_PV_ONE_TASK=1: a scheduled day is published by its begin task alone (a batch of one), the phase
+    # tasks skipped
+    one_task=os.environ.get("EO_PV_ONE_TASK", "0") == "1",
 )
 
 with DAG(

@@ -32,6 +32,7 @@ from fault_helpers import Setup, sink_of, visible_rows
 from exactly_once.protocol.batch import BatchRun
 from exactly_once.contracts import BatchSpec
 from exactly_once.ids import Interval, TxnRef
+from exactly_once.errors import ContractError
 from exactly_once.job import execute_batch
 from exactly_once.storage import storage_for
 from exactly_once.records.txlog import State
@@ -75,10 +76,10 @@ def single_runs(spark, job, setup: Setup, days: list[str]) -> None:
         run.abort(txn)
 
 
-def batch_write(spark, compute_batch, args=()):
+def batch_write(spark, compute_batch, args=(), compute=None):
     def write(url: str) -> None:
         store, key = storage_for(url)
-        execute_batch(compute_batch, spark, BatchSpec.from_json(store.read_bytes(key)), args)
+        execute_batch(compute_batch, spark, BatchSpec.from_json(store.read_bytes(key)), args, compute=compute)
     return write
 
 
@@ -143,6 +144,28 @@ def test_a_stateful_batch_publishes_what_interval_by_interval_runs_publish(spark
     begun = again.begin()
     assert begun["batch"] is None and [o["status"] for o in begun["outcomes"]] == ["skipped"] * len(DAYS)
     assert [o.status for o in again.finish()] == ["skipped"] * len(DAYS)
+
+
+def test_a_batch_of_one_runs_the_jobs_own_compute_and_publishes_what_its_single_run_does(spark, pv, landing, tmp_path):
+    """A batch of one interval (a run's ``one_task``) runs the job's single-interval ``compute`` straight into
+    the interval's staging: day by day, each its own batch, the same checkpoints (counts, state, quarantine) and
+    rows as the single runs, and no scratch left; without ``compute``, a batch of one runs ``compute_batch`` as
+    before, and a job with neither for it is refused."""
+    single, one = _setup(tmp_path, landing, "single"), _setup(tmp_path, landing, "one")
+    days = DAYS[:2]
+    single_runs(spark, pv, single, days)
+    for day in days:
+        outcomes = BatchRun(one.config(), [Interval.daily(day)], batch_id=f"t-one-{day}").run_all(
+            batch_write(spark, None, compute=pv.compute))
+        assert [(o.status, o.detail) for o in outcomes] == [("committed", "")], outcomes
+        assert checkpoint(one, day) == checkpoint(single, day), day
+        assert not (Path(sink_of(one).home) / "_batches" / f"t-one-{day}" / "scratch").exists()
+    assert visible_rows(one) == visible_rows(single)
+    staged = []
+    with pytest.raises(ContractError, match="has no compute_batch"):
+        BatchRun(one.config(), [Interval.daily(DAYS[2])], batch_id="t-none").run_all(
+            lambda url: staged.append(url) or batch_write(spark, None)(url))
+    assert staged
 
 
 def test_a_failing_gate_costs_its_interval_and_those_chained_on_it(spark, pv, landing, tmp_path):

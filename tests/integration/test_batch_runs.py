@@ -83,6 +83,8 @@ class Begin:
         ctx = {"ti": ti, "outlet_events": {}, "dag_run": SimpleNamespace(
             run_id=ti.run_id, conf=conf or {}, clear_number=0, logical_date=Interval.daily(day).start,
             run_type=run_type)}
+        if batching.mode(self, ctx) is None:  # as BeginOperator.call asks first
+            return "went on alone"
         try:
             batching.before_begin(self, self.setup.run(day, config=self.config), ctx, reprocess=reprocess)
         except DownstreamTasksSkipped:
@@ -217,6 +219,48 @@ def test_a_range_run_after_a_failed_batch_batches_the_failed_days_again(setup):
     assert done.startswith("finished: published e2") and "b-failed" not in done, done
     assert epochs(setup) == {d: {1: "ABORTED", 2: "COMMITTED"} for d in DAYS} and begin.writes == 1
     assert visible_rows(setup) == oracle(setup) and leftovers(sink) == []
+
+
+# ------------------------------------------------------------------ one task: a batch of one (issue 48)
+def test_a_scheduled_run_with_one_task_publishes_its_day_alone_in_its_begin(setup, monkeypatch):
+    """``one_task``: a scheduled run's begin publishes its own day as a batch of one (one write job, the day's
+    own transaction, the group's other tasks skipped) - never a later day, though runs of them are active; a
+    transient error in its finish leaves it pending and the task's retry resumes it without a second write;
+    without ``one_task`` the run goes on through the phase tasks, as before."""
+    assert Begin(setup).run(DAYS[0], run_type="scheduled") == "went on alone"
+    begin = Begin(setup, one_task=True)
+    real_commit, flaky = pipeline_mod.IntervalRun.commit, {"left": 1}
+
+    def commit(self: Any, txn: Any, *a: Any, **k: Any) -> Any:
+        if flaky["left"]:
+            flaky["left"] = 0
+            raise OSError("transient: storage timeout")
+        return real_commit(self, txn, *a, **k)
+
+    monkeypatch.setattr(pipeline_mod.IntervalRun, "commit", commit)
+    with pytest.raises(Exception, match="1 intervals not finished"):
+        begin.run(DAYS[0], run_type="scheduled")
+    assert epochs(setup) == {DAYS[0]: {1: "PRE_COMMITTED"}, DAYS[1]: {}, DAYS[2]: {}} and begin.writes == 1
+    done = begin.run(DAYS[0], run_type="scheduled", try_number=2)
+    assert done.startswith("finished: published e1") and "in batch b-" in done, done
+    assert begin.run(DAYS[1], run_type="manual").startswith("finished: published e1")
+    assert epochs(setup) == {DAYS[0]: {1: "COMMITTED"}, DAYS[1]: {1: "COMMITTED"}, DAYS[2]: {}}
+    assert begin.writes == 2
+    rows = visible_rows(setup)
+    assert {d: rows[d] for d in (D1, *DAYS[:2])} == {d: oracle(setup)[d] for d in (D1, *DAYS[:2])}
+    assert leftovers(sink_of(setup)) == []
+
+
+def test_a_one_task_run_whose_gate_fails_goes_on_through_the_phase_tasks(setup):
+    """A batch of one whose gate fails aborts its attempt (nothing published, no leftovers) and the run goes on
+    as a single run: its write, pre_commit and validate tasks run and the validate task fails with the gate's
+    report. A run whose predecessor is not committed goes on alone too (its begin waits for it, as always)."""
+    begin = Begin(setup, one_task=True, max_malformed_ratio=0.0)  # every day has malformed lines
+    assert begin.run(DAYS[0], run_type="scheduled") == "went on alone" and begin.writes == 1
+    assert epochs(setup)[DAYS[0]] == {1: "ABORTED"} and leftovers(sink_of(setup)) == []
+    assert DAYS[0] not in visible_rows(setup)
+    assert Begin(setup, one_task=True).run(DAYS[2], run_type="scheduled") == "went on alone"  # day 3 not committed
+    assert epochs(setup)[DAYS[2]] == {}
 
 
 # ------------------------------------------------------------------ waiting in the triggerer (issue 26)

@@ -63,15 +63,17 @@ def stale_seconds() -> float:
 
 
 def mode(operator: Any, context: Any) -> str | None:
-    """``backfill``, ``range`` (conf ``eo_batch``) or None: does this run batch?"""
-    if not operator.config.batched:
-        return None
-    dag_run = context.get("dag_run")
-    conf = (dag_run and dag_run.conf) or {}
-    if isinstance(conf.get("eo_batch"), dict):
-        return "range"
-    run_type = str(getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", "")))
-    return "backfill" if run_type == "backfill" else None
+    """``backfill``, ``range`` (conf ``eo_batch``), ``single`` (a batch of one: ``one_task``) or None: does this
+    run batch?"""
+    if operator.config.batched:
+        dag_run = context.get("dag_run")
+        conf = (dag_run and dag_run.conf) or {}
+        if isinstance(conf.get("eo_batch"), dict):
+            return "range"
+        run_type = str(getattr(getattr(dag_run, "run_type", None), "value", getattr(dag_run, "run_type", "")))
+        if run_type == "backfill":
+            return "backfill"
+    return "single" if operator.config.one_task else None
 
 
 def batch_id(context: Any, interval: Interval) -> str:
@@ -165,6 +167,8 @@ def failed_in(run: IntervalRun, bid: str) -> bool:
 def candidates(operator: Any, run: IntervalRun, context: Any) -> list[Interval]:
     """The intervals a batch hosted by this run may take: its own, then the next ones of the DAG's
     schedule that have a run waiting (backfill) or start before the range's end, ``max_batch`` at most."""
+    if mode(operator, context) == "single":
+        return [run.interval]
     limit = run.config.max_batch
     ahead = timetable_intervals(operator.dag.timetable, run.interval.start, limit)
     ahead = [iv for iv in ahead if iv.start >= run.interval.start][:limit]

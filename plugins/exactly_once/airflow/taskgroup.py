@@ -118,7 +118,8 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
                      "asset_uri": _asset_uri(config)}
         batch_write = {"application": config.application, "conn_id": spark_conn_id, "conf": conf,
                        "env_vars": spark_env(), "name": f"{config.pipeline}-{config.sink}-batch",
-                       "application_args": list(config.application_args)} if config.batched else None
+                       "application_args": list(config.application_args)} if config.batched or config.one_task \
+            else None
         begin = BeginOperator(task_id="begin", batch_write=batch_write, **finishers, **common)
         write = WriteOperator(
             task_id="write", application=config.application, conn_id=spark_conn_id,

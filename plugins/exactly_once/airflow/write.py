@@ -167,10 +167,12 @@ def run_connect_batch(application: str, batch_url: str, remote: str, *, attempt:
 
     store, key = storage_for(batch_url)
     batch = BatchSpec.from_json(store.read_bytes(key))
-    compute_batch = load_compute(application, "compute_batch")
+    one = len(batch.entries) == 1  # a batch of one runs the job's own compute (execute_batch)
+    compute_batch = None if one else load_compute(application, "compute_batch")
+    compute = load_compute(application) if one else None
     t0 = time.perf_counter()
     with _session(remote, batch.batch_id, attempt, batch.scratch_dir) as spark:
-        counts = execute_batch(compute_batch, spark, batch, args)
+        counts = execute_batch(compute_batch, spark, batch, args, compute=compute)
     log.info("wrote batch %s (%d intervals) over Spark Connect %s in %.1f s", batch.batch_id, len(counts),
              redact(remote), time.perf_counter() - t0)
     return {"batch": batch.batch_id, "intervals": len(counts), "spark": "connect"}

@@ -446,10 +446,21 @@ def execute(compute: Callable[[JobContext], Counts], spark: Any, spec: JobSpec, 
 BatchCompute = Callable[[BatchContext], Sequence[Counts]]
 
 
-def execute_batch(compute_batch: BatchCompute, spark: Any, batch: BatchSpec, args: Sequence[str] = (),
-                  storage_options: Mapping[str, Any] | None = None) -> list[Counts]:
-    """Run a job's ``compute_batch`` for ``batch`` on ``spark`` and write each interval's counts last."""
+def execute_batch(compute_batch: BatchCompute | None, spark: Any, batch: BatchSpec, args: Sequence[str] = (),
+                  storage_options: Mapping[str, Any] | None = None,
+                  compute: Callable[[JobContext], Counts] | None = None) -> list[Counts]:
+    """Run a job's ``compute_batch`` for ``batch`` on ``spark`` and write each interval's counts last.
+
+    A batch of ONE interval (a run's ``one_task``) runs the job's single-interval ``compute`` when it is given -
+    the interval's own plan, straight into its staging, exactly what its write task would run (a batch job's
+    tagging, partitioned writes and hand-over cost ~2x its CPU for one interval) - so such a batch needs no
+    ``compute_batch``. ContractError if the one it needs is missing."""
     ctx = BatchContext(spark, batch, args=args, storage_options=storage_options)
+    if compute is not None and len(ctx) == 1:
+        return [ctx.jobs[0].finish(compute(ctx.jobs[0]))]
+    if compute_batch is None:
+        raise ContractError(f"batch {batch.batch_id} of {len(ctx)} intervals: the job has no compute_batch; "
+                            "set the pipeline's max_batch=1, or give run_job(..., compute_batch=...)")
     return ctx.finish(compute_batch(ctx))
 
 
@@ -463,16 +474,16 @@ def run_job(compute: Callable[[JobContext], Counts], argv: Sequence[str] | None 
     ``max_batch`` at 1)."""
     kind, url, rest = _parse(argv, (compute.__doc__ or "").strip().splitlines()[0] if compute.__doc__ else "")
     store, key = storage_for(url)
-    if kind == "batch" and compute_batch is None:
+    spec: JobSpec | BatchSpec = (JobSpec if kind == "spec" else BatchSpec).from_json(store.read_bytes(key))
+    if isinstance(spec, BatchSpec) and compute_batch is None and len(spec.entries) != 1:
         raise ContractError(f"{app_name or 'this job'} has no compute_batch: it cannot run a batch (--batch); "
                             "set the pipeline's max_batch=1, or give run_job(..., compute_batch=...)")
-    spec: JobSpec | BatchSpec = (JobSpec if kind == "spec" else BatchSpec).from_json(store.read_bytes(key))
     spark = spark_session(spec, app_name or getattr(compute, "__module__", "job"))
     try:
         if isinstance(spec, JobSpec):
             result: dict[str, Any] = {"txn": spec.txn, "counts": execute(compute, spark, spec, rest).to_dict()}
         else:
-            done = execute_batch(compute_batch, spark, spec, rest)  # type: ignore[arg-type]
+            done = execute_batch(compute_batch, spark, spec, rest, compute=compute)
             result = {"batch": spec.batch_id, "counts": [c.to_dict() for c in done]}
     finally:
         spark.stop()

@@ -51,6 +51,13 @@ class PipelineConfig:
     * ``max_batch``: a backfill computes up to this many intervals in ONE write job, each still its own
       transaction (:mod:`exactly_once.protocol.batch`); the job must define ``compute_batch`` (docs/JOB_API.md).
       1 (the default): one interval per job.
+    * ``one_task``: a run that does not batch (a scheduled or manual run, or a backfill run with ``max_batch``
+      1) publishes its interval as a batch of one in its ``begin`` task - write, pre_commit, validate and
+      commit in that one task (each still its own step of the protocol, logged by ``begin``) - and the group's
+      other tasks are skipped: one task start and no hand-off between tasks instead of five (Airflow's
+      scheduler takes up to ``scheduler_idle_sleep_time``, 1 s by default, per hand-off). An interval the
+      batch of one could not publish (a failed gate) goes on through the phase tasks, which show why. A batch
+      of one runs the job's own ``compute`` (no ``compute_batch`` needed). Off by default.
     """
 
     pipeline: str
@@ -72,6 +79,7 @@ class PipelineConfig:
     target: PublishTarget | None = None
     table_format: str = "files"
     max_batch: int = 1
+    one_task: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.pipeline, "pipeline id")
@@ -104,6 +112,8 @@ class PipelineConfig:
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
             raise ConfigError(f"{self.pipeline}: max_batch must be a whole number >= 1 (1: no batching), "
                               f"not {self.max_batch!r}")
+        if not isinstance(self.one_task, bool):
+            raise ConfigError(f"{self.pipeline}: one_task must be True or False, not {self.one_task!r}")
 
     @property
     def batched(self) -> bool:
