@@ -132,12 +132,14 @@ def refuse_spec_change(was: dict[str, Any], now: dict[str, Any], who: str, home:
     epoch with the bound spec, so a changed one would publish it otherwise than the sink now does."""
     tunable = set(now.get("tunable", ()))
     old, new = ({k: v for k, v in (b.get("spec") or {}).items() if k not in tunable} for b in (was, now))
-    changed = sorted(k for k in old if old[k] != new.get(k))  # a key newer than the record: not compared
+    # a key newer than the record, or one the target could not tell now (unreachable): not compared
+    changed = sorted(k for k in old if k in new and old[k] != new[k])
     if was.get("spec") is not None and changed:
+        hints = "".join(f" {now['hints'][k]}." for k in changed if k in (now.get("hints") or {}))
         raise OwnershipError(
             f"{who} was bound at its first run ({home}) to publish with "
             f"{', '.join(f'{k}={old.get(k)!r}' for k in changed)}; it is now configured with "
-            f"{', '.join(f'{k}={new.get(k)!r}' for k in changed)}. A decided epoch is finished (by `eo recover` "
+            f"{', '.join(f'{k}={new.get(k)!r}' for k in changed)}.{hints} A decided epoch is finished (by `eo recover` "
             "too) with the bound settings, so they cannot change under it: restore the configuration, or "
             "start the new one as a new pipeline table (a new log) on a new target (docs/TARGETS.md, 'Ownership')")
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import ConfigError, OwnershipError, TargetSchemaError
+from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
 from ..records.ownership import Owner
@@ -39,6 +39,7 @@ from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, 
 from .db_retries import close_quietly as _close_quietly  # noqa: F401 - importable here as before
 from .db_retries import rollback_quietly as _rollback_quietly  # noqa: F401 - importable here as before
 from .db_retries import with_retries
+from .db_rows import same_partition_value
 from .endpoint import Endpoint, resolve, same_database, where, without_password
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
@@ -94,6 +95,7 @@ class DatabaseTarget(PublishTarget):
     batch_rows: int = 65536
     create_sql: str | None = None
     owner: Owner | None = field(default=None, repr=False, compare=False)  # set by claim()
+    pinned: str | None = field(default=None, repr=False, compare=False)  # set by claim(): see resolved()
     keeps_staged_copies = True  # rows are replaced in place: rollback republishes the kept staged files
 
     def __post_init__(self) -> None:
@@ -133,9 +135,16 @@ class DatabaseTarget(PublishTarget):
         spec["key_columns"] = list(self.key_columns)
         if self.url:
             spec["url"] = without_password(self.url)
+        try:  # where the names resolve now (search_path): a sink keeps it, like the rest of its spec
+            spec["resolved"] = with_retries(self.endpoint(), 0, self.describe, f"resolve {self.table}",
+                                            lambda conn: self.resolved(conn.cursor()), logger)
+        except TargetUnavailableError:  # unreachable (the claim that follows a bind says so): not compared
+            pass
         return {"kind": "database", "spec": spec, "location": f"{ep.dialect}://{ep.host}:{ep.port}/"
                 f"{ep.database or ''} table {self.table} (markers in {self.commit_table})",
-                "tunable": ["conn_id", "url", "retries", "batch_rows", "create_sql"]}  # may change after binding
+                "tunable": ["conn_id", "url", "retries", "batch_rows", "create_sql"],  # may change after binding
+                "hints": {"resolved": "The names resolve elsewhere now: did the search_path change? Restore the "
+                          "search_path the sink was bound with (ALTER ROLE/DATABASE ... SET search_path)"}}
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], url: str | None = None) -> "DatabaseTarget":
@@ -151,15 +160,34 @@ class DatabaseTarget(PublishTarget):
     def claim(self, owner: Owner) -> "DatabaseTarget":
         """Insert (or find) this table's claim row for ``owner`` (:mod:`.db_claims`); OwnershipError if
         another owner holds the table. Returns the target that publishes as ``owner``."""
-        def body(conn: Any) -> None:
+        def body(conn: Any) -> str:
             cur = conn.cursor()
+            resolved = self.resolved(cur)
             claims, key = self._ensure_commit_table(conn, cur)
             db_claims.claim_table(self.dialect, cur, claims, key, self.commit_table, owner)
             db_claims.claim(self.dialect, cur, self.commit_table, self.table, owner)
             conn.commit()
+            return resolved
 
-        self._with_retries(f"claim {self.table} for {owner.pipeline}/{owner.sink}", body)
-        return replace(self, owner=owner)
+        pinned = self._with_retries(f"claim {self.table} for {owner.pipeline}/{owner.sink}", body)
+        return replace(self, owner=owner, pinned=pinned)
+
+    def resolved(self, cur: Any) -> str:
+        """Where the table and the commit table resolve now: ``schema.table (markers in schema.table)``.
+        An unqualified name follows PostgreSQL's ``search_path``; a sink is bound to what they resolved to
+        at its first run (its owner record's spec, and :meth:`claim` pins it), so a changed ``search_path``
+        never sends a publish - rows or marker - into another schema (:meth:`_check_resolved`)."""
+        d = self.dialect
+        return "{}.{} (markers in {}.{})".format(*d.identity(cur, self.table), *d.identity(cur, self.commit_table))
+
+    def _check_resolved(self, cur: Any) -> None:
+        """ConfigError (nothing is changed: it runs first) if the names resolve elsewhere than when claimed."""
+        now = self.resolved(cur) if self.pinned else None
+        if now != self.pinned:
+            raise ConfigError(f"{self.table} now resolves to {now}, but {self.describe()} was bound to {self.pinned} "
+                              "(did the search_path change?): nothing was published. Restore the search_path the "
+                              "sink was bound with (ALTER ROLE/DATABASE ... SET search_path), then run the "
+                              "interval again (or `eo recover` the table if it is committed)")
 
     def _ensure_commit_table(self, conn: Any, cur: Any) -> tuple[str, str]:
         """Create the commit table and the table claims' table if missing (each in its own transaction);
@@ -169,6 +197,8 @@ class DatabaseTarget(PublishTarget):
         db_claims.ensure_owner_columns(d, conn, cur, self.commit_table)
         claims, key = db_claims.claims_table(d, cur, self.table)
         self._ensure_table(conn, cur, claims, db_claims.claims_table_ddl(d, claims))
+        for table in (self.commit_table, claims):
+            d.exact_names(conn, cur, table)
         return claims, key
 
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
@@ -193,6 +223,7 @@ class DatabaseTarget(PublishTarget):
 
     def _dry_run(self, conn: Any, txn: TxnRef, staged: StagedVersion) -> None:
         d, cur = self.dialect, conn.cursor()
+        self._check_resolved(cur)
         if self.create_sql:
             self._ensure_table(conn, cur, self.table, self.create_sql)
         marker = self._peek_marker(cur, txn.interval)
@@ -229,6 +260,7 @@ class DatabaseTarget(PublishTarget):
     def _publish_once(self, conn: Any, txn: TxnRef, staged: StagedVersion) -> str:
         d = self.dialect
         cur = conn.cursor()
+        self._check_resolved(cur)  # before anything is created where the names resolve now
         # DDL first, each in its own transaction (MySQL commits DDL implicitly: never inside ours)
         claims, key = self._ensure_commit_table(conn, cur)
         if self.create_sql:
@@ -439,6 +471,9 @@ class DatabaseTarget(PublishTarget):
         names = [*file_cols, *part_cols]
         for part, f in staged.files():
             values = partition_values(part)
+            own = {c: values[k] for k in values if k not in part_cols for c in file_cols
+                       if c == k or (d.case_insensitive_columns and c.lower() == k.lower())} \
+                if self.partition_columns else {}
             with staged.open(part, f.name) as fh:
                 pf = pq.ParquetFile(fh)
                 missing = sorted(set(file_cols) - set(pf.schema_arrow.names))
@@ -446,6 +481,8 @@ class DatabaseTarget(PublishTarget):
                     raise TargetSchemaError(f"staged file {part}/{f.name} lacks column(s) {missing} that other "
                                             "staged files have; the job must write one schema")
                 for b in pf.iter_batches(batch_size=self.batch_rows, columns=file_cols):
+                    for col, value in own.items():
+                        same_partition_value(b.column(col), value, f"{part}/{f.name}", col)
                     arrays = [b.column(c) for c in file_cols]
                     arrays += [pa.repeat(pa.scalar(values[k], pa.string()), b.num_rows) for k in part_cols]
                     if check:
@@ -462,3 +499,4 @@ class DatabaseTarget(PublishTarget):
         """``body(conn)`` on a fresh connection, started over on a deadlock or a broken connection
         (:func:`.db_retries.with_retries`)."""
         return with_retries(self.endpoint(), self.retries, self.describe, what, body, logger)
+

@@ -105,7 +105,7 @@ def claims_table(d: Dialect, cur: Any, table: str) -> tuple[str, str]:
 
 
 def claims_table_ddl(d: Dialect, claims: str) -> str:
-    return (f"CREATE TABLE IF NOT EXISTS {d.table(claims)} (target varchar(255) NOT NULL PRIMARY KEY, "
+    return (f"CREATE TABLE IF NOT EXISTS {d.table(claims)} (target {d.name_type} NOT NULL PRIMARY KEY, "
             f"pipeline varchar(128), sink varchar(128), owner varchar(64), owner_home {d.text_type}, "
             f"commit_table varchar(255)){d.table_options}")
 

@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from ..errors import StorageError
+from ..errors import StorageError, TargetSchemaError
 from ..ids import parse_txn_name, published_name
 from ..records.manifest import ManifestFile
 from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
@@ -100,9 +100,27 @@ class LocalFilesTarget(FilesTarget):
                 return done
             os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
             tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.{uuid.uuid4().hex}.link")
-            os.symlink(os.path.relpath(vdir, os.path.dirname(link)), tmp)
+            # relative between the real dirs: the table dir (or a parent) may itself be a symlink
+            os.symlink(os.path.relpath(os.path.realpath(vdir), os.path.realpath(os.path.dirname(link))), tmp)
             self.storage.rename(tmp, link)  # the atomic switch for plain readers, made durable
             return "published"
+
+    def check(self, txn: TxnRef, staged: StagedVersion) -> None:
+        """Before the decision: the location is ours (see :meth:`FilesTarget.check`), and no partition
+        path of the version is a plain directory or file another writer made (the switch could never
+        replace it: TargetSchemaError, the transaction is aborted and the other writer's files stay)."""
+        super().check(txn, staged)
+        for part in staged.partitions:
+            link = self.storage.join(self.table, part)
+            if os.path.lexists(link) and not os.path.islink(link):
+                raise TargetSchemaError(self._not_ours(link))
+
+    @staticmethod
+    def _not_ours(link: str) -> str:
+        return (f"{link} is a plain {'directory' if os.path.isdir(link) else 'file'} that exactly-once did not "
+                "make (another writer's?); a partition path is a link the publish switches. Move it out of the "
+                "table (its rows are not this pipeline's), then re-run the interval (or, if already "
+                "committed, `eo recover` the table)")
 
     def _settled(self, txn: TxnRef, part: str, link: str) -> str | None:
         """``already``/``superseded`` if the live version makes publishing ``txn`` moot, else None."""
@@ -116,7 +134,7 @@ class LocalFilesTarget(FilesTarget):
             raise StorageError(f"{link} is live with {current}, a version of another interval; a "
                                "partition belongs to one interval (check the pipeline's partitioning)")
         if os.path.lexists(link) and not os.path.islink(link):
-            raise StorageError(f"{link} is a plain directory not managed by exactly-once; move it away")
+            raise StorageError(self._not_ours(link))
         return None
 
     def _fill(self, txn: TxnRef, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...], vdir: str) -> None:

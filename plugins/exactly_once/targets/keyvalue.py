@@ -49,6 +49,11 @@ def key_part(value: Any) -> str:
     return quote(str(value), safe="-_.~=")
 
 
+def _glob(text: str) -> str:
+    """``text`` as a literal in a Redis MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def _chunks(items: list[Any], n: int = CHUNK) -> Iterator[list[Any]]:
     for i in range(0, len(items), n):
         yield items[i:i + n]
@@ -206,12 +211,33 @@ class RedisTarget(PublishTarget):
                 if self.owner is not None:
                     self._refuse_foreign_claim(client.get(self.owner_key()), self.owner)
                 self._refuse_foreign(client.hgetall(self.marker_key(txn.interval)), self.owner, txn)
+                self._refuse_unknown_keys(client, txn, staged)
             finally:
                 client.close()
         except redis.RedisError as exc:
             raise TargetUnavailableError(f"check {txn.name} against {self.describe()}: "
                                          f"{redact(exc, *ep.secrets())[:500]}; nothing was decided, retry") from None
         self._values(staged)
+
+    def _refuse_unknown_keys(self, client: Any, txn: TxnRef, staged: StagedVersion) -> None:
+        """TargetSchemaError if a partition of ``staged`` holds keys this interval's versions never wrote
+        (an old loader's, a manual SET): a publish replaces only the keys it knows (the interval's key
+        set), so they would stay beside every new version. One SCAN of the namespace (O(keys in it))."""
+        parts = {f"{self.namespace}:{p}:" for p in staged.partitions}
+        if not parts:
+            return
+        ours = {k.decode() for k in client.smembers(self.keyset_key(txn.interval))}
+        unknown = sorted(k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
+                                                                             count=1000))
+                         if k.startswith(tuple(parts)) and k not in ours)
+        if unknown:
+            part = unknown[0][len(self.namespace) + 1:].rsplit(":", 1)[0]
+            raise TargetSchemaError(
+                f"the redis namespace {self.namespace} holds {len(unknown)} key(s) in this interval's partitions "
+                f"that exactly-once did not write (e.g. {unknown[0]!r}: an old loader's?). A publish replaces "
+                "only its own keys, so they would stay beside the new version. Delete them once you know they "
+                f"are not needed (redis-cli --scan --pattern '{_glob(self.namespace)}:{_glob(part)}:*' | xargs "
+                "redis-cli unlink), or publish into another namespace; nothing was decided")
 
     def live_epoch(self, interval: Interval) -> int | None:
         """The marker's epoch of ``interval`` (None: none, or - once claimed - another owner's marker)."""

@@ -77,12 +77,13 @@ class Dialect(ABC):
     def connect(self, ep: Endpoint) -> Any: """An open connection, autocommit off, session set up."""
 
     ts_type, text_type, table_options = "timestamptz", "text", ""
+    name_type = "varchar(255)"  # a table name in the commit and claims tables: compared exactly
 
     def commit_table_ddl(self, table_sql: str) -> str:
         """CREATE TABLE IF NOT EXISTS of the commit table (one marker row per target table and interval, and
         a claim row per target table: :mod:`.db_claims`)."""
         ts = self.ts_type
-        return (f"CREATE TABLE IF NOT EXISTS {table_sql} (target varchar(255) NOT NULL, "
+        return (f"CREATE TABLE IF NOT EXISTS {table_sql} (target {self.name_type} NOT NULL, "
                 "interval_token varchar(64) NOT NULL, epoch bigint NOT NULL, pipeline varchar(128), "
                 f"sink varchar(128), interval_start {ts}, interval_end {ts}, partitions {self.text_type}, "
                 f"rows_loaded bigint, committed_at {ts}, owner varchar(64), owner_home {self.text_type}, "
@@ -90,6 +91,9 @@ class Dialect(ABC):
 
     @abstractmethod
     def table_info(self, cur: Any, name: str) -> TableInfo | None: """None if there is no such table."""
+
+    def exact_names(self, conn: Any, cur: Any, table: str) -> None:
+        """Make ``table``'s ``target`` column (a table name) compare exactly, if it was made otherwise."""
 
     @abstractmethod
     def identity(self, cur: Any, name: str) -> tuple[str, str]:
@@ -315,6 +319,23 @@ class MySQL(Dialect):
     case_insensitive_columns = True
     quote_char = "`"
     ts_type, text_type, table_options = "datetime(6)", "longtext", " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+    # table names are case-sensitive where lower_case_table_names=0 (Linux): `t` and `T` are two tables,
+    # so the commit and claims tables compare them byte for byte, not by the default _ci collation
+    name_type = "varchar(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+    # the name as given, exactly, where the server keeps names case-sensitive (information_schema compares _ci)
+    _WHERE = ("TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s AND "
+              "(@@lower_case_table_names <> 0 OR BINARY TABLE_NAME = %s)")
+
+    def exact_names(self, conn: Any, cur: Any, table: str) -> None:
+        """A commit or claims table made before names compared exactly: ALTER its ``target`` to _bin (once;
+        two names that differ only in case cannot both be in it yet, so the change never fails on data)."""
+        schema, name = split_table(table)
+        cur.execute(f"SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE {self._WHERE} AND "
+                    "COLUMN_NAME = 'target'", (schema, name, name))
+        row = cur.fetchone()
+        if row and row[0] and not row[0].endswith("_bin"):
+            cur.execute(f"ALTER TABLE {self.table(table)} MODIFY target {self.name_type} NOT NULL")
+        conn.commit()
 
     def connect(self, ep: Endpoint) -> Any:
         import pymysql
@@ -335,8 +356,8 @@ class MySQL(Dialect):
 
     def identity(self, cur: Any, name: str) -> tuple[str, str]:
         schema, table = split_table(name)
-        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = "
-                    "COALESCE(%s, DATABASE()) AND TABLE_NAME = %s", (schema, table))
+        cur.execute(f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE {self._WHERE}",
+                    (schema, table, table))
         row = cur.fetchone()
         if row is None:
             cur.execute("SELECT COALESCE(%s, DATABASE())", (schema,))
@@ -345,8 +366,8 @@ class MySQL(Dialect):
 
     def table_info(self, cur: Any, name: str) -> TableInfo | None:
         schema, table = split_table(name)
-        where = "TABLE_SCHEMA = COALESCE(%s, DATABASE()) AND TABLE_NAME = %s"
-        cur.execute(f"SELECT ENGINE, TABLE_TYPE FROM information_schema.TABLES WHERE {where}", (schema, table))
+        where, args = self._WHERE, (schema, table, table)
+        cur.execute(f"SELECT ENGINE, TABLE_TYPE FROM information_schema.TABLES WHERE {where}", args)
         row = cur.fetchone()
         if row is None:
             return None
@@ -356,10 +377,10 @@ class MySQL(Dialect):
             raise TargetSchemaError(f"table {name!r} uses the {row[0]} engine, which has no transactions: the "
                                     f"load and its marker could not commit together. ALTER TABLE ... ENGINE=InnoDB")
         cur.execute(f"SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE {where} "
-                    "ORDER BY ORDINAL_POSITION", (schema, table))
+                    "ORDER BY ORDINAL_POSITION", args)
         cols = {r[0]: r[1] for r in cur.fetchall()}
         cur.execute(f"SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE {where} "
-                    "AND NON_UNIQUE = 0", (schema, table))
+                    "AND NON_UNIQUE = 0", args)
         keys: dict[str, set[str]] = {}
         for index, col in cur.fetchall():
             keys.setdefault(index, set()).add(col)

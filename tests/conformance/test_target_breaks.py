@@ -1,0 +1,144 @@
+"""Six ways an operator's setup broke exactly-once (issue 44), each on every target where it can happen:
+refused before the decision with an error that says what to do (the transaction ends ABORTED, nothing
+is published, the interval is not stuck once the cause is gone), or handled exactly.
+
+1. files (local): the table directory is itself a symlink (a disk mounted elsewhere) - handled;
+2. databases: a staged file carries its own partition column with another value than its directory - refused;
+3. Redis: the namespace holds keys in our partitions that the protocol did not write - refused;
+4. PostgreSQL: a DBA changes ``search_path`` so the unqualified names resolve to another schema - refused;
+5. files (local): another writer made a plain directory at a partition path - refused;
+6. MariaDB: ``t`` and ``T`` are two tables (case-sensitive names) - two pipelines, one each, both publish.
+"""
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from exactly_once import State
+from exactly_once.errors import ExactlyOnceError
+from protocol_helpers import make_rows, open_sink
+
+from .conftest import IV, PART, ddl, redis_client
+
+
+def only(world, *kinds: str, why: str) -> None:
+    if world.kind not in kinds:
+        pytest.skip(f"{world.kind}: {why}")
+
+
+def refused_before_deciding(world, sink, files) -> ExactlyOnceError:
+    """Run a whole transaction of ``files``; assert it was refused - at its begin, or ABORTED; return the error."""
+    began = []
+    with pytest.raises(ExactlyOnceError) as refused:
+        with sink.transaction(IV) as txn:
+            began.append(txn)
+            world.stage(sink, txn, files)
+    for txn in began:
+        assert sink.status(IV)[txn.epoch].state is State.ABORTED, f"refused after the decision: {refused.value}"
+    return refused.value
+
+
+def test_a_table_dir_that_is_a_symlink_is_published_through(world):
+    only(world, "files-local", "delta-local", why="only a local table dir can be a symlink")
+    table = world.table_url
+    real = os.path.join(os.path.dirname(os.path.dirname(table)), "mounted", "t")  # elsewhere: another disk
+    os.makedirs(real)
+    os.makedirs(os.path.dirname(table), exist_ok=True)
+    os.symlink(real, table)
+    sink = world.sink()
+    first, again = make_rows("a", 3), make_rows("b", 2, start=10)
+    world.commit(sink, IV, {PART: [first]})
+    assert world.read_rows() == world.rows({PART: [first]})  # the exact and the plain reader (files)
+    world.commit(sink, IV, {PART: [again]})
+    assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_staged_partition_column_that_disagrees_with_its_directory_is_refused(world):
+    only(world, "postgresql", "mysql", why="a database adds the partition columns to the rows")
+    sink = world.sink()
+    good = make_rows("g", 2)
+    world.commit(sink, IV, {PART: [good]})
+    elsewhere = pa.table({"k": pa.array([7, 8], pa.int64()), "v": pa.array(["x", "y"]),
+                          "dt": pa.array(["2026-01-01", "2026-01-05"])})  # one row says another day
+    err = refused_before_deciding(world, sink, {PART: [elsewhere]})
+    assert "partition column 'dt'" in str(err) and "2026-01-05" in str(err), err
+    assert world.read_rows() == world.rows({PART: [good]})
+    same = pa.table({"k": pa.array([7], pa.int64()), "v": pa.array(["x"]), "dt": pa.array(["2026-01-01"])})
+    world.commit(sink, IV, {PART: [same]})  # a column that agrees with its directory is fine
+    assert world.read_rows() == world.rows({PART: [[(7, "x")]]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_keys_in_our_partitions_the_protocol_did_not_write_are_refused(world):
+    only(world, "redis", why="the other targets replace a partition whole (by its rows or its directory)")
+    sink = world.sink()
+    first, again = make_rows("a", 3), make_rows("b", 2, start=10)
+    world.commit(sink, IV, {PART: [first]})
+    world.other_writer(PART, [(99, "old-loader")])  # an old loader's key in our partition
+    err = refused_before_deciding(world, sink, {PART: [again]})
+    assert "did not write" in str(err) and "redis-cli" in str(err), err
+    assert world.read_rows() == world.rows({PART: [first, [(99, "old-loader")]]})  # nothing changed
+    redis_client().delete(f"{world.name}:{PART}:99")  # what the error says to do
+    world.commit(sink, IV, {PART: [again]})
+    assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_changed_search_path_is_refused(world):
+    only(world, "postgresql", why="only PostgreSQL resolves unqualified names by a search_path")
+    db = world.place.db
+    sink = world.sink()
+    first, again = make_rows("a", 3), make_rows("b", 2, start=10)
+    world.commit(sink, IV, {PART: [first]})
+    schema = f"s_{world.name}"
+    db.run(f'CREATE SCHEMA "{schema}"')
+    db.run(ddl("postgresql", world.name).replace(f'"{world.name}"', f'"{schema}"."{world.name}"'))
+    dbname = db.run("SELECT current_database()")[0][0]
+    db.run(f'ALTER DATABASE "{dbname}" SET search_path = "{schema}", public')  # new sessions resolve there
+    try:
+        for who in (sink, world.sink()):  # the bound sink, and a new process's
+            err = refused_before_deciding(world, who, {PART: [again]})
+            assert "search_path" in str(err), err
+        assert world.read_rows() == world.rows({PART: [first]})
+        assert db.run(f'SELECT count(*) FROM "{schema}"."{world.name}"')[0][0] == 0  # nothing landed there
+    finally:
+        db.run(f'ALTER DATABASE "{dbname}" RESET search_path')
+    world.commit(world.sink(), IV, {PART: [again]})  # restored: the interval is not stuck
+    assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_plain_directory_at_a_partition_path_is_refused(world):
+    only(world, "files-local", why="only a local partition path is a link another writer can shadow")
+    sink = world.sink()
+    rows = make_rows("a", 3)
+    world.other_writer(PART, [(99, "theirs")])  # a plain dir at dt=... with their file
+    err = refused_before_deciding(world, sink, {PART: [rows]})
+    assert "plain directory" in str(err) and "Move it out" in str(err), err
+    assert world.read_rows() == world.rows({PART: [[(99, "theirs")]]})  # their rows untouched
+    os.rename(os.path.join(sink.table, PART), os.path.join(os.path.dirname(sink.table), "theirs"))
+    world.foreign.clear()
+    world.commit(world.sink(), IV, {PART: [rows]})
+    assert world.read_rows() == world.rows({PART: [rows]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_two_tables_whose_names_differ_only_in_case_are_two_tables(world):
+    only(world, "postgresql", "mysql", why="table names of a database")
+    db = world.place.db
+    upper = world.name.upper()
+    db.run(ddl(world.kind, upper))
+    if world.kind == "mysql" and db.run("SELECT @@lower_case_table_names")[0][0] != 0:
+        pytest.skip("this server folds table names to lower case: `t` and `T` are one table")
+    mine, theirs = world.sink(), open_sink(world.log_url("q", "t"), pipeline="q", sink="t",
+                                           target={**world.spec, "table": upper})
+    a, b, a2 = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20)
+    world.commit(mine, IV, {PART: [a]})
+    world.commit(theirs, IV, {PART: [b]})  # another pipeline on its own table `T`: not refused
+    world.commit(mine, IV, {PART: [a2]})  # a reprocess of `t` leaves `T` alone
+    assert world.read_rows() == world.rows({PART: [a2]})
+    assert [(int(k), v) for k, v in db.run(f"SELECT k, v FROM {db.q(upper)} ORDER BY k")] == b
+    assert theirs.target.live_epoch(IV) == 1 and mine.target.live_epoch(IV) == 2
