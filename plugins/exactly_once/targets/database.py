@@ -26,7 +26,6 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
@@ -39,7 +38,7 @@ from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, 
 from .db_retries import close_quietly as _close_quietly  # noqa: F401 - importable here as before
 from .db_retries import rollback_quietly as _rollback_quietly  # noqa: F401 - importable here as before
 from .db_retries import with_retries
-from .db_rows import same_partition_value
+from .db_rows import refuse_outside, same_partition_value
 from .endpoint import Endpoint, resolve, same_database, where, without_password
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
@@ -383,7 +382,7 @@ class DatabaseTarget(PublishTarget):
         return counted[0]
 
     def _check_inside(self, cur: Any, d: Dialect, info: TableInfo, txn: TxnRef, loaded: int) -> None:
-        """Fallback of :meth:`_outside` (an ``interval_column`` that is a partition key or not a date/time
+        """Fallback of :func:`.db_rows.refuse_outside` (an ``interval_column`` that is a partition key or not a date/time
         in the staged files): the table's rows in the interval are at least the loaded ones. Counts every
         writer's rows, so a concurrent writer's row can mask one of ours (docs/TARGETS.md, Known limits)."""
         col = d.quote(self._table_columns(info, d, [self.interval_column or ""])[0])
@@ -446,25 +445,6 @@ class DatabaseTarget(PublishTarget):
             cur.execute(f"DELETE FROM {table_sql} WHERE " + " AND ".join(f"{d.quote(c)} = %s" for c in cols),
                         tuple(values.values()))
 
-    def _outside(self, batch: pa.RecordBatch, check: tuple[str, TxnRef, list[bool]]) -> None:
-        """TargetSchemaError if a staged row's ``interval_column`` is outside the interval or NULL: a
-        reprocess deletes only the interval's rows, so it would stay and be loaded again beside its copy.
-        Checked on our rows before they are loaded (another writer's rows cannot mask one)."""
-        col, txn, unchecked = check
-        values = batch.column(col)
-        if not (pa.types.is_timestamp(values.type) or pa.types.is_date(values.type)):
-            unchecked[0] = True
-            return
-        ts = values.cast(pa.timestamp("us", tz="UTC"))
-        iv = txn.interval
-        inside = pc.and_(pc.greater_equal(ts, pa.scalar(iv.start, ts.type)), pc.less(ts, pa.scalar(iv.end, ts.type)))
-        outside = batch.num_rows - (pc.sum(pc.fill_null(inside, False)).as_py() or 0)
-        if outside:
-            raise TargetSchemaError(
-                f"{txn.name}: {outside} staged row(s) have {self.interval_column} outside the interval "
-                f"[{iv.start.isoformat()}, {iv.end.isoformat()}) or NULL; a reprocess replaces only the "
-                "interval's rows, so they would double. Filter them in the job")
-
     def _batches(self, staged: StagedVersion, d: Dialect, file_cols: list[str], part_cols: list[str],
                  counted: list[int], check: tuple[str, TxnRef, list[bool]] | None = None
                  ) -> Iterator[pa.RecordBatch]:
@@ -486,7 +466,7 @@ class DatabaseTarget(PublishTarget):
                     arrays = [b.column(c) for c in file_cols]
                     arrays += [pa.repeat(pa.scalar(values[k], pa.string()), b.num_rows) for k in part_cols]
                     if check:
-                        self._outside(b, check)
+                        refuse_outside(b, check, self.interval_column)
                     counted[0] += b.num_rows
                     yield d.prepare(pa.RecordBatch.from_arrays(arrays, names=names))
 

@@ -6,6 +6,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TargetSchemaError
+from ..ids import TxnRef
+
+
+def refuse_outside(batch: pa.RecordBatch, check: tuple[str, TxnRef, list[bool]], column: str | None) -> None:
+    """TargetSchemaError if a staged row's interval ``column`` (in the batch: ``check[0]``) is outside the
+    interval or NULL: a reprocess deletes only the interval's rows, so it would stay and be loaded again
+    beside its copy. Checked on our rows before they are loaded (another writer's rows cannot mask one);
+    a column that is not a date/time sets ``check[2][0]`` (the database compares, after the load)."""
+    col, txn, unchecked = check
+    values = batch.column(col)
+    if not (pa.types.is_timestamp(values.type) or pa.types.is_date(values.type)):
+        unchecked[0] = True
+        return
+    ts = values.cast(pa.timestamp("us", tz="UTC"))
+    iv = txn.interval
+    inside = pc.and_(pc.greater_equal(ts, pa.scalar(iv.start, ts.type)), pc.less(ts, pa.scalar(iv.end, ts.type)))
+    outside = batch.num_rows - (pc.sum(pc.fill_null(inside, False)).as_py() or 0)
+    if outside:
+        raise TargetSchemaError(
+            f"{txn.name}: {outside} staged row(s) have {column} outside the interval "
+            f"[{iv.start.isoformat()}, {iv.end.isoformat()}) or NULL; a reprocess replaces only the "
+            "interval's rows, so they would double. Filter them in the job")
 
 
 def same_partition_value(values: pa.Array, wanted: str, where: str, col: str) -> None:
