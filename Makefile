@@ -82,8 +82,9 @@ dist: install
 	@rm -rf plugins/*.egg-info
 	@ls -1 $(DIST_DIR)/exactly_once_pipelines-*
 
-# The compatibility matrix: one smoke interval on each tested corner (README "Install into your
-# Airflow"), a cached venv per corner under EO_COMPAT_CACHE (~/.cache/eo-compat). COMPAT_ARGS="--corner X"
+# The compatibility matrix: one smoke interval on each tested corner, then on each Airflow corner the user path
+# (tools/compat_user.py: scheduler, REST, the table page, eo; README "Install into your Airflow"), a cached venv
+# per corner under EO_COMPAT_CACHE (~/.cache/eo-compat). COMPAT_ARGS="--corner X" or "--smoke-only" (CI)
 compat: install
 	$(BIN)/python -m tools.compat $(COMPAT_ARGS)
 

@@ -57,9 +57,9 @@ CORNERS = (
     Corner("airflow-oldest", "airflow", (
         "apache-airflow==3.1.8", "apache-airflow-providers-apache-spark==6.0.0", "pyspark==4.0.0",
         "pyspark-client==4.0.0", "great-expectations==1.16.0", "pandas==2.2.3", "pyarrow==16.1.0",
-        "s3fs==2025.3.0", "fsspec==2025.3.0"), extras="[s3]"),
+        "s3fs==2025.3.0", "fsspec==2025.3.0"), extras="[s3,postgres]"),
     # nothing pinned: the wheel's own ranges resolved to the newest versions they allow
-    Corner("airflow-newest", "airflow", (), extras="[s3]"),
+    Corner("airflow-newest", "airflow", (), extras="[s3,postgres]"),
     Corner("job-pyspark-3.5", "job", ("pyspark==3.5.8", "pyarrow", "fsspec")),
     Corner("job-pyspark-4.1", "job", ("pyspark==4.1.3", "pyarrow", "fsspec")),
 )
@@ -359,15 +359,23 @@ def build_wheel(out: Path) -> Path:
     return max(out.glob("exactly_once_pipelines-*.whl"), key=lambda p: p.stat().st_mtime)
 
 
-def check_corner(corner: Corner, wheel: Path, cache: Path, *, fresh: bool = False) -> dict:
-    """Build (or reuse) the corner's venv and run its smoke; returns what ran and how long it took."""
+def check_corner(corner: Corner, wheel: Path, cache: Path, *, fresh: bool = False, user: bool = True) -> dict:
+    """Build (or reuse) the corner's venv and run its smoke, then (``user``, an Airflow corner) the user path
+    (tools/compat_user.py); returns what ran and how long it took."""
     t0 = time.monotonic()
     venv = venv_for(corner, wheel, cache, fresh=fresh)
     t1 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"eo-compat-{corner.name}-") as tmp:
         what = smoke_airflow(venv, Path(tmp)) if corner.kind == "airflow" else smoke_job(venv, wheel, Path(tmp))
-    return {"corner": corner.name, "ran": what, "venv_s": round(t1 - t0, 1),
-            "smoke_s": round(time.monotonic() - t1, 1)}
+    t2 = time.monotonic()
+    out = {"corner": corner.name, "ran": what, "venv_s": round(t1 - t0, 1), "smoke_s": round(t2 - t1, 1)}
+    if user and corner.kind == "airflow":
+        from tools.compat_user import user_path
+
+        with tempfile.TemporaryDirectory(prefix=f"eo-compat-user-{corner.name}-") as tmp:
+            out["user_path"] = user_path(venv, Path(tmp), clean_env=clean_env, run=run, uv=UV)
+        out["user_path_s"] = round(time.monotonic() - t2, 1)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheel", type=Path, help="default: build one from this checkout")
     parser.add_argument("--fresh", action="store_true", help="rebuild the corners' venvs")
     parser.add_argument("--prepare", action="store_true", help="only build the corners' venvs, run no smoke")
+    parser.add_argument("--smoke-only", action="store_true",
+                        help="the fast half (CI): the smokes, not the user path of tools/compat_user.py")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     log.setLevel(logging.INFO)
@@ -391,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
                     venv = venv_for(corner, wheel, cache, fresh=args.fresh)
                     log.info("ready %s: %s in %.0f s", corner.name, venv, time.monotonic() - t0)
                     continue
-                log.info("ok %s", json.dumps(check_corner(corner, wheel, cache, fresh=args.fresh)))
+                log.info("ok %s", json.dumps(check_corner(corner, wheel, cache, fresh=args.fresh,
+                                                          user=not args.smoke_only)))
             except Exception as exc:  # noqa: BLE001 - report every corner, fail at the end
                 failed += 1
                 log.error("FAILED %s: %s", corner.name, exc)

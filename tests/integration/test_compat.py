@@ -3,7 +3,10 @@
 * airflow-oldest: the built wheel ``pip install``-ed into a fresh venv that already runs Airflow 3.1
   with the lower bound of every range (it must leave them installed), then the README's stateless DAG
   for one interval through ``airflow dags test``: the table holds the interval's rows, and Airflow
-  loads the plugin once, from the entry point alone and beside the repo's plugins/eo_plugin.py;
+  loads the plugin once, from the entry point alone and beside the repo's plugins/eo_plugin.py; then the
+  user path (tools/compat_user.py): a yearly PostgreSQL pipeline from 1952 under that Airflow's scheduler,
+  a backfill killed mid-write once, ``eo reprocess`` by a non-admin through the REST API, ``eo rerun-stale``,
+  the table page's rollback - each checked against a reference;
 * airflow-newest: the same with the newest versions the ranges allow (Airflow 3.3);
 * job-pyspark-3.5 / job-pyspark-4.1: exactly_once.job and .contracts import in a venv with only
   pyspark, pyarrow and fsspec (no Airflow), and the interval's write runs there by spark-submit with the
