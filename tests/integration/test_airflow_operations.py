@@ -83,6 +83,7 @@ class Pipeline:
         session.commit()
         self.sdag = session.scalar(SerializedDagModel.latest_item_select_object(dag_id)).dag
         self.sink = self.cfg.sink_handle()
+        self.lineage: list[tuple[str, list[str]]] = []  # (task id, output versions) per task run that had any
         self.broken: set[str] = set()   # months whose write job dies (the Spark job failed)
         self.bad_counts: set[str] = set()  # months whose write job reports counts the gate rejects
 
@@ -126,10 +127,21 @@ class Pipeline:
                     self._stand_in_write(ti, dr)
                 else:  # the real task runner; a write without begin's XCom fails rendering its template
                     try:
-                        _run_task(ti=ti, task=self.dag.task_dict[ti.task_id])
+                        result = _run_task(ti=ti, task=self.dag.task_dict[ti.task_id])
                     except Exception:  # noqa: BLE001 - a failed task is recorded as failed, like dags test
-                        pass
+                        continue
+                    self._lineage_of(ti.task_id, result)
         return self.states(dr)
+
+    def _lineage_of(self, task_id: str, result: Any) -> None:
+        """What the OpenLineage provider would get from the task that ran (its operator's answer)."""
+        task = getattr(getattr(result, "ti", None), "task", None)
+        if task is None or not hasattr(task, "get_openlineage_facets_on_complete"):
+            return
+        facets = task.get_openlineage_facets_on_complete(None)
+        versions = [o.facets["version"].datasetVersion for o in facets.outputs]
+        if versions:
+            self.lineage.append((task_id, versions))
 
     def _began(self, dr: Any) -> dict[str, Any] | None:
         from airflow.models.xcom import XComModel

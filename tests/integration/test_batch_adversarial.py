@@ -263,7 +263,8 @@ def test_a_run_whose_interval_a_live_batch_committed_finishes_without_waiting_fo
         pushed: dict[str, Any] = {}
         ti = SimpleNamespace(run_id=f"backfill__{day}", try_number=1, dag_id="pv_pipeline", task_id="app_pv.begin",
                              xcom_push=lambda key, value: pushed.__setitem__(key, value))
-        ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id=ti.run_id, conf={}, clear_number=0), "outlet_events": {}}
+        ctx = {"ti": ti, "dag_run": SimpleNamespace(run_id=ti.run_id, conf={}, clear_number=0), "outlet_events": {},
+               "data_interval_start": Interval.daily(day).start, "data_interval_end": Interval.daily(day).end}
         try:
             batching.before_begin(begin, setup.run(day), ctx, reprocess=False)
         except DownstreamTasksSkipped:

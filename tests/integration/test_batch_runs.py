@@ -24,6 +24,7 @@ import exactly_once.protocol.batch as batch_mod
 import exactly_once.protocol.pipeline as pipeline_mod
 from exactly_once.airflow import batching
 from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped, TaskDeferred
+from exactly_once.airflow.lineage import PublishLineage
 from exactly_once.airflow.notes import NOTE_KEY
 from exactly_once.ids import Interval
 from exactly_once.protocol.batch import claim_intervals, mark_done
@@ -52,7 +53,7 @@ def setup(template):
     return tmpl.replace(root=str(dst))
 
 
-class Begin:
+class Begin(PublishLineage):
     """What before_begin, host, candidates and finish_at_once use of a BeginOperator; counts write jobs."""
 
     task_id, dag_id, outlets, retries = "app_pv.begin", "pv_pipeline", [], 2
@@ -80,7 +81,8 @@ class Begin:
                              task_id=self.task_id, xcom_push=lambda key, value: pushed.__setitem__(key, value),
                              get_dr_count=lambda dag_id, logical_dates, states: sum(
                                  d.date().isoformat() in active for d in logical_dates))
-        ctx = {"ti": ti, "outlet_events": {}, "dag_run": SimpleNamespace(
+        ctx = {"ti": ti, "outlet_events": {}, "data_interval_start": Interval.daily(day).start,
+               "data_interval_end": Interval.daily(day).end, "dag_run": SimpleNamespace(
             run_id=ti.run_id, conf=conf or {}, clear_number=0, logical_date=Interval.daily(day).start,
             run_type=run_type)}
         if batching.mode(self, ctx) is None:  # as BeginOperator.call asks first

@@ -14,7 +14,6 @@ import pytest
 
 from exactly_once.airflow import batching
 from exactly_once.ids import Interval
-from exactly_once.protocol.batch import Outcome
 
 REPRO = Path(__file__).resolve().parents[1] / "repro"
 pytestmark = pytest.mark.timeout(300)
@@ -36,29 +35,28 @@ def test_a_publish_is_announced_once_whoever_waited_for_it(script):
     assert out.returncode == 0 and lines == ["OK"], out.stdout[-3000:] + out.stderr[-3000:]
 
 
-def test_a_range_host_announces_every_day_when_airflow_cannot_say_which_have_runs():
-    """The range host asks Airflow which of its days have a queued or running DAG run of their own (those
-    announce themselves); one question for the usual range with none, and every day is announced when
-    Airflow cannot answer (a lost event is worse than a second one)."""
-    outs = [Outcome(Interval.daily(d), "committed", f"{d}.e1", "", {"version": f"{d}.e1"})
-            for d in ("2026-01-02", "2026-01-03", "2026-01-04")]
+def test_a_batch_host_announces_every_day_but_those_with_runs_of_their_own_and_all_when_airflow_cannot_say():
+    """The host asks Airflow which of its days have a queued or running DAG run of their own (those announce
+    themselves); one question for the usual range with none, and every day is announced when Airflow cannot
+    answer (a lost event is worse than a second one - and the announcement claim keeps it to one)."""
+    days = [Interval.daily(d) for d in ("2026-01-02", "2026-01-03", "2026-01-04")]
     asked: list[list] = []
 
     def count(dag_id, logical_dates, states):
         asked.append(list(logical_dates))
         assert states == ["queued", "running"]
-        return sum(d == outs[1].interval.start for d in logical_dates)
+        return sum(d == days[1].start for d in logical_dates)
 
     op = SimpleNamespace(dag_id="pv")
-    assert batching.unannounced(op, {"ti": SimpleNamespace(get_dr_count=count)}, outs) == [outs[0], outs[2]]
-    assert asked[0] == [o.interval.start for o in outs] and len(asked) == 4
+    assert batching.with_own_runs(op, {"ti": SimpleNamespace(get_dr_count=count)}, days) == [days[1]]
+    assert asked[0] == [iv.start for iv in days] and len(asked) == 4
     asked.clear()
-    assert batching.unannounced(op, {"ti": SimpleNamespace(get_dr_count=lambda **k: 0)}, outs) == outs
+    assert batching.with_own_runs(op, {"ti": SimpleNamespace(get_dr_count=lambda **k: 0)}, days) == []
 
     def broken(**k):
         raise RuntimeError("no such API")
 
-    assert batching.unannounced(op, {"ti": SimpleNamespace(get_dr_count=broken)}, outs) == outs
+    assert batching.with_own_runs(op, {"ti": SimpleNamespace(get_dr_count=broken)}, days) == []
 
 
 def test_a_range_stops_before_a_day_with_a_run_of_its_own():
@@ -82,8 +80,7 @@ def test_a_range_stops_before_a_day_with_a_run_of_its_own():
     # timetable): it is not the next day's own run - found by the e2e backfill test
     itself = {**count({days[1].start}), "dag_run": SimpleNamespace(logical_date=days[1].start)}
     assert batching.own_runs_ahead(op, itself, days) == days
-    outs = [Outcome(iv, "committed", f"{iv.token}.e1", "", {"version": f"{iv.token}.e1"}) for iv in days[1:]]
-    assert batching.unannounced(op, itself, outs) == outs
+    assert batching.with_own_runs(op, itself, days[1:]) == []
     both = {**count({days[1].start, days[2].start}), "dag_run": SimpleNamespace(logical_date=days[1].start)}
     assert batching.own_runs_ahead(op, both, days) == days[:2]
 

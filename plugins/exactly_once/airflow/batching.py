@@ -41,6 +41,7 @@ from ..ids import Interval, utc
 from ..protocol.layout import timetable_intervals
 from ..protocol.pipeline import IntervalRun
 from .compat import DownstreamTasksSkipped
+from .endings import run_summary, sign
 
 log = logging.getLogger(__name__)
 ACTIVE = ["queued", "running"]
@@ -83,12 +84,10 @@ def batch_id(context: Any, interval: Interval) -> str:
     return f"b-{interval.token}-{digest}"
 
 
-def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bool,
-                 announced: frozenset[str] | set[str] = frozenset()) -> None:
+def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bool) -> None:
     """Cases 1-3 of the module docstring. Returns when the run goes on as a single run; raises
-    DownstreamTasksSkipped when it finished at once, Airflow's TaskDeferred while it waits. ``announced``:
-    versions this task announced already (it finished their publish): finishing at once on one of them
-    does not announce it again."""
+    DownstreamTasksSkipped when it finished at once, Airflow's TaskDeferred while it waits. A range run
+    whose own interval is committed already still hosts the rest of its range first."""
     own, sink = run.interval, run.sink
     bid = batch_id(context, own)
     alone = bid if mode(operator, context) == "range" else None  # a range run: only its own batch's versions
@@ -97,8 +96,10 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     if not (by == bid and not is_done(sink, bid)):  # else: a retry of this run's host resumes its batch first
         live = by is not None and by != bid and batch_live(sink, by, stale_seconds())
         found = published(run, held, reprocess, own=alone)
+        if found is not None and alone is not None and batch_of(found[1]) != bid:
+            found = None  # a range is a request for its whole range: committed before, its first day is skipped
         if found is not None and (not live or batch_of(found[1]) == by):  # a live batch commits interval
-            finish_at_once(operator, run, context, found, announced)  # by interval: no need to wait for its end
+            finish_at_once(operator, run, context, found)  # by interval: no need to wait for its end
         if live:
             wait(operator, run, by)  # type: ignore[arg-type]
     if by is not None and by != bid and alone is None and failed_in(run, by):
@@ -113,7 +114,7 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     host(operator, run, context, intervals, reprocess=reprocess)
     found = published(run, holder(sink, own), reprocess, own=alone)
     if found is not None:
-        finish_at_once(operator, run, context, found, announced)
+        finish_at_once(operator, run, context, found)
 
 
 def wait(operator: Any, run: IntervalRun, by: str) -> None:
@@ -224,6 +225,7 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
     batch = BatchRun(run.config, claimed, batch_id=bid, storage_options=run.options, reprocess=reprocess,
                      allow_shrinking=bool(conf.get("allow_shrinking")),
                      run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id, "task_id": ti.task_id})
+    sign(context, batch.sink, *(r.sink for r in batch.runs.values()))
     log.info("hosting batch %s: %d intervals (%s .. %s)", bid, len(claimed), claimed[0], claimed[-1])
     beat = liveness.Heartbeat(sink.storage, sink.storage.join(sink.home, "_batches", bid, "_heartbeat"))
     try:
@@ -238,14 +240,10 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
             release(operator, batch, exc, int(ti.try_number or 1))
         raise
     mark_done(sink, bid)
-    if mode(operator, context) == "range":  # the host announces what no run of its own will
-        from .notes import announce  # noqa: PLC0415
-
-        for o in unannounced(operator, context, [o for o in outcomes if o.status == "committed" and o.summary
-                                                 and o.interval != run.interval]):
-            announce(operator, context, o.summary, interval=o.interval)
+    announce_batch(operator, context, run.interval, batch, outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
-    log.info("batch %s: %d committed, %d skipped, %d failed%s", bid, sum(o.status == "committed" for o in outcomes),
+    log.info("batch %s: %d committed, %d finished, %d skipped, %d failed%s", bid,
+             sum(o.status == "committed" for o in outcomes), sum(o.status == "finished" for o in outcomes),
              sum(o.status == "skipped" for o in outcomes), len(failed),
              f" (first: {failed[0].interval}: {failed[0].detail})" if failed else "")
     return outcomes
@@ -261,18 +259,35 @@ def others_active(operator: Any, context: Any, starts: list[Any]) -> int:
     return n - (getattr(context.get("dag_run"), "logical_date", None) in starts)
 
 
-def unannounced(operator: Any, context: Any, outcomes: list[Outcome]) -> list[Outcome]:
-    """The committed ``outcomes`` of a range that no DAG run of their own announces: an interval with a queued
-    or running run (a backfill beside the range) finishes at once on the range's version and announces it
-    then - one asset event per publish. A run created after this look announces it too (README, "Backfills")."""
+def announce_batch(operator: Any, context: Any, own: Interval, batch: BatchRun,
+                   outcomes: Sequence[Outcome] = ()) -> None:
+    """Every publish ``batch`` finished goes through the one seam (:func:`~exactly_once.airflow.endings.ended`),
+    except this batch's versions of intervals that have a queued or running DAG run of their own (a
+    backfill's): that run finishes at once on its version and announces it - one asset event per publish
+    (whichever claims it first; a run created after this look finds it claimed)."""
+    from .endings import ended, finished_before  # noqa: PLC0415
+
+    done = batch.ended()
+    done += [(r, summary) for iv, r in batch.runs.items() if iv != own for summary in finished_before(operator, r, context)]
+    mine = {o.version for o in outcomes if o.status == "committed" and o.summary is not None}
+    theirs = [r.interval for r, s in done if s.get("version") in mine and r.interval != own]
+    left = set(with_own_runs(operator, context, theirs))
+    for run, summary in done:
+        if not (summary.get("version") in mine and run.interval in left):
+            ended(operator, context, run, summary, finished=True)
+
+
+def with_own_runs(operator: Any, context: Any, intervals: list[Interval]) -> list[Interval]:
+    """Those of ``intervals`` with a queued or running DAG run of their own (other than this run): each
+    announces its interval's batch version itself. One question to Airflow when none has (a range)."""
     try:
-        if not others_active(operator, context, [o.interval.start for o in outcomes]):
-            return outcomes  # the usual range: nothing else runs these intervals
-        return [o for o in outcomes if not others_active(operator, context, [o.interval.start])]
-    except Exception as exc:  # noqa: BLE001 - an Airflow that cannot say: every publish is announced
-        log.warning("could not look up the DAG runs of the range's intervals (%s: %s): announcing all of them",
+        if not intervals or not others_active(operator, context, [iv.start for iv in intervals]):
+            return []
+        return [iv for iv in intervals if others_active(operator, context, [iv.start])]
+    except Exception as exc:  # noqa: BLE001 - an Airflow that cannot say: the batch announces them (claimed once)
+        log.warning("could not look up the DAG runs of the batch's intervals (%s: %s): announcing all of them",
                     type(exc).__name__, exc)
-        return outcomes
+        return []
 
 
 def retried(operator: Any, ti: Any, exc: BaseException) -> bool:
@@ -308,49 +323,33 @@ def release(operator: Any, batch: BatchRun, exc: BaseException, attempts: int) -
                 len(ended))
 
 
-def finish_at_once(operator: Any, run: IntervalRun, context: Any, found: tuple[Any, Any],
-                   announced: frozenset[str] | set[str] = frozenset()) -> None:
+def finish_at_once(operator: Any, run: IntervalRun, context: Any, found: tuple[Any, Any]) -> None:
     """The run's interval is published as ``found`` (the committed ``(txn, status)`` judged, announced as
-    is): its asset event (unless this task announced that version already) and note, then skip the group's
-    other tasks."""
-    from .notes import NOTE_KEY, announce, published_note  # noqa: PLC0415
+    is): it ends through the one seam (a batch's version is announced by this run unless its host did),
+    then the group's other tasks are skipped."""
+    from .endings import ended, leave_note, note  # noqa: PLC0415
 
     txn, st = found
-    summary = run_summary(run, txn, st)
-    by = batch_of(st)
-    if txn.name not in announced:
-        announce(operator, context, summary)
-    note = published_note(summary) + (f" in batch {by}" if by else " before this run (nothing to do)")
-    context["ti"].xcom_push(key=NOTE_KEY, value=note)
+    ended(operator, context, run, run_summary(run, txn, st), finished=False)
+    leave_note(operator, context)
     prefix = operator.task_id.rsplit(".", 1)[0] + "." if "." in operator.task_id else ""
     group = [t.task_id for t in operator.get_flat_relatives(upstream=False)
              if t.task_id.startswith(prefix) and t.task_id != operator.task_id]
-    log.info("%s: %s; skipping %s", run.interval, note, ", ".join(group))
+    log.info("%s: %s; skipping %s", run.interval, note(operator, context), ", ".join(group))
     raise DownstreamTasksSkipped(tasks=group)
 
 
-def run_summary(run: IntervalRun, txn: Any, st: Any) -> dict[str, Any]:
-    """The commit's run summary of ``txn`` (``reports/runs/<pipeline>/<version>.json``), else its facts
-    from the log."""
-    from ..storage import storage_for  # noqa: PLC0415
-
-    reports, root = storage_for(run.config.reports_url)
-    try:
-        return reports.read_json(reports.join(root, "runs", run.config.pipeline, f"{txn.name}.json"))
-    except FileNotFoundError:
-        m = st.manifest
-        return {"version": txn.name, "rows": m.rows if m else None, "files": m.files if m else 0,
-                "partitions": {p: "published" for p in (m.partitions if m else {})}}
-
-
-def end_hosted(run: IntervalRun, context: Any) -> list[str]:
+def end_hosted(operator: Any, run: IntervalRun, context: Any) -> list[str]:
     """Teardown of a run whose begin hosted a batch and gave up: end the batch's unfinished attempts and
     release its claims (the runs waiting on it go on alone)."""
     bid = batch_id(context, run.interval)
     intervals = hosted_intervals(run.sink, bid)
     if not intervals:
         return []
-    done = BatchRun(run.config, intervals, batch_id=bid, storage_options=run.options).abort()
+    batch = BatchRun(run.config, intervals, batch_id=bid, storage_options=run.options)
+    sign(context, batch.sink, *(r.sink for r in batch.runs.values()))
+    done = batch.abort()
     mark_done(run.sink, bid)
+    announce_batch(operator, context, run.interval, batch)  # decided commits it rolled forward
     return done
 

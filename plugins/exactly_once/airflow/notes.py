@@ -2,9 +2,9 @@
 
 * The table's asset event carries ``{"version", "interval": {"start", "end"}, "rows", "files",
   "partitions", "report_url"}``, so a consumer DAG knows exactly which version it was triggered by. It
-  is added through the task's AssetAlias outlet by whoever published: the commit task, or the teardown
-  or the next run's begin when they finished a publish the commit task did not. A commit that published
-  nothing (the interval was already committed) adds no event.
+  is added through the task's AssetAlias outlet by the version's one announcer, through the one seam
+  where a publish ends (:mod:`~exactly_once.airflow.endings`). A commit that published nothing (the
+  interval was already committed) adds no event.
 * A task cannot set its DAG run's note through the Task SDK (Airflow 3.3's execution API has no such
   call; the REST API would need credentials in every worker). So the phase tasks push a one-line note
   as XCom ``eo_note`` ("published e2: 5 rows, 1 file", "aborted: rejected_ratio 0.081 > 0.05"), and
@@ -87,7 +87,7 @@ def discarded_note(run: Any, txn: Any) -> str:
 
 def event_extra(context: Any, summary: dict[str, Any], interval: Any = None) -> dict[str, Any]:
     """The asset event's extra for a published version (``IntervalRun.commit``'s summary) of the run's
-    interval, or of ``interval`` (a batch's host announcing the intervals no run of their own announces)."""
+    interval, or of ``interval`` (a range's host announcing the intervals no run of their own announces)."""
     ti = context["ti"]
     start, end = (interval.start, interval.end) if interval is not None else \
         (context["data_interval_start"], context["data_interval_end"])
@@ -95,34 +95,6 @@ def event_extra(context: Any, summary: dict[str, Any], interval: Any = None) -> 
             "partitions": sorted(summary.get("partitions") or {}),
             "interval": {"start": start.isoformat(), "end": end.isoformat()},
             "report_url": report_url(ti.dag_id, ti.run_id)}
-
-
-def announce(operator: Any, context: Any, summary: dict[str, Any], interval: Any = None) -> None:
-    """The table's asset event for a version that went live, through the task's AssetAlias outlet
-    (an alias emits nothing unless an event is added: a task that published nothing announces nothing)."""
-    from airflow.sdk import Asset, AssetAlias
-
-    for outlet in operator.outlets or []:
-        if isinstance(outlet, AssetAlias):
-            context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
-                                                 extra=event_extra(context, summary, interval))
-
-
-def on_commit(operator: Any, context: Any, summary: dict[str, Any]) -> None:
-    """Commit task published a version: the asset event and the run's note."""
-    announce(operator, context, summary)
-    context["ti"].xcom_push(key=NOTE_KEY, value=published_note(summary))
-
-
-def on_finished_publish(operator: Any, context: Any, summaries: list[dict[str, Any]]) -> None:
-    """Begin or teardown finished a publish the commit task did not: the table's asset event and the
-    run's note."""
-    for summary in summaries:
-        announce(operator, context, summary)
-        note = f"{published_note(summary)} (publish finished by {context['ti'].task_id})"
-        context["ti"].xcom_push(key=NOTE_KEY, value=note)
-        log.info("%s finished the publish of %s: asset event and run summary recorded", context["ti"].task_id,
-                 summary.get("version"))
 
 
 def on_final_error(context: Any, note: str) -> None:

@@ -21,7 +21,7 @@ from ..errors import FINAL, PredecessorPendingError, SinkRenamedError, Validatio
 from ..ids import Interval, TxnRef
 from ..protocol.pipeline import IntervalRun
 from ..storage import redact
-from . import batching
+from . import batching, endings
 from .connections import storage_options
 from .heap import young_heap
 from .lineage import PublishLineage
@@ -74,10 +74,14 @@ class PhaseOperator(PublishLineage, BaseOperator):
 
     def _execute(self, context: Any) -> Any:
         run = None
-        self.forget_published()
+        endings.start_try(self)
         try:
             run = self.run_for(context)
-            return self.call(run, context)
+            endings.sign(context, run.sink)
+            try:
+                return self.call(run, context)
+            finally:  # every publish this try finished goes through the one seam (announced once)
+                endings.finish_try(self, context, run)
         except FINAL as exc:
             # No retry can fix this: end the transaction now (the teardown repeats it, idempotently).
             began = self.began(context) if self.phase != "begin" else None
@@ -191,6 +195,7 @@ class BeginOperator(PhaseOperator):
         """Resumed by :class:`~exactly_once.airflow.triggers.BatchWaitTrigger` (``event``): decide again."""
         if event:
             log.info("%s: the wait for the batch is over (%s)", event.get("interval"), event.get("why"))
+        self.resumed = True  # what the deferred part of this try published was dropped with its events
         return self.execute(context)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
@@ -198,6 +203,7 @@ class BeginOperator(PhaseOperator):
         going) looks again instead of failing; every other resumption is Airflow's."""
         if next_method == TRIGGER_FAIL and (next_kwargs or {}).get("error") == TRIGGER_TIMEOUT:
             log.info("no word from the triggerer for %.0f s: looking again", batching.poke_seconds())
+            self.resumed = True
             return self.execute(context)
         return super().resume_execution(next_method, next_kwargs, context)
 
@@ -219,11 +225,9 @@ class BeginOperator(PhaseOperator):
             may_reprocess(context, ti.dag_id)
         elif "reprocess" not in conf:
             refuse_lost_reprocess(context, run)
-        finished = run.finish_publishes()
-        announce_finished(self, context, run, finished)
+        run.finish_publishes()  # a commit that died after deciding: announced at the end of this task
         if batching.mode(self, context):  # finished at once, waiting, or a single run from here on
-            batching.before_begin(self, run, context, reprocess=reprocess,
-                                  announced={str(s.get("version")) for s in finished})
+            batching.before_begin(self, run, context, reprocess=reprocess)
         try:
             return run.begin(refresh_sources=reprocess, allow_shrinking=bool(conf.get("allow_shrinking")),
                              run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id,
@@ -273,18 +277,6 @@ def refuse_lost_reprocess(context: Any, run: IntervalRun) -> None:
             "--dag-run-conf for the runs it re-runs.) Nothing was published. To take them in: "
             f"{advice.reprocess(run.config.pipeline, redact(run.storage.url(run.sink.table)), run.interval.start.isoformat())}"
             '; to replay the frozen inputs anyway, re-run with conf {"reprocess": false}')
-
-
-def announce_finished(operator: PhaseOperator, context: Any, run: IntervalRun,
-                      summaries: list[dict[str, Any]]) -> None:
-    """A publish this task finished (the commit task died after deciding) gets its asset event, note and
-    lineage."""
-    for summary in summaries:
-        operator.published(run, summary)
-    if summaries:
-        from .notes import on_finished_publish  # noqa: PLC0415
-
-        on_finished_publish(operator, context, summaries)
 
 
 def predecessor_running(context: Any, interval: Interval) -> bool:
@@ -355,13 +347,10 @@ class CommitOperator(PhaseOperator):
         self.write_task_id = write_task_id
 
     def call(self, run: IntervalRun, context: Any) -> Any:
-        from .notes import on_commit  # noqa: PLC0415 - asset event extra + the run's note
-
         txn = self.txn(context)
         summary = run.commit(txn)
         if not summary.get("already_committed"):
-            self.published(run, summary)  # its lineage, even should the task fail after this
-            on_commit(self, context, summary)
+            endings.finish_try(self, context, run)  # announced now: the skip below ends the task
             if teardown := self.teardown_idle(context, txn):
                 context["ti"].xcom_push(key="return_value", value=summary)  # raising skips Airflow's push
                 log.info("%s published by its write's first try: nothing left for %s, skipped",
@@ -417,13 +406,13 @@ class AbortOperator(PhaseOperator):
 
     def call(self, run: IntervalRun, context: Any) -> Any:
         began = self.began(context)
-        announce_finished(self, context, run, run.finish_publishes())
+        run.finish_publishes()  # a commit that died after deciding: announced at the end of this task
         if began:
             self.interrupt_writes(run, TxnRef.from_dict(began["txn"]))
         if not began:
             done = run.abort_unhanded(context["ti"].run_id)
             if batching.mode(self, context):  # a batch this run's begin hosted and gave up
-                done += batching.end_hosted(run, context)
+                done += batching.end_hosted(self, run, context)
             return done or "nothing to abort"
         txn = self.txn(context)
         if run.renamed(txn):  # begun for a sink the configuration no longer names: end it where it lives

@@ -49,8 +49,8 @@ BATCHES = "_batches"
 
 @dataclass
 class Outcome:
-    """What a batch did with one interval: ``committed`` (by this batch), ``skipped`` (committed
-    before), ``failed`` (its attempt was aborted: ``detail`` says why; a single run of the interval is
+    """What a batch did with one interval: ``committed`` (by this batch), ``finished`` (another attempt
+    committed it and this batch finished its publish), ``skipped`` (committed before), ``failed`` (its attempt was aborted: ``detail`` says why; a single run of the interval is
     the way on), ``pending`` (not finished: a retry of the batch resumes it)."""
 
     interval: Interval
@@ -81,21 +81,22 @@ class BatchRun:
         self.dir = self.storage.join(self.sink.home, BATCHES, self.batch_id)
         self.reprocess, self.allow_shrinking = reprocess, allow_shrinking
         self.run_meta = {**dict(run or {}), "batch": self.batch_id}
+        self.rolled: dict[Interval, str] = {}  # intervals whose decided commit (another attempt's) begin finished
 
     # ------------------------------------------------------------------ begin
     def begin(self) -> dict[str, Any]:
         """Give every interval that needs one an attempt (resumed or new), in order; write the batch spec
         of those whose write has not finished. Returns ``{"batch": <spec URL or None: nothing to write>,
         "attempts": {token: txn name}, "outcomes": [...] (skipped and failed intervals)}``. Also rolls
-        forward what an earlier batch or run left decided or validated (``finished``: their summaries)."""
+        forward what an earlier batch or run left decided or validated (:meth:`ended` lists them)."""
         entries: list[BatchEntry] = []
         attempts: dict[str, str] = {}
         outcomes: list[Outcome] = []
-        self.finished: list[dict[str, Any]] = []
         prev: TxnRef | None = None  # the interval before: its committed version, or this batch's attempt
         for iv in self.intervals:
             run = self.runs[iv]
-            self.finished += run.finish_publishes()
+            if rolled := run.finish_publishes():  # announced by whoever hosts the batch (ended())
+                self.rolled[iv] = str(rolled[-1]["version"])
             self.sink.recover(iv)  # an earlier batch's validated attempts commit here, in order, not recomputed
             mine, committed = self.attempt(iv), self.sink.committed(iv)
             by_me = committed is not None and mine is not None and mine[0] == committed[0]
@@ -209,6 +210,8 @@ class BatchRun:
         if committed is not None and (found is None or committed[0].epoch > found[0].epoch) and not self.reprocess:
             if found is not None and found[1].state is not State.COMMITTED:
                 self._aborted(run, found[0], "another attempt committed the interval")  # fenced: end it, no leftovers
+            if self.rolled.get(iv) == committed[0].name:
+                return Outcome(iv, "finished", committed[0].name, "committed before; this batch finished its publish")
             return Outcome(iv, "skipped", committed[0].name, "already committed")
         if found is None:
             return Outcome(iv, "failed", None, "this batch has no attempt of it: its begin failed")
@@ -259,6 +262,14 @@ class BatchRun:
                     done.append(f"{txn.name}: {self.runs[iv].abort(txn)}")  # aborted: what the write left
         self.storage.remove_tree(self.storage.join(self.dir, "scratch"))
         return done
+
+    def ended(self) -> list[tuple[IntervalRun, dict[str, Any]]]:
+        """The publishes this batch finished since the last call, each with its interval's run: its own
+        commits, and what it rolled forward for others (a decided commit whose task died, an earlier batch's
+        validated attempt) - see :meth:`IntervalRun.ended`. For the Airflow layer to announce."""
+        for result in self.sink.take_finished():  # the recovery in begin runs on the batch's own handle
+            self.runs[result.txn.interval]._summary(result)
+        return [(run, summary) for iv in self.intervals for run in [self.runs[iv]] for summary in run.ended()]
 
     def run_all(self, write: Callable[[str], Any]) -> list[Outcome]:
         """begin, ``write(batch spec URL)`` (skipped when nothing is left to write), then finish - the
@@ -342,6 +353,20 @@ def is_done(sink: Any, batch_id: str) -> bool:
     """Was batch ``batch_id`` marked done?"""
     st = sink.storage
     return st.exists(st.join(sink.home, BATCHES, check_name(batch_id, "batch id"), "_done"))
+
+
+def claim_announcement(sink: Any, batch_id: str, interval: Interval, by: str) -> bool:
+    """May ``by`` (who asks: an Airflow task instance) announce batch ``batch_id``'s version of ``interval``?
+    True for exactly one claimer (a write-once record ``_announced/<interval>`` in the batch's dir naming it),
+    and again for that claimer (a later try of a task whose try failed). False once the batch's dir is gone
+    (gc removes a batch only after it is long over: its versions were announced then)."""
+    st = sink.storage
+    home = st.join(sink.home, BATCHES, check_name(batch_id, "batch id"))
+    if not st.exists(st.join(home, "_intervals.json")):
+        return False
+    path = st.join(home, "_announced", interval.token)
+    st.makedirs(st.join(home, "_announced"))
+    return st.create_exclusive(path, by.encode()) or st.read_bytes(path).decode() == by
 
 
 def hosted_intervals(sink: Any, batch_id: str) -> list[Interval]:

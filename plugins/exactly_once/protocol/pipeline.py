@@ -53,6 +53,7 @@ class IntervalRun:
         self.partitions = config.partitions.check_interval(interval)  # type: ignore[union-attr]
         self.sink = config.sink_handle(self.options)
         self.storage = self.sink.storage
+        self._ended: dict[str, dict[str, Any]] = {}  # summaries of the publishes this run finished (ended())
 
     # ------------------------------------------------------------------ begin
     def begin(self, *, refresh_sources: bool = False, allow_shrinking: bool = False,
@@ -310,16 +311,34 @@ class IntervalRun:
             return self._nothing_written(txn)
         if st.state is State.PRE_COMMITTED and st.validation is None and self.sink.require_validation:
             raise self._not_run(txn, "no quality verdict is recorded", "validate")
-        result = self.sink.commit(txn)
+        return self._summary(self.sink.commit(txn), t0)
+
+    def _summary(self, result: Any, t0: float | None = None) -> dict[str, Any]:
+        """The run summary of a publish (``result``: its CommitResult), written to the reports; kept for
+        :meth:`ended` when this run finished the publish."""
+        txn = result.txn
         summary = {"version": txn.name, "partitions": result.partitions, "files": result.files,
-                   "rows": result.rows, "commit_seconds": round(time.perf_counter() - t0, 4),
+                   "rows": result.rows, "commit_seconds": round(time.perf_counter() - t0, 4) if t0 else None,
                    "stale_intervals": self.stale_after(), "late_files": self.late_files()}
         log.info("commit %s: %s, %s rows", txn.name, result.partitions, result.rows)
         if summary["stale_intervals"]:
             log.warning("reprocessing %s made later checkpoints stale; re-run in order: %s", self.interval,
                         ", ".join(summary["stale_intervals"]))
         self._write_report(summary)
+        if result.finished:
+            self._ended[txn.name] = summary
         return summary
+
+    def ended(self) -> list[dict[str, Any]]:
+        """The run summaries of the publishes this run finished since the last call: those whose completion
+        record it wrote (``CommitResult.finished``) - by :meth:`commit`, :meth:`finish_publishes`, :meth:`abort`
+        or the recovery inside :meth:`begin`. One run finishes each publish, whatever raced it: the Airflow
+        layer announces exactly these (``exactly_once.airflow.endings``)."""
+        for result in self.sink.take_finished():
+            if result.txn.name not in self._ended:
+                self._summary(result)
+        out, self._ended = list(self._ended.values()), {}
+        return out
 
     def finish_publishes(self) -> list[dict[str, Any]]:
         """Finish every decided but unpublished commit of this interval (a commit task that died after

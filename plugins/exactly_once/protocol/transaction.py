@@ -64,6 +64,7 @@ class CommitResult:
     files: int
     rows: int | None
     extra: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False  # this call wrote the publish's completion record: its one finisher, whatever raced it
 
 
 class TwoPhaseCommitSink:
@@ -95,6 +96,8 @@ class TwoPhaseCommitSink:
         self.log = TxLog(storage, storage.join(self.home, "_txlog"))
         self._bound = False
         self._claims = PartitionClaims(storage, self.home)
+        self._finished: list[CommitResult] = []  # publishes this handle finished (see take_finished)
+        self.finisher: str | None = None  # who uses this handle (an Airflow task), recorded with a publish it finishes
 
     @classmethod
     def at(cls, url: str, *, pipeline: str, sink: str, storage_options: dict[str, Any] | None = None,
@@ -461,8 +464,19 @@ class TwoPhaseCommitSink:
             raise refused_after_decision(txn, self.target, self.storage.url(self.table), exc) from exc
         retire_staging(self, txn, manifest)
         failpoint("commit.after_publish")
-        self.log.append(txn.interval, txn.epoch, "published", {"partitions": results})
-        return CommitResult(txn, results, manifest.files, manifest.rows)
+        first = self.log.append(txn.interval, txn.epoch, "published",
+                                {"partitions": results, **({"by": self.finisher} if self.finisher else {})})
+        result = CommitResult(txn, results, manifest.files, manifest.rows, finished=first)
+        if first:
+            self._finished.append(result)
+        return result
+
+    def take_finished(self) -> list[CommitResult]:
+        """The publishes this handle finished since the last call - by commit, abort or recover (a begin's
+        included): those whose completion record it wrote. Exactly one handle finishes each publish, however
+        many rolled it forward at once, so whoever announces these announces each version once."""
+        out, self._finished = self._finished, []
+        return out
 
     def _cleanup(self, txn: TxnRef, keep: bool = False) -> None:
         """Delete (or keep aside) an aborted transaction's files: data first, then the rest."""

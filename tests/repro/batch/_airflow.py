@@ -16,7 +16,10 @@ from airflow.timetables.interval import CronDataIntervalTimetable  # noqa: E402
 WRITES: list[str] = []
 
 
-class FakeBegin:
+from exactly_once.airflow.lineage import PublishLineage  # noqa: E402
+
+
+class FakeBegin(PublishLineage):
     """What before_begin/host/candidates/finish_at_once use of a BeginOperator."""
     task_id, dag_id, outlets, retries = "app_pv.begin", "pv_pipeline", [], 2
 

@@ -1,0 +1,182 @@
+"""Where a publish ends: the one seam through which a task tells Airflow that a version went live.
+
+Every task that finishes a publish - the commit task, the teardown, the next ``begin`` (its recovery
+included), a batch's host, a range's host - or that finds its run's interval published by a batch
+(:func:`exactly_once.airflow.batching.finish_at_once`) calls :func:`ended`; every phase task calls :func:`finish_try` at
+its end, which calls it for everything its :class:`~exactly_once.protocol.pipeline.IntervalRun` finished. It records, for
+exactly that version and at most once per task try:
+
+* the table's **asset event** (through the group's AssetAlias outlet, extra :func:`~.notes.event_extra`),
+* the version's **OpenLineage** datasets (:class:`~exactly_once.airflow.lineage.PublishLineage`),
+* the run's **note** (XCom ``eo_note``: the run's own interval first, then how many other intervals of a
+  range this task published).
+
+Who announces a version, so that each is announced once whatever raced (docs/LINEAGE.md):
+
+* a single run's version: the task that **finished** its publish - the one that wrote its completion
+  record (``CommitResult.finished``): one task, however many rolled the same publish forward at once;
+* a batch's version: the first to claim it (:func:`~exactly_once.protocol.batch.claim_announcement`) of
+  the interval's own DAG run (finishing at once on it, or finishing its publish) and the batch's host
+  (only for intervals with no DAG run of their own queued or running).
+
+A task that finds a version published before it ran (and not by a batch) notes it and announces nothing.
+A worker killed after a publish and before Airflow recorded its task's events loses them (no later task
+knows they are missing): the one gap, as for any Airflow outlet.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol.batch import batch_of, claim_announcement
+from ..protocol.pipeline import IntervalRun
+from .notes import NOTE_KEY, event_extra, published_note, shorten
+
+log = logging.getLogger(__name__)
+BEFORE = " before this run"  # a version this task found published (not by a batch): noted, never announced
+
+
+@dataclass(frozen=True)
+class Ending:
+    """One version a task recorded: its interval, its run summary, how it ended, whether it announced it."""
+
+    interval: Any
+    version: str
+    summary: dict[str, Any]
+    how: str
+    announced: bool
+
+
+def start_try(operator: Any) -> None:
+    """At the start of every task try: nothing ended yet (a retry in the same process reports only its own)."""
+    operator._eo_endings, operator._eo_note = [], None
+    operator.forget_published()
+
+
+def endings(operator: Any) -> list[Ending]:
+    return list(getattr(operator, "_eo_endings", []))
+
+
+def identity(context: Any) -> str:
+    """Who finishes or announces: the task instance, within one clear of its run (a later try of it follows
+    a try that failed, whose events Airflow dropped; a clear starts anew)."""
+    ti = context["ti"]
+    clears = getattr(context.get("dag_run"), "clear_number", 0) or 0
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{getattr(ti, 'map_index', -1)}#{clears}"
+
+
+def sign(context: Any, *sinks: Any) -> None:
+    """Record this task instance with every publish these sink handles finish (the ``published`` record's ``by``)."""
+    for sink in sinks:
+        sink.finisher = identity(context)
+
+
+def finished_before(operator: Any, run: IntervalRun, context: Any) -> list[dict[str, Any]]:
+    """On a later try of a task (after a try that failed, or resumed after a deferral): the run summaries of
+    the publishes of ``run``'s interval an earlier try of it finished - their events were dropped with it."""
+    if int(getattr(context["ti"], "try_number", 1) or 1) <= 1 and not getattr(operator, "resumed", False):
+        return []
+    me = identity(context)
+    return [run_summary(run, run.sink.ref(run.interval, epoch), st)
+            for epoch, st in run.sink.status(run.interval).items()
+            if st.published and (st.records.get("published") or {}).get("by") == me]
+
+
+def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
+    """At the end of every task try (also one that raises): record every publish ``run`` finished during it
+    (:meth:`IntervalRun.ended`), then leave the run's note. While the task fails with its own error, a
+    failure here is logged, never raised over it."""
+    failing = sys.exc_info()[1] is not None
+    try:
+        if run is not None:
+            for summary in [*run.ended(), *finished_before(operator, run, context)]:
+                ended(operator, context, run, summary, finished=True)
+        leave_note(operator, context)
+    except Exception:
+        if not failing:
+            raise
+        log.warning("could not record what this task published", exc_info=True)
+
+
+def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any], *, finished: bool) -> bool:
+    """The seam (module docstring): version ``summary["version"]`` of ``run``'s interval is live; ``finished``:
+    this task finished its publish. Records the asset event and the lineage when this task is the version's
+    announcer, and the version for the note (:func:`finish_try` leaves it). Returns whether it announced; a
+    second call for a version is a no-op."""
+    version = str(summary.get("version"))
+    done = getattr(operator, "_eo_endings", None)
+    if done is None:
+        done = operator._eo_endings = []
+    if any(e.version == version for e in done):
+        return False
+    epoch = int(version.rsplit(".e", 1)[1])
+    st = run.sink.status(run.interval).get(epoch)
+    batch = batch_of(st) if st is not None else None
+    announce = claim_announcement(run.sink, batch, run.interval, identity(context)) if batch else finished
+    if batch:
+        how = f" in batch {batch}"
+    elif not finished:
+        how = BEFORE
+    elif getattr(operator, "phase", "") != "commit":
+        how = f" (publish finished by {context['ti'].task_id})"
+    else:
+        how = ""
+    done.append(Ending(run.interval, version, summary, how, announce))
+    if announce:
+        operator.published(run, summary)  # its lineage, even should the task fail after this
+        _asset_event(operator, context, run, summary)
+        log.info("%s: %s is live%s: asset event and lineage recorded", context["ti"].task_id, version, how)
+    return announce
+
+
+def _asset_event(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]) -> None:
+    """The table's asset event through the task's AssetAlias outlet (an alias emits nothing unless an event
+    is added: a task that announced nothing emits nothing)."""
+    from airflow.sdk import Asset, AssetAlias
+
+    for outlet in operator.outlets or []:
+        if isinstance(outlet, AssetAlias):
+            context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
+                                                 extra=event_extra(context, summary, run.interval))
+
+
+def note(operator: Any, context: Any) -> str | None:
+    """The note of what this task ended: each version of the run's own interval, then the other intervals
+    (a range's host) in one clause."""
+    done = endings(operator)
+    if not done:
+        return None
+    start = context.get("data_interval_start")
+    own = [e for e in done if e.interval.start == start]
+    others = sorted((e for e in done if e.interval.start != start), key=lambda e: e.interval.start)
+    parts = [published_note(e.summary) + e.how + (" (nothing to do)" if e.how == BEFORE and not others else "")
+             for e in own]
+    if others:
+        n = len(others)
+        span = others[0].interval.start.isoformat() + (f" .. {others[-1].interval.start.isoformat()}" if n > 1 else "")
+        parts.append(f"{'and ' if parts else ''}{n} other interval{'' if n == 1 else 's'} of the range published ({span})")
+    return shorten("; ".join(parts))
+
+
+def leave_note(operator: Any, context: Any) -> None:
+    """Push the note of what this task ended (:func:`note`) as the run's XCom ``eo_note``, unless pushed already."""
+    text = note(operator, context)
+    if text is not None and text != getattr(operator, "_eo_note", None):
+        context["ti"].xcom_push(key=NOTE_KEY, value=text)
+        operator._eo_note = text
+
+
+def run_summary(run: IntervalRun, txn: Any, st: Any) -> dict[str, Any]:
+    """The commit's run summary of ``txn`` (``reports/runs/<pipeline>/<version>.json``, read with the
+    storage connection's options), else its facts from the log."""
+    from ..storage import storage_for  # noqa: PLC0415
+
+    reports, root = storage_for(run.config.reports_url, **run.options)
+    try:
+        return reports.read_json(reports.join(root, "runs", run.config.pipeline, f"{txn.name}.json"))
+    except FileNotFoundError:
+        m = st.manifest
+        return {"version": txn.name, "rows": m.rows if m else None, "files": m.files if m else 0,
+                "partitions": {p: "published" for p in (m.partitions if m else {})}}

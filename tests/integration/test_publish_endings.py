@@ -1,0 +1,186 @@
+"""Issue 46: one way a publish ends, whoever ends it - a single run, a batched backfill, a range run.
+
+Each test runs the same months of a monthly pipeline three ways through Airflow's own code on a real
+metadata DB (the driver of ``test_airflow_operations``: the Task SDK's in-process runner, real XCom, outlets
+and asset events; only the write job is a stand-in, also for a batch): ``single`` - one scheduled run per
+month; ``backfill`` - ``airflow backfill create`` over the months (batched: the first run's begin hosts one
+batch, every run finishes at once); ``range`` - one manual run with conf ``{"eo_batch": {"end": ...}}``
+(``make backfill``'s way, or a REST trigger). Every way must end each publish the same: one asset event and
+one OpenLineage output per version that went live, a note on the run that published it, a run summary.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exactly_once.contracts import BatchSpec
+from exactly_once.storage import storage_for
+from test_airflow_operations import Pipeline, session  # noqa: F401 - the module's metadata DB fixture
+from test_interval_runs import land, month, write
+
+pytestmark = pytest.mark.airflow
+WAYS = ["single", "backfill", "range"]
+MONTHS = [1, 2, 3]
+
+
+def stand_in_batch(url: str, attempt: int) -> None:
+    """A batch's write job without Spark: every entry written as the single write would (stateless)."""
+    store, key = storage_for(url)
+    for entry in BatchSpec.from_json(store.read_bytes(key)).entries:
+        write(entry.spec)
+
+
+class Endings(Pipeline):
+    """The monthly pipeline batched (max_batch 4): its begin's batch write is the stand-in."""
+
+    def __init__(self, session: Any, root: Path, dag_id: str) -> None:
+        super().__init__(session, root, dag_id, max_batch=4)
+        self.dag.task_dict["t.begin"].write_batch = stand_in_batch
+
+    def events(self) -> list[dict[str, Any]]:
+        """The table's asset events, oldest first (their extras)."""
+        from airflow.models.asset import AssetEvent, AssetModel
+        from sqlalchemy import select
+
+        self.session.expire_all()
+        query = (select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                 .where(AssetModel.uri == f"file://{self.cfg.table_url}").order_by(AssetEvent.id))
+        return [e.extra for e in self.session.scalars(query)]
+
+    def versions(self) -> list[str]:
+        """Every version that went live, by month."""
+        return sorted(f"{txn.name}" for m in MONTHS if (found := self.sink.committed(month(m))) is not None
+                      for txn in [found[0]])
+
+    def run(self, way: str, months: list[int], behavior: str = "none") -> list[Any]:
+        """``months`` ended ``way`` (a backfill re-runs existing runs as ``behavior`` says); the DAG runs,
+        each driven to its end."""
+        if way == "single":
+            runs = [self.create_run(m) for m in months]
+        elif way == "backfill":
+            runs = self.backfill(months, behavior)
+        else:
+            runs = [self.range_run(months[0], months[-1])]
+        for dr in runs:
+            self.drive(dr)
+        return runs
+
+    def backfill(self, months: list[int], behavior: str) -> list[Any]:
+        from airflow.models.backfill import BackfillDagRun, ReprocessBehavior, _create_backfill
+        from airflow.models.dagrun import DagRun
+        from sqlalchemy import select
+
+        bf = _create_backfill(dag_id=self.dag_id, from_date=month(months[0]).start, to_date=month(months[-1]).start,
+                              max_active_runs=10, reverse=False, dag_run_conf=None, triggering_user_name="test",
+                              reprocess_behavior=ReprocessBehavior(behavior))
+        self.session.expire_all()
+        ids = self.session.scalars(select(BackfillDagRun.dag_run_id).where(
+            BackfillDagRun.backfill_id == bf.id, BackfillDagRun.dag_run_id.is_not(None))
+            .order_by(BackfillDagRun.sort_ordinal)).all()
+        return [self.session.scalar(select(DagRun).where(DagRun.id == i)) for i in ids]
+
+    def range_run(self, first: int, last: int) -> Any:
+        """A manual run of ``first``'s month asking for the range up to ``last``'s (the README's trigger)."""
+        from airflow.utils.state import DagRunState
+        from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+        iv = month(first)
+        dr = self.sdag.create_dagrun(
+            run_id=f"manual__range_{first}_{last}", logical_date=iv.end + timedelta(microseconds=1),
+            data_interval=(iv.start, iv.end),
+            run_after=iv.end, run_type=DagRunType.MANUAL, triggered_by=DagRunTriggeredByType.REST_API,
+            conf={"eo_batch": {"end": month(last).start.isoformat()}}, state=DagRunState.RUNNING,
+            session=self.session)
+        self.session.commit()
+        return dr
+
+    def summaries(self) -> list[str]:
+        folder = Path(self.cfg.reports_url) / "runs" / self.cfg.pipeline
+        return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+@pytest.fixture
+def pipe(session, tmp_path, request) -> Endings:  # noqa: F811 - the metadata DB fixture
+    for m in MONTHS:
+        land(tmp_path, f"2013-{m:02d}", "a.csv", [m, 10 * m])
+    return Endings(session, tmp_path, request.node.name.replace("[", "_").replace("]", "").replace("-", "_"))
+
+
+def announced(pipe: Endings) -> tuple[list[str], list[str]]:
+    """(the versions of the asset events, the versions of the OpenLineage outputs), each sorted."""
+    return (sorted(e["version"] for e in pipe.events()),
+            sorted(v for _, versions in pipe.lineage for v in versions))
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_every_publish_ends_with_one_asset_event_one_lineage_output_a_note_and_a_summary(pipe, way):
+    """N months published one way: N asset events and N lineage outputs, one per version that went live
+    (a batched backfill's published none before), each run's note names what it published, every version
+    has its run summary, and every run succeeded."""
+    runs = pipe.run(way, MONTHS)
+    live = pipe.versions()
+    assert len(live) == 3 and {pipe.run_state(dr) for dr in runs} == {"success"}
+    assert announced(pipe) == (live, live)
+    assert pipe.summaries() == live
+    notes = [pipe.note(dr) for dr in runs]
+    if way == "range":
+        [only] = notes
+        assert only.startswith("published e1: 1 row, 1 file in batch b-") and \
+            only.endswith(f"and 2 other intervals of the range published ({month(2).start.isoformat()} .. "
+                          f"{month(3).start.isoformat()})"), only
+    else:
+        assert all(n.startswith("published e1: 1 row, 1 file") for n in notes), notes
+        assert all(("in batch b-" in n) == (way == "backfill") for n in notes), notes
+    events = pipe.events()
+    assert [e["interval"]["start"] for e in events] == [month(m).start.isoformat() for m in MONTHS]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_decided_publish_whose_commit_died_is_finished_and_announced_once_by_whoever_runs_next(pipe, way, monkeypatch):
+    """February's commit decided COMMITTED and died before publishing, and its teardown never ran (the worker
+    was lost). Whoever runs February next - its own run cleared, a backfill's run, or a range run over it
+    whose batch rolls the publish forward - finishes the publish and announces it: one event and one lineage
+    output for it, none lost, none twice. (Before, a range run kept it in a list nothing read, reported the
+    month "skipped", and it was never announced.)"""
+    dr = pipe.create_run(2)
+    monkeypatch.setenv("EO_FAILPOINTS", "commit.before_publish=error")
+    pipe.drive(dr, until="t.abort")
+    monkeypatch.delenv("EO_FAILPOINTS")
+    from airflow.utils.state import DagRunState
+
+    dr.set_state(DagRunState.FAILED)  # the teardown's worker was lost too: the run is over
+    pipe.session.commit()
+    decided = pipe.sink.committed(month(2))
+    assert decided is not None and not decided[1].published and pipe.events() == []
+    if way == "single":
+        pipe.drive(pipe.create_run(1))
+        pipe.drive(pipe.create_run(3))
+        pipe.sdag.clear(run_id=dr.run_id, session=pipe.session)  # February's run again (Clear the run)
+        pipe.session.commit()
+        pipe.drive(dr)
+    else:
+        pipe.run(way, MONTHS, behavior="failed")  # a backfill re-runs the failed February
+    assert pipe.sink.status(month(2))[decided[0].epoch].published
+    events, lineage = announced(pipe)
+    assert decided[0].name in events and events.count(decided[0].name) == 1, events
+    assert lineage.count(decided[0].name) == 1, pipe.lineage
+    live = pipe.versions()
+    assert len(live) == 3 and set(live) <= set(events) and events == lineage, (live, events, lineage)
+
+
+@pytest.mark.parametrize("way", ["backfill", "range"])
+def test_a_range_or_backfill_starting_at_a_committed_month_runs_the_rest(pipe, way):
+    """January is committed (its scheduled run announced it). A range run from January to March - the
+    README's trigger - publishes February and March (before: it ended at once, green, "nothing to do", the
+    later months never written); a backfill does the same. January is not announced again."""
+    pipe.drive(pipe.create_run(1))
+    jan = pipe.versions()
+    runs = pipe.run(way, MONTHS)
+    live = pipe.versions()
+    assert len(live) == 3 and set(jan) <= set(live) and {pipe.run_state(dr) for dr in runs} == {"success"}
+    assert announced(pipe) == (live, live)
+    if way == "range":
+        assert pipe.note(runs[0]).startswith("published e1: 1 row, 1 file before this run; and 2 other intervals")
