@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.backfill_metrics import naive_rows, oracle_rows, ours_rows, same_rows, timings, where_time_goes
-from bench.batch_metrics import (backfill_runs, batch_phases, host_logs, newest_backfill, span, waits,
+from bench.batch_metrics import (announcements, backfill_runs, batch_phases, host_logs, newest_backfill, span, waits,
                                  where_batch_time_goes)
 from bench.common import ROOT, loadavg, say, wait_for_runs
 from bench.cpu import CpuSampler, peak_rss_mb
@@ -187,6 +187,10 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
                     {"conn_type": "spark_connect", "host": "127.0.0.1", "port": server.port})}
     if idle_sleep is not None:
         settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
+    lineage = run_dir / "openlineage.jsonl"  # every task's OpenLineage event (counted per variant)
+    settings.update({"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage),
+                                                                    "append": True}),
+                     "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True"})
     res: dict[str, Any] = {"intervals": len(days), "days": [days[0], days[-1]], "max_batch": max_batch,
                            "one_task": one_task,
                            "scheduler_idle_sleep_time": idle_sleep if idle_sleep is not None else 1.0,
@@ -202,6 +206,12 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
                 _variant(deploy, f"{name}: {label}", dag_id, days, timeout, batched,
                          max_active_runs if batched else 1)  # the naive DAG's cumulative state needs its days in order
             res["variants"][label]["spark_peak_rss_mb"] = peak_rss_mb(server.pid())  # the JVM's, so far
+        if any(d == OURS for _, d, _ in plan):  # one asset event and one lineage output per published version
+            told = announcements(deploy, f"file://{run_dir / 'data' / 'warehouse' / 'app_pv'}", lineage)
+            told["each_once"] = told["asset_events"] == told["asset_event_versions"] == told["lineage_outputs"] \
+                == told["lineage_versions"] == len(days)
+            res["announcements"] = told
+            say(f"  {name}: announcements {told}")
     oracle = oracle_rows(landing, days)
     checks: dict[str, Any] = {}
     ours = ours_rows(run_dir / "data") if any(d == OURS for _, d, _ in plan) else None

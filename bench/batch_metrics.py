@@ -158,3 +158,24 @@ def where_batch_time_goes(sp: dict[str, Any], hosts: list[dict[str, Any]], tim: 
         out["one run finishing at once (median)"] = tim["per_interval"]["median"]
     out["total: created -> the last run's end"] = sp["created_to_last_end"]
     return out
+
+
+def announcements(deploy: Deployment, table_uri: str, lineage_file: Path) -> dict[str, Any]:
+    """How the publishes of ``table_uri`` were announced: its asset events in the metadata DB (per version),
+    and the OpenLineage events with outputs the provider's file transport wrote (per output version). Each
+    published version must be in exactly one of each (``exactly_once.airflow.endings``)."""
+    rows = deploy.db.query("select e.extra from asset_event e join asset a on e.asset_id = a.id where a.uri = %s",
+                           (table_uri,))
+    events = [json.loads(x) if isinstance(x, str) else (x or {}) for (x,) in rows]
+    outputs: list[str] = []
+    if lineage_file.exists():
+        for line in lineage_file.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            outputs += [v for o in event.get("outputs") or []  # ours: each output carries its version
+                        if (v := ((o.get("facets") or {}).get("version") or {}).get("datasetVersion"))]
+    versions = [e.get("version") for e in events]
+    return {"asset_events": len(events), "asset_event_versions": len(set(versions)),
+            "lineage_outputs": len(outputs), "lineage_versions": len(set(outputs))}

@@ -1,6 +1,7 @@
 """``make backfill DAG=<dag_id> START=... END=...``: every interval of the DAG's schedule whose start lies in
-[START, END] (dates mean their midnight UTC, END inclusive: ``START=2026-01-01 END=2026-01-31`` is 31 daily
-intervals), run in order through Airflow on the embedded default, one ``airflow dags test`` run each (what
+[START, END] (a date means that day in the schedule's time zone - UTC unless its timetable names another - and
+END takes in every interval starting on its date: ``START=2026-01-01 END=2026-01-31`` is 31 daily intervals),
+run in order through Airflow on the embedded default, one ``airflow dags test`` run each (what
 ``make run-interval`` runs).
 
 Batched where the pipeline opts in (``max_batch > 1``: ``pv_pipeline``, ``flights_hourly``): the intervals
@@ -33,29 +34,31 @@ from tools.localrun import failure_reason, load_dag, run_interval
 out = print  # a console tool: its progress lines are its output
 
 
-def parse_bound(value: str, *, end: bool = False) -> datetime:
-    """``YYYY-MM-DD`` (midnight UTC) or an ISO-8601 instant (UTC if no offset)."""
+def parse_bound(value: str, timetable: Any = None, *, end: bool = False) -> datetime:
+    """``YYYY-MM-DD`` or an ISO-8601 instant (UTC if no offset). A date is its midnight in the timetable's
+    time zone (UTC without one); as END it takes in every interval that starts on that date (its last instant)."""
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise SystemExit(f"{'END' if end else 'START'}={value!r} is neither YYYY-MM-DD nor an ISO-8601 instant") from None
+    if len(value.strip()) == 10 and timetable is not None:  # a date: the day in the schedule's time zone
+        from exactly_once.protocol.timetables import local_midnight
+
+        day = t.date() + timedelta(days=1 if end else 0)
+        return local_midnight(timetable, day) - (timedelta(microseconds=1) if end else timedelta(0))
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
 def intervals_between(timetable: Any, start: datetime, last_start: datetime) -> list[Interval]:
-    """The timetable's intervals whose start lies in [start, last_start], in order."""
+    """The timetable's intervals whose start lies in [start, last_start], in order (asked of the timetable:
+    exact across daylight-saving changes)."""
     from exactly_once.errors import LayoutError
-    from exactly_once.protocol.layout import timetable_intervals
+    from exactly_once.protocol.timetables import intervals_between as between
 
-    count = 64
-    while True:
-        try:
-            ivs = timetable_intervals(timetable, start, count=count)
-        except LayoutError as exc:
-            raise SystemExit(str(exc)) from None
-        if len(ivs) < count or ivs[-1].start > last_start:
-            return [iv for iv in ivs if start <= iv.start <= last_start]
-        count *= 4
+    try:
+        return between(timetable, start, last_start)
+    except LayoutError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def sinks_of(dag: Any) -> list[TwoPhaseCommitSink]:
@@ -122,12 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reprocess", action="store_true", help="re-run committed intervals too (new epochs)")
     p.add_argument("--allow-shrinking", action="store_true", help="with --reprocess: accept fewer input files")
     a = p.parse_args(argv)
-    start, last = parse_bound(a.start), parse_bound(a.end, end=True)
-    if last < start:
-        raise SystemExit(f"END ({last.isoformat()}) is before START ({start.isoformat()})")
+    parse_bound(a.start), parse_bound(a.end, end=True)  # refuses a malformed bound before anything is loaded
     if a.allow_shrinking and not a.reprocess:
         raise SystemExit("--allow-shrinking only applies to a reprocess: add --reprocess (REPROCESS=1)")
     dag = load_dag(a.dag)
+    start, last = parse_bound(a.start, dag.timetable), parse_bound(a.end, dag.timetable, end=True)
+    if last < start:
+        raise SystemExit(f"END ({last.isoformat()}) is before START ({start.isoformat()})")
     ivs, sinks = intervals_between(dag.timetable, start, last), sinks_of(dag)
     if not ivs:
         raise SystemExit(f"{a.dag}'s schedule has no interval starting in [{start.isoformat()}, {last.isoformat()}]")

@@ -153,7 +153,7 @@ def cmd_run_interval(args: argparse.Namespace) -> int:
         raise SystemExit("give --date YYYY-MM-DD (a daily interval) or --start <ISO-8601 UTC instant>")
     if args.date:
         Interval.daily(args.date)  # refuses a malformed date before anything runs
-        what, kw = f"[{args.date}, +1 day)", {"day": args.date}
+        what, kw = date_interval(args.dag, args.date)
     else:
         start = utc(args.start)
         what, kw = f"starting {start.isoformat()}", {"start": start}
@@ -170,6 +170,32 @@ def cmd_run_interval(args: argparse.Namespace) -> int:
     print(f"{args.dag} {res.day}: FAILED after {res.seconds:.0f} s: {failure_reason(res.log_path)}\n"
           f"  full log: {res.log_path}", file=sys.stderr)
     return 1
+
+
+def date_interval(dag_id: str, day: str) -> tuple[str, dict[str, Any]]:
+    """``DATE=`` of ``make run-interval``: the daily UTC interval starting at ``day`` (the contract), or on a
+    schedule in another time zone the one interval that starts on that local date; refused (SystemExit,
+    saying to give ``START=``) when the schedule has none or several intervals on that date."""
+    from exactly_once.errors import LayoutError
+    from exactly_once.protocol.timetables import interval_starting_at, intervals_of_day, zone
+    from tools.localrun import load_dag
+
+    timetable = load_dag(dag_id).timetable
+    utc_day = Interval.daily(day)
+    try:
+        if interval_starting_at(timetable, utc_day.start) == utc_day:
+            return f"[{day}, +1 day)", {"day": day}
+        ivs = intervals_of_day(timetable, date.fromisoformat(day))
+    except LayoutError as exc:
+        raise SystemExit(str(exc)) from None
+    if len(ivs) != 1:
+        starts = ", ".join(iv.start.isoformat() for iv in ivs[:3]) + (", ..." if len(ivs) > 3 else "")
+        raise SystemExit(f"DATE={day} names a daily interval, but {dag_id}'s schedule has {len(ivs)} intervals "
+                         f"starting on {day} ({zone(timetable)}){': ' + starts if ivs else ''}; give START=<the "
+                         "interval's start, ISO-8601> instead")
+    iv = ivs[0]
+    return (f"{iv} (the interval of {day} in {zone(timetable)}, {iv.end - iv.start})",
+            {"start": iv.start, "end": iv.end})
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
@@ -205,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     d.set_defaults(fn=cmd_demo)
     r = sub.add_parser("run-interval", help="one DAG run for one interval of the DAG's schedule")
     r.add_argument("--dag", required=True)
-    r.add_argument("--date", help="YYYY-MM-DD: the daily interval starting at that midnight (UTC)")
+    r.add_argument("--date", help="YYYY-MM-DD: the daily interval starting at that midnight (UTC), or on a daily "
+                                  "schedule in another time zone the interval starting on that local date")
     r.add_argument("--start", help="ISO-8601 UTC instant: the interval of the DAG's schedule starting there")
     r.add_argument("--reprocess", action="store_true", help="re-freeze the sources (take in late files)")
     r.add_argument("--allow-shrinking", action="store_true",

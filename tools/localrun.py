@@ -140,7 +140,8 @@ def load_dag(dag_id: str) -> Any:
         bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
     dag = bag.dags.get(dag_id)
     if dag is None:
-        raise SystemExit(f"no DAG {dag_id!r} in {PROJECT_ROOT / 'dags'} (import errors: {list(bag.import_errors)})")
+        errors = "; ".join(f"{Path(f).name}: {str(e).strip().splitlines()[-1]}" for f, e in bag.import_errors.items())
+        raise SystemExit(f"no DAG {dag_id!r} in {PROJECT_ROOT / 'dags'}" + (f" (import errors: {errors})" if errors else ""))
     return dag
 
 
@@ -148,16 +149,32 @@ def dag_interval(dag_id: str, start: datetime) -> tuple[datetime, datetime]:
     """The data interval of ``dag_id``'s schedule that starts at ``start`` (the DAG is loaded with
     Airflow's DagBag from the project's dags/ folder). SystemExit with the nearest start otherwise."""
     from exactly_once.errors import LayoutError
-    from exactly_once.protocol.layout import timetable_intervals
+    from exactly_once.protocol.timetables import interval_starting_at, next_start
 
     dag = load_dag(dag_id)
     try:
-        iv = timetable_intervals(dag.timetable, start, count=1)[0]
+        iv = interval_starting_at(dag.timetable, start)
+        nxt = next_start(dag.timetable, start) if iv is None else None
     except LayoutError as exc:
         raise SystemExit(str(exc)) from None
-    if iv.start != start:
+    if iv is None:
         raise SystemExit(f"{start.isoformat()} is not the start of an interval of {dag_id}'s schedule; the next "
-                         f"one starts at {iv.start.isoformat()}")
+                         f"one starts at {nxt.isoformat() if nxt else '(none)'}")
+    return iv.start, iv.end
+
+
+def manual_interval(timetable: Any, run_after: datetime) -> tuple[datetime, datetime]:
+    """The interval a manual run at ``run_after`` gets, as the phases resolve it: Airflow's inference, or
+    - zero-length where the timetable has an interval ending there (a daylight-saving jump) - that interval
+    (``exactly_once.airflow.operators.interval_of``)."""
+    import pendulum
+    from airflow.serialization.encoders import coerce_to_core_timetable
+
+    from exactly_once.protocol.timetables import interval_ending_at
+
+    iv = coerce_to_core_timetable(timetable).infer_manual_data_interval(run_after=pendulum.instance(run_after))
+    if iv.start == iv.end and (found := interval_ending_at(timetable, iv.end)) is not None:
+        return found.start, found.end
     return iv.start, iv.end
 
 
@@ -209,10 +226,7 @@ def run_logical_date(dag_id: str, start: datetime, end: datetime) -> datetime:
     if end not in taken:
         return end
     candidate = max(taken) + timedelta(microseconds=1)
-    from airflow.serialization.encoders import coerce_to_core_timetable
-
-    iv = coerce_to_core_timetable(load_dag(dag_id).timetable).infer_manual_data_interval(run_after=candidate)
-    if (iv.start, iv.end) == (start, end):
+    if manual_interval(load_dag(dag_id).timetable, candidate) == (start, end):
         return candidate
     print(f"note: {dag_id}'s schedule gives logical date {candidate.isoformat()} another interval; this run "
           f"replaces the earlier run of [{start.isoformat()}, {end.isoformat()}) in Airflow", file=sys.stderr)

@@ -63,7 +63,8 @@ class Pipeline:
     """One DAG (``exactly_once_group`` of a monthly pipeline, one retry) in the metadata DB, and a driver
     that runs its task instances the way the scheduler would."""
 
-    def __init__(self, session: Any, root: Path, dag_id: str, **cfg: Any) -> None:
+    def __init__(self, session: Any, root: Path, dag_id: str, *, schedule: Any = None, start_date: Any = None,
+                 **cfg: Any) -> None:
         from airflow.dag_processing.collection import update_dag_parsing_results_in_db
         from airflow.models.serialized_dag import SerializedDagModel
         from airflow.sdk import DAG, CronDataIntervalTimetable
@@ -73,8 +74,8 @@ class Pipeline:
 
         self.session, self.root, self.dag_id = session, root, dag_id
         self.cfg = config(root, **cfg)
-        with DAG(dag_id, schedule=CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"),
-                 start_date=datetime(2013, 1, 1, tzinfo=UTC), catchup=False, max_active_runs=1) as dag:
+        with DAG(dag_id, schedule=schedule or CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"),
+                 start_date=start_date or datetime(2013, 1, 1, tzinfo=UTC), catchup=False, max_active_runs=1) as dag:
             # one retry, at once: a final error must fail on its first try, a retryable one is retried
             exactly_once_group(self.cfg, group_id="t", retries=1, retry_delay_seconds=0)
         self.dag = dag
@@ -154,7 +155,7 @@ class Pipeline:
         from airflow.utils.state import TaskInstanceState
 
         began = self._began(dr)  # as the real write renders it: the newest XCom of begin, maybe a stale one
-        key = dr.data_interval_start.strftime("%Y-%m")
+        key = dr.data_interval_start.strftime("%Y-%m") if dr.data_interval_start else None
         try:
             if key in self.broken:
                 raise RuntimeError("the Spark job died")

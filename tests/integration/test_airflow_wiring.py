@@ -465,7 +465,7 @@ def test_every_phase_task_runs_with_the_heap_it_started_with_frozen(tmp_path, mo
         return call
 
     monkeypatch.setattr(BeginOperator, "call", spy("begin", BeginOperator.call))
-    monkeypatch.setattr(WriteOperator, "_run", spy("write", lambda self, args, context: {"ran": args}))
+    monkeypatch.setattr(WriteOperator, "_run", spy("write", lambda self, args, context, options: {"ran": args}))
     cfg, iv, begin = one_csv_day(tmp_path)
     assert gc.get_freeze_count() == 0
     monkeypatch.setenv("EO_FAILPOINTS", "begin.after=error")

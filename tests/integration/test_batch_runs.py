@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import uuid
 from pathlib import Path
@@ -358,3 +359,52 @@ def test_the_trigger_resolves_the_storage_connection_itself_and_never_carries_it
     assert first_event(trigger, 1) is None
     mark_done(sink, "b-s3")
     assert first_event(trigger, 2) == {"interval": IVS[0].token, "why": "batch b-s3 is over"}
+
+
+@pytest.fixture(scope="module")
+def signing_s3():
+    from cluster_helpers import authenticating_s3_server
+
+    with authenticating_s3_server() as server:
+        yield server
+
+
+@pytest.mark.parametrize("way", ["single", "backfill", "range"])
+def test_reports_on_s3_with_credentials_only_in_the_connection_end_every_way(signing_s3, tmp_path, monkeypatch, way):
+    """Issue 46 case 4: the data root AND the reports on S3, the credentials only in the Airflow connection
+    (no AWS_* variable, no credentials file; the S3 server checks every request's signature). Three days end
+    a single run each, in a batched backfill, or in one range run: every run ends green with its note, every
+    day's run summary is on S3. Before, a batched run's begin read its run summary without the connection's
+    options: NoCredentialsError on every try, after the batch had published every day."""
+    import s3fs
+    from conftest import make_bucket
+    from test_s3_pipeline import aws_conn
+
+    for key in [k for k in os.environ if k.startswith("AWS_")] + ["EO_S3_ENDPOINT_URL"]:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "absent-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
+    monkeypatch.setenv("AIRFLOW_CONN_EO_S3_ONLY", aws_conn(signing_s3["key"], signing_s3["secret"],
+                                                            signing_s3["endpoint_url"]))
+    bucket = make_bucket(signing_s3)
+    fs = s3fs.S3FileSystem(key=signing_s3["key"], secret=signing_s3["secret"], skip_instance_cache=True,
+                           client_kwargs={"endpoint_url": signing_s3["endpoint_url"], "region_name": "us-east-1"})
+    generate(str(tmp_path / "landing"), [D1, *DAYS], events_per_day=60)
+    fs.put(str(tmp_path / "landing") + "/", f"{bucket}/eo/landing/", recursive=True)
+    s3 = Setup(root=f"s3://{bucket}/eo", start=D1, reports=f"s3://{bucket}/reports", conn_id="eo_s3_only")
+    begin = Begin(s3)
+    Driver(s3).clean_run(D1)
+    if way == "single":
+        seen = [Driver(s3).clean_run(d)["commit"]["version"] for d in DAYS]
+    elif way == "backfill":
+        seen = [begin.run(d) for d in DAYS]
+    else:
+        seen = [begin.run(DAYS[0], set(), conf={"eo_batch": {"end": IVS[-1].start.isoformat()}}, run_type="manual")]
+    if way != "single":
+        assert all(s.startswith("finished: published e1") and "in batch b-" in s for s in seen), seen
+        assert begin.writes == 1
+    sink = sink_of(s3)
+    versions = [sink.committed(Interval.daily(d))[0].name for d in [D1, *DAYS]]
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("/", 1)[-1][:-5] for p in fs.ls(f"{bucket}/reports/runs/pv_pipeline")) == sorted(versions)

@@ -10,11 +10,15 @@ one OpenLineage output per version that went live, a note on the run that publis
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 from typing import Any
 
 import pytest
+
+from airflow.utils.state import DagRunState
+from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
 from exactly_once.contracts import BatchSpec
 from exactly_once.storage import storage_for
@@ -69,11 +73,20 @@ class Endings(Pipeline):
         return runs
 
     def backfill(self, months: list[int], behavior: str) -> list[Any]:
-        from airflow.models.backfill import BackfillDagRun, ReprocessBehavior, _create_backfill
-        from airflow.models.dagrun import DagRun
-        from sqlalchemy import select
+        return self.backfill_between(month(months[0]).start, month(months[-1]).start, behavior)
 
-        bf = _create_backfill(dag_id=self.dag_id, from_date=month(months[0]).start, to_date=month(months[-1]).start,
+    def backfill_between(self, first: datetime, last: datetime, behavior: str = "none") -> list[Any]:
+        """``airflow backfill create`` of the intervals starting in [first, last]; its runs, in its order (an
+        earlier backfill of the DAG, whose runs were driven to their end, is marked complete first)."""
+        from airflow.models.backfill import Backfill, BackfillDagRun, ReprocessBehavior, _create_backfill
+        from airflow.models.dagrun import DagRun
+        from sqlalchemy import select, update
+
+        self.session.execute(update(Backfill).where(Backfill.dag_id == self.dag_id, Backfill.completed_at.is_(None))
+                             .values(completed_at=datetime.now(timezone.utc)))
+        self.session.commit()
+
+        bf = _create_backfill(dag_id=self.dag_id, from_date=first, to_date=last,
                               max_active_runs=10, reverse=False, dag_run_conf=None, triggering_user_name="test",
                               reprocess_behavior=ReprocessBehavior(behavior))
         self.session.expire_all()
@@ -84,15 +97,15 @@ class Endings(Pipeline):
 
     def range_run(self, first: int, last: int) -> Any:
         """A manual run of ``first``'s month asking for the range up to ``last``'s (the README's trigger)."""
-        from airflow.utils.state import DagRunState
-        from airflow.utils.types import DagRunTriggeredByType, DagRunType
+        return self.range_between(month(first), month(last))
 
-        iv = month(first)
+    def range_between(self, iv: Any, last: Any) -> Any:
+        """A manual run of interval ``iv`` asking for the range up to interval ``last``."""
         dr = self.sdag.create_dagrun(
-            run_id=f"manual__range_{first}_{last}", logical_date=iv.end + timedelta(microseconds=1),
+            run_id=f"manual__range_{iv.token}", logical_date=iv.end + timedelta(microseconds=1),
             data_interval=(iv.start, iv.end),
             run_after=iv.end, run_type=DagRunType.MANUAL, triggered_by=DagRunTriggeredByType.REST_API,
-            conf={"eo_batch": {"end": month(last).start.isoformat()}}, state=DagRunState.RUNNING,
+            conf={"eo_batch": {"end": last.start.isoformat()}}, state=DagRunState.RUNNING,
             session=self.session)
         self.session.commit()
         return dr
@@ -184,3 +197,98 @@ def test_a_range_or_backfill_starting_at_a_committed_month_runs_the_rest(pipe, w
     assert announced(pipe) == (live, live)
     if way == "range":
         assert pipe.note(runs[0]).startswith("published e1: 1 row, 1 file before this run; and 2 other intervals")
+
+
+# ------------------------------------------------------------------------------------------ local time, DST
+BERLIN = ZoneInfo("Europe/Berlin")
+SPRING = [date(2026, 3, 27) + timedelta(days=d) for d in range(4)]   # .., ends at the jump, the 23 h day, a 24 h day
+AUTUMN = [date(2026, 10, 24) + timedelta(days=d) for d in range(2)]  # the 25 h day, a 24 h day
+
+
+def local_day(iv: Any) -> str:
+    """The interval's local date in Berlin: its partition, and its landing folder."""
+    return f"dt={iv.start.astimezone(BERLIN):%Y-%m-%d}"
+
+
+class BerlinDaily(Endings):
+    """A daily DAG at 02:00 Berlin time, partitioned and landed by the local date, batched."""
+
+    def __init__(self, session: Any, root: Path, dag_id: str) -> None:
+        from airflow.sdk import CronDataIntervalTimetable
+
+        from exactly_once.protocol.layout import Source
+
+        Pipeline.__init__(self, session, root, dag_id, max_batch=4,
+                          schedule=CronDataIntervalTimetable("0 2 * * *", timezone="Europe/Berlin"),
+                          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                          sources=Source("s", format="csv", path=local_day), partitions=local_day)
+        self.dag.task_dict["t.begin"].write_batch = stand_in_batch
+
+    def intervals(self, days: list[date]) -> list[Any]:
+        from exactly_once.protocol.timetables import intervals_of_day
+
+        return [iv for d in days for iv in intervals_of_day(self.dag.timetable, d)]
+
+    def published(self, days: list[date]) -> dict[str, tuple[int, int]]:
+        """``{local date: (rows, total)}`` as a plain reader of the table sees it."""
+        import pyarrow.dataset as ds
+
+        rows = ds.dataset(self.cfg.table_url, format="parquet", partitioning="hive").to_table().to_pylist()
+        return {r["dt"]: (r["n"], r["total"]) for r in rows}
+
+    def run_jump_alone(self) -> Any:
+        """A manual run of the interval ending at the spring jump as ``airflow dags test`` makes it: Airflow's
+        inference gives it the zero-length interval [03-29 01:00Z, 03-29 01:00Z)."""
+        from airflow.utils.state import DagRunState
+        from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+        jump = datetime(2026, 3, 29, 1, tzinfo=timezone.utc)
+        dr = self.sdag.create_dagrun(run_id="manual__jump", logical_date=jump, data_interval=(jump, jump),
+                                     run_after=jump, run_type=DagRunType.MANUAL,
+                                     triggered_by=DagRunTriggeredByType.TEST, state=DagRunState.RUNNING,
+                                     session=self.session)
+        self.session.commit()
+        return dr
+
+
+@pytest.fixture
+def berlin(session, tmp_path, request) -> BerlinDaily:  # noqa: F811 - the metadata DB fixture
+    for n, d in enumerate(SPRING + AUTUMN, 1):
+        land(tmp_path, f"dt={d.isoformat()}", "a.csv", [n, 100 * n])
+    return BerlinDaily(session, tmp_path, request.node.name.replace("[", "_").replace("]", "").replace("-", "_"))
+
+
+@pytest.mark.parametrize("way", ["backfill", "range"])
+def test_a_berlin_daily_dag_across_both_dst_changes_publishes_every_interval_exactly(berlin, way):
+    """Issue 46 case 6: local days around both 2026 changes (the interval ending at the spring jump, the 23 h
+    and the 25 h day) backfilled by Airflow's backfill (batched) or as range runs: every interval publishes
+    exactly its local day's rows once, under its local date, each announced once. (Airflow's own backfill
+    skips the interval ending at the spring jump when asked to start exactly there - its first-interval
+    search: the range here starts a day earlier; ``make backfill`` asks the timetable and has no such gap.)"""
+    ivs = berlin.intervals(SPRING + AUTUMN)
+    assert sorted({iv.end - iv.start for iv in ivs}) == [timedelta(hours=23), timedelta(days=1), timedelta(hours=25)]
+    for days in (SPRING, AUTUMN):
+        first, last = berlin.intervals(days[:1])[0], berlin.intervals(days[-1:])[0]
+        runs = berlin.backfill_between(first.start, last.start) if way == "backfill" else \
+            [berlin.range_between(first, last)]
+        for dr in runs:
+            berlin.drive(dr)
+    want = {f"{d.isoformat()}": (2, 101 * n) for n, d in enumerate(SPRING + AUTUMN, 1)}
+    assert berlin.published(SPRING + AUTUMN) == want
+    versions = sorted(berlin.sink.committed(iv)[0].name for iv in ivs)
+    assert announced(berlin) == (versions, versions)
+
+
+def test_the_interval_ending_at_the_spring_jump_runs_by_itself_and_again(berlin):
+    """The run ``make run-interval START=2026-03-28T01:00:00Z`` makes (Airflow gives it a zero-length
+    interval) publishes the 03-28 local day; a second run of it publishes a new version of that same day,
+    never a neighbour's."""
+    dr = berlin.run_jump_alone()
+    assert set(berlin.drive(dr).values()) == {"success"}
+    iv = berlin.intervals([date(2026, 3, 28)])[0]
+    assert berlin.published([]) == {"2026-03-28": (2, 202)}
+    berlin.sdag.clear(run_id=dr.run_id, session=berlin.session)
+    berlin.session.commit()
+    assert set(berlin.drive(dr).values()) == {"success"}
+    assert {e: st.state.value for e, st in berlin.sink.status(iv).items()} == {1: "COMMITTED", 2: "COMMITTED"}
+    assert berlin.published([]) == {"2026-03-28": (2, 202)} and berlin.sink.log.intervals() == [iv]

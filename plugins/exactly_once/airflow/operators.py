@@ -31,12 +31,35 @@ log = logging.getLogger(__name__)
 
 
 def interval_of(context: Any) -> Interval:
-    """The run's data interval ``[start, end)`` - the only identity a phase uses (never the run id)."""
+    """The run's data interval ``[start, end)`` - the only identity a phase uses (never the run id).
+
+    A manual run whose interval Airflow inferred as zero-length although its DAG's timetable has an
+    interval ending there (a local-time schedule's interval ending at a daylight-saving jump) gets that
+    interval, asked of the timetable; any other zero-length interval is refused."""
     start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is not None and end is not None and start == end:
+        found = _interval_ending_at(context, end)
+        if found is not None:
+            log.info("Airflow gave this run the zero-length interval %s - %s; its timetable's interval ending "
+                     "there is %s", start, end, found)
+            return found
     if start is None or end is None or not start < end:
         raise AirflowFailException(
             f"this DAG run has no real data interval ({start} - {end}); use a data-interval timetable")
     return Interval(start, end)
+
+
+def _interval_ending_at(context: Any, end: Any) -> Interval | None:
+    from ..errors import LayoutError  # noqa: PLC0415
+    from ..protocol.timetables import interval_ending_at  # noqa: PLC0415
+
+    timetable = getattr(context.get("dag"), "timetable", None)
+    if timetable is None:
+        return None
+    try:
+        return interval_ending_at(timetable, end)
+    except LayoutError:  # no real data intervals (a trigger timetable): refused below
+        return None
 
 
 class PhaseOperator(PublishLineage, BaseOperator):

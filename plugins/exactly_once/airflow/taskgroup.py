@@ -30,6 +30,7 @@ from airflow.sdk import AssetAlias, TaskGroup, get_parsing_context
 from ..protocol.config import PipelineConfig
 from ..errors import LayoutError
 from ..protocol.layout import timetable_intervals
+from ..protocol.timetables import dst_windows, zone
 from ..quality.suites import check_suites
 from .compat import exponential_backoff
 from .operators import AbortOperator, BeginOperator, CommitOperator, PreCommitOperator, ValidateOperator
@@ -61,7 +62,9 @@ def spark_env() -> dict[str, str]:
 
 def check_schedule(config: PipelineConfig, dag: Any, count: int = 48) -> None:
     """Refuse a DAG whose timetable has no real data intervals, or whose first ``count`` scheduled
-    intervals would share a partition under ``config.partitions`` (LayoutError, at DAG build time).
+    intervals - or those around a daylight-saving change of its time zone within a year: the 23 h and 25 h
+    days, the repeated hour - would share a partition under ``config.partitions`` (LayoutError, at DAG
+    build time).
 
     Parsed to run one of its tasks (Airflow's parsing context names the task), only the first interval is
     computed: every task start parses the file again (48 intervals of a cron timetable cost ~40 ms there),
@@ -74,10 +77,11 @@ def check_schedule(config: PipelineConfig, dag: Any, count: int = 48) -> None:
     start = dag.start_date or config.start
     if start is None:
         raise LayoutError(f"{dag.dag_id}: give the DAG a start_date (or the pipeline a start)")
-    if _parsed_for_a_task():
-        count = 1
-    intervals = timetable_intervals(dag.timetable, start, count)
-    config.partitions.check_distinct(intervals)  # type: ignore[union-attr]
+    intervals = timetable_intervals(dag.timetable, start, 1 if _parsed_for_a_task() else count)
+    if not _parsed_for_a_task():  # and a year's daylight-saving changes of a local-time schedule
+        intervals += dst_windows(dag.timetable, intervals[0].start, intervals[0].end - intervals[0].start)
+    config.partitions.check_distinct(sorted(set(intervals), key=lambda iv: iv.start),  # type: ignore[union-attr]
+                                     zone=zone(dag.timetable))
 
 
 def _parsed_for_a_task() -> bool:
@@ -118,8 +122,8 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
                      "asset_uri": _asset_uri(config)}
         batch_write = {"application": config.application, "conn_id": spark_conn_id, "conf": conf,
                        "env_vars": spark_env(), "name": f"{config.pipeline}-{config.sink}-batch",
-                       "application_args": list(config.application_args)} if config.batched or config.one_task \
-            else None
+                       "application_args": list(config.application_args),
+                       "storage_conn_id": config.storage_conn_id} if config.batched or config.one_task else None
         begin = BeginOperator(task_id="begin", batch_write=batch_write, **finishers, **common)
         write = WriteOperator(
             task_id="write", application=config.application, conn_id=spark_conn_id,

@@ -143,36 +143,39 @@ def _session(remote: str, tag: str, attempt: int, scope: str) -> Iterator[Any]:
 
 
 def run_connect(application: str, spec_url: str, remote: str, *, attempt: int = 1,
-                args: tuple[str, ...] = ()) -> dict[str, Any]:
+                args: tuple[str, ...] = (), storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the job ``application`` for the spec at ``spec_url`` as a Spark Connect client of ``remote``:
-    interrupt earlier attempts' queries, then one new tagged session, stopped at the end."""
+    interrupt earlier attempts' queries, then one new tagged session, stopped at the end. The spec, the
+    inputs' checks and the counts are read and written with ``storage_options`` (the storage connection's)."""
     from ..job import execute
 
-    store, key = storage_for(spec_url)
+    options = dict(storage_options or {})
+    store, key = storage_for(spec_url, **options)
     spec = JobSpec.from_json(store.read_bytes(key))
     compute = load_compute(application)
     t0 = time.perf_counter()
     with _session(remote, spec.txn, attempt, spec.session_scope) as spark:
-        counts = execute(compute, spark, spec, args)
+        counts = execute(compute, spark, spec, args, storage_options=options)
     log.info("wrote %s over Spark Connect %s in %.1f s", spec.txn, redact(remote), time.perf_counter() - t0)
     return {"txn": spec.txn, "counts": counts.to_dict(), "spark": "connect"}
 
 
 def run_connect_batch(application: str, batch_url: str, remote: str, *, attempt: int = 1,
-                      args: tuple[str, ...] = ()) -> dict[str, Any]:
+                      args: tuple[str, ...] = (), storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`run_connect` for a batch (``compute_batch`` over the batch spec at ``batch_url``): one
     session tagged with the batch, earlier attempts' queries of the same batch interrupted first."""
     from ..contracts import BatchSpec
     from ..job import execute_batch
 
-    store, key = storage_for(batch_url)
+    options = dict(storage_options or {})
+    store, key = storage_for(batch_url, **options)
     batch = BatchSpec.from_json(store.read_bytes(key))
     one = len(batch.entries) == 1  # a batch of one runs the job's own compute (execute_batch)
     compute_batch = None if one else load_compute(application, "compute_batch")
     compute = load_compute(application) if one else None
     t0 = time.perf_counter()
     with _session(remote, batch.batch_id, attempt, batch.scratch_dir) as spark:
-        counts = execute_batch(compute_batch, spark, batch, args, compute=compute)
+        counts = execute_batch(compute_batch, spark, batch, args, compute=compute, storage_options=options)
     log.info("wrote batch %s (%d intervals) over Spark Connect %s in %.1f s", batch.batch_id, len(counts),
              redact(remote), time.perf_counter() - t0)
     return {"batch": batch.batch_id, "intervals": len(counts), "spark": "connect"}
@@ -185,7 +188,8 @@ def write_batch(settings: dict[str, Any], batch_url: str, attempt: int) -> None:
     remote = spark_remote(settings["conn_id"])
     args = tuple(settings.get("application_args") or ())
     if remote is not None:
-        run_connect_batch(settings["application"], batch_url, remote, attempt=attempt, args=args)
+        run_connect_batch(settings["application"], batch_url, remote, attempt=attempt, args=args,
+                          storage_options=storage_options(settings.get("storage_conn_id")))
         return
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
@@ -225,10 +229,11 @@ class WriteOperator(SparkSubmitOperator):
 
     def execute(self, context: Any) -> Any:
         args = list(self.application_args or [])
-        with young_heap(), write_heartbeat(args, storage_options(settings.storage_conn_id())):  # the job is alive
-            return self._run(args, context)
+        options = storage_options(settings.storage_conn_id())
+        with young_heap(), write_heartbeat(args, options):  # the job is alive
+            return self._run(args, context, options)
 
-    def _run(self, args: list[str], context: Any) -> dict[str, Any]:
+    def _run(self, args: list[str], context: Any, options: dict[str, Any]) -> dict[str, Any]:
         """Run the job; returns what ran (its XCom): ``spark`` ("submit" or "connect") and ``attempt``,
         the task's try - commit reads it (:meth:`~exactly_once.airflow.operators.CommitOperator.teardown_idle`)."""
         remote, attempt = spark_remote(self._conn_id), int(context["ti"].try_number or 1)
@@ -238,7 +243,8 @@ class WriteOperator(SparkSubmitOperator):
             return {"spark": "submit", "attempt": attempt}
         if len(args) < 2 or args[0] != "--spec":
             raise ConfigError(f"the write task's arguments must start with --spec <url>, got {args[:1]}")
-        return {**run_connect(self.application, args[1], remote, attempt=attempt, args=tuple(args[2:])),
+        return {**run_connect(self.application, args[1], remote, attempt=attempt, args=tuple(args[2:]),
+                              storage_options=options),
                 "attempt": attempt}
 
     def _prepare_submit(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from itertools import combinations
 from typing import Any, Callable, Mapping, Sequence, Union
 
@@ -60,6 +61,19 @@ def render(template: Template, interval: Interval) -> list[str]:
     return values
 
 
+def _collision(a: Interval, b: Interval, zone: tzinfo | None) -> str:
+    """What two intervals that render one partition have in common, and what to add to the template."""
+    if zone is not None and a.start != b.start:
+        la, lb = a.start.astimezone(zone), b.start.astimezone(zone)
+        if la.replace(tzinfo=None) == lb.replace(tzinfo=None):
+            return (f"gives both the local time {la:%Y-%m-%d %H:%M} ({zone}), which occurs twice when daylight "
+                    f"saving time ends (UTC offsets {la:%z} and {lb:%z}); put the UTC offset in the partition, "
+                    "e.g. a callable giving f\"dt={s:%Y-%m-%d}/hour={s:%H%z}\" of the local start s "
+                    "(hour=02+0200, hour=02+0100) - docs/LAYOUT.md, Time zones")
+    return (f"cannot express intervals of this length ({b.end - b.start}); add the finer fields, e.g. "
+            "hour={start:%H} for hourly runs")
+
+
 @dataclass(frozen=True)
 class Partitions:
     """The output partitions each interval owns (``key=value[/key=value]`` paths)."""
@@ -85,17 +99,16 @@ class Partitions:
                 raise LayoutError(f"partition {b} is nested in {a}")
         return tuple(sorted(set(parts)))
 
-    def check_distinct(self, intervals: Sequence[Interval]) -> None:
-        """Refuse (LayoutError) if two of ``intervals`` would own the same partition."""
+    def check_distinct(self, intervals: Sequence[Interval], zone: tzinfo | None = None) -> None:
+        """Refuse (LayoutError) if two of ``intervals`` would own the same partition; the message names the
+        collision (``zone``: the schedule's time zone, to tell a repeated local hour)."""
         owner: dict[str, Interval] = {}
         for iv in intervals:
             for p in self.for_interval(iv):
                 other = owner.setdefault(p, iv)
                 if other != iv:
-                    raise LayoutError(
-                        f"intervals {other} and {iv} would both own partition {p}: the partition template "
-                        f"{describe(self.template)!r} cannot express intervals of this length "
-                        f"({iv.end - iv.start}); add the finer fields, e.g. hour={{start:%H}} for hourly runs")
+                    raise LayoutError(f"intervals {other} and {iv} would both own partition {p}: the partition "
+                                      f"template {describe(self.template)!r} {_collision(other, iv, zone)}")
 
     def check_interval(self, interval: Interval) -> tuple[str, ...]:
         """The partitions of ``interval``, after checking that its neighbours of the same length
