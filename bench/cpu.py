@@ -5,7 +5,8 @@ thread and credits what each process used since it was last seen to its componen
 its command line). The machine's own total (``psutil.cpu_times``) is read at the start and the end:
 ``other`` is that total less what was credited - the processes that lived between two samples (a task
 process that starts and ends within ``every`` s), the bench itself and the rest of the machine. A process
-already running at the start is credited only what it used after it.
+already running at the start is credited only what it used after it. ``root=pid`` narrows the processes read to
+that one and its descendants (the tests: another deployment's scheduler on the same machine is not theirs).
 
 Each sample also reads every process's resident memory (RSS): per component, the peak over the samples of its
 processes' sum and of its largest process (``rss_peak_mb``; a process that lived between two samples is not seen).
@@ -40,8 +41,8 @@ class CpuSampler:
     """``with CpuSampler() as cpu: ...``; then ``cpu.result()``: seconds of wall time, of CPU in all (and
     available: cores x wall), and per component (module docstring)."""
 
-    def __init__(self, every: float = 0.5) -> None:
-        self.every = every
+    def __init__(self, every: float = 0.5, root: int | None = None) -> None:
+        self.every, self.root = every, root  # root: count only that process and its descendants (None: all)
         self._seen: dict[tuple[int, float], tuple[str | None, float]] = {}  # (pid, created) -> (component, used)
         self._used = dict.fromkeys(COMPONENTS, 0.0)
         self._rss_sum = dict.fromkeys(COMPONENTS, 0)  # bytes: the peak of the sum of a component's processes
@@ -68,7 +69,7 @@ class CpuSampler:
 
     def _sample(self, first: bool = False) -> None:
         rss = dict.fromkeys(COMPONENTS, 0)
-        for proc in psutil.process_iter():
+        for proc in self._processes():
             try:
                 key, times = (proc.pid, proc.create_time()), proc.cpu_times()
                 used = times.user + times.system
@@ -87,6 +88,15 @@ class CpuSampler:
         for name, total in rss.items():
             self._rss_sum[name] = max(self._rss_sum[name], total)
         self.samples += 1
+
+    def _processes(self) -> list[psutil.Process]:
+        if self.root is None:
+            return list(psutil.process_iter())
+        try:
+            root = psutil.Process(self.root)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
 
     def result(self) -> dict[str, Any]:
         credited = sum(self._used.values())
