@@ -174,7 +174,8 @@ def test_a_reprocess_trigger_that_lost_inputs_fails_at_once_and_allow_shrinking_
     sink.record_validation(txn, True, {})
     sink.commit(txn)
     (landing / "a.csv").unlink()
-    with pytest.raises(AirflowFailException, match=r"InputsShrankError.*dt=2013-01-01/a.csv.*\"allow_shrinking\": true"):
+    with pytest.raises(AirflowFailException, match=r"InputsShrankError.*dt=2013-01-01/a.csv.*"
+                       r"`eo reprocess \S+/warehouse/t --interval 2013-01-01T00:00:00\+00:00 --allow-shrinking`"):
         begin.execute(context("manual__reprocess", iv, conf={"reprocess": True}))
     assert sorted(sink.status(iv)) == [1]
     began = begin.execute(context("manual__reprocess2", iv, conf={"reprocess": True, "allow_shrinking": True}))
