@@ -1,8 +1,8 @@
 """A new operator on ``make ui`` (issue 47), in headless Chromium against the real stack ``python -m tools.ui``
 starts - api-server, scheduler (LocalExecutor), dag-processor, triggerer on a fresh PostgreSQL metadata DB -
 with a year of daily intervals of ``app_pv`` (``pv_pipeline``) in its data root. One stack for the module;
-the last test stops it the way a supervisor does (SIGTERM to its process group, the pipe its output goes
-to dying with it) and checks that no component survives.
+the last test stops it the way a supervisor does (SIGTERM to its process group, the reader of the pipe its
+output goes to gone first) and checks that no component survives.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ TABLE = f"/eo/dags/{PIPELINE}/tables/{SINK}"
 DAYS = 365
 LAST = date.today() - timedelta(days=1)             # the newest interval: yesterday (after the DAG's start date)
 FIRST = LAST - timedelta(days=DAYS - 1)
-FIGURES: dict[str, float] = {}
+FIGURES: dict[str, object] = {}
 
 
 def _build_year(root: Path) -> str:
@@ -58,6 +58,37 @@ def _build_year(root: Path) -> str:
 
 def _component_pids(out: Path) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"started (\S+) \(pid (\d+)\)", out.read_text())}
+
+
+class Output:
+    """The reader of ``make ui``'s output pipe (what a terminal, ``| tee`` or a supervisor is), copying it to a
+    file until :meth:`close` - after which the pipe has no reader: a write to it fails (EPIPE)."""
+
+    def __init__(self, proc: subprocess.Popen, path: Path) -> None:
+        self.proc, self.path, self.done = proc, path, threading.Event()
+        self.thread = threading.Thread(target=self._copy, daemon=True)
+        self.thread.start()
+
+    def _copy(self) -> None:
+        import select
+
+        fd = self.proc.stdout.fileno()
+        with open(self.path, "ab") as out:
+            while not self.done.is_set():
+                if select.select([fd], [], [], 0.2)[0]:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        return
+                    out.write(chunk)
+                    out.flush()
+
+    def text(self) -> str:
+        return self.path.read_text() if self.path.exists() else ""
+
+    def close(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+        self.proc.stdout.close()
 
 
 def _ours(home: Path) -> list[int]:
@@ -89,9 +120,9 @@ def stack(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "EO_"))}
     env.update({"EO_UI_DB_URL": db.url, "EO_UI_AIRFLOW_HOME": str(home), "EO_DATA_ROOT": str(root),
                 "EO_UI_USERS": "admin:admin,viewer:viewer", "AIRFLOW_HOME": str(home)})
-    # `make ui | cat`: its output goes to a pipe whose reader is in the same process group
-    proc = subprocess.Popen(["sh", "-c", f"exec {sys.executable} -m tools.ui --port {port} 2>&1 | cat > {out}"],
-                            cwd=PROJECT_ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "tools.ui", "--port", str(port)], cwd=PROJECT_ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = Output(proc, out)
     started = time.time()
     try:
         table_url = _build_year(root)                                    # while the stack starts
@@ -99,8 +130,8 @@ def stack(tmp_path_factory):
         url = f"http://127.0.0.1:{port}"
         client = httpx.Client(base_url=url, timeout=60)
         deadline = time.time() + 300
-        while "Airflow UI:" not in (out.read_text() if out.exists() else ""):
-            assert proc.poll() is None and time.time() < deadline, out.read_text() if out.exists() else "no output"
+        while "Airflow UI:" not in output.text():
+            assert proc.poll() is None and time.time() < deadline, output.text()
             time.sleep(0.5)
         while True:
             try:
@@ -108,13 +139,13 @@ def stack(tmp_path_factory):
                     break
             except httpx.TransportError:
                 pass
-            assert time.time() < deadline, out.read_text()
+            assert time.time() < deadline, output.text()
             time.sleep(0.5)
         FIGURES["make ui ready (s)"] = round(time.time() - started, 1)
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
         tokens = {u: client.post("/auth/token", json={"username": u, "password": passwords[u]}).json()["access_token"]
                   for u in ("admin", "viewer")}
-        yield {"proc": proc, "url": url, "client": client, "tokens": tokens, "home": home, "out": out,
+        yield {"proc": proc, "url": url, "client": client, "tokens": tokens, "home": home, "out": output,
                "table_url": table_url, "root": root, "port": port}
     finally:
         if proc.poll() is None:
@@ -125,6 +156,8 @@ def stack(tmp_path_factory):
             except ProcessLookupError:
                 pass
         proc.wait(30)
+        if not output.done.is_set():
+            output.close()
         db.drop()
         print(f"make ui figures: {FIGURES}")
 
@@ -219,8 +252,8 @@ def test_an_operator_rolls_back_and_watches_it_run_with_refusals_at_the_confirm_
             if state in ("success", "failed", "refused"):
                 break
             time.sleep(1)
-        print(f"states on the page: {seen}")
-        assert seen[-1] == "success", (seen, stack["out"].read_text()[-3000:])
+        FIGURES["run states the page showed"] = seen
+        assert seen[-1] == "success", (seen, stack["out"].text()[-3000:])
         text = b.text()
         assert f"DAG {PIPELINE} is paused" not in text
         assert "rollback to e1 by admin because “e2 read a partial feed”" in text
@@ -269,12 +302,14 @@ def test_the_quality_chart_and_the_data_docs_index_at_a_year_of_intervals(stack)
 
 def test_sigterm_to_the_process_group_of_make_ui_stops_every_component(stack):
     """Issue 47: stopped with SIGTERM to its process group (a supervisor, a terminal multiplexer, CI), the
-    api-server, scheduler, dag processor and triggerer - each in a process group of its own - kept running
-    (make ui printed before stopping them, into a pipe whose reader the same signal had ended)."""
+    api-server, scheduler, dag processor and triggerer - each in a process group of its own - kept running:
+    make ui printed before stopping them, into a pipe whose reader was gone (``make ui | tee`` ended by the
+    same signal), and died of the BrokenPipeError. Here the reader goes first, then the signal."""
     proc, home = stack["proc"], stack["home"]
-    pids = _component_pids(stack["out"])
+    pids = _component_pids(stack["out"].path)
     assert set(pids) == {"api-server", "scheduler", "dag-processor", "triggerer"}, pids
     assert all(os.getpgid(p) == p != proc.pid for p in pids.values())       # each its own group
+    stack["out"].close()                                                    # the pipe has no reader now
     started = time.time()
     os.killpg(proc.pid, signal.SIGTERM)
     deadline = time.time() + 90

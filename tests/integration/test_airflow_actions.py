@@ -668,3 +668,26 @@ def test_a_double_submit_of_one_confirmation_makes_one_run_and_no_raw_error(ui):
     assert "used already" in next(r.text for r in got if r.status_code == 403)
     assert len(_runs(ui, PIPELINE)) == before + 1
     _settle(ui)
+
+
+def test_an_unexpected_error_is_a_page_that_says_what_to_do_never_the_exception(monkeypatch, tmp_path):
+    """Issue 47: no page shows raw exception text (SQL, parameters); the error id leads to the server's log."""
+    from fastapi.testclient import TestClient
+
+    from exactly_once.airflow import auth, webapp
+
+    monkeypatch.setenv("EO_DATA_ROOT", str(tmp_path))
+    app = webapp.create_app()
+    app.dependency_overrides[auth.get_user] = lambda: SimpleNamespace(get_name=lambda: "admin")
+
+    def broken():
+        raise RuntimeError("(psycopg2.IntegrityError) INSERT INTO dag_run ... password=hunter2")
+
+    monkeypatch.setattr(webapp, "known_tables", broken)
+    client = TestClient(app, raise_server_exceptions=False)
+    for path in ("/tables", "/data-docs"):
+        got = client.get(path)
+        assert got.status_code == 500 and got.headers["content-type"].startswith("text/html"), got.text
+        assert "INSERT" not in got.text and "hunter2" not in got.text and "RuntimeError" not in got.text
+        assert re.search(r"could not be made \(error [0-9a-f]{8}\): reload it", got.text)
+        assert "default-src 'none'" in got.headers["content-security-policy"]

@@ -174,6 +174,16 @@ def create_app() -> FastAPI:
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         return error_response(request, exc.status_code, exc.detail, getattr(exc, "headers", None))
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        """A bug or an outage (the metadata DB, the storage): a page that says what to do; the exception
+        itself goes to the API server's log only, under the id the page gives."""
+        ref = os.urandom(4).hex()
+        log.error("%s %s failed [error %s]", request.method, request.url.path, ref, exc_info=exc)
+        return error_response(request, status.HTTP_500_INTERNAL_SERVER_ERROR,
+                              f"this page could not be made (error {ref}): reload it; if this persists, ask the "
+                              "Airflow administrator to look for the error id in the API server's log")
+
     @app.exception_handler(RequestValidationError)
     async def bad_parameters(request: Request, exc: RequestValidationError) -> Response:
         return error_response(request, status.HTTP_422_UNPROCESSABLE_ENTITY, jsonable_encoder(exc.errors()))
