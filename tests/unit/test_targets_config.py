@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 
+import pyarrow as pa
 import pytest
 
 from exactly_once import ConfigError, UnsafeIdentifierError
@@ -95,3 +96,36 @@ def test_prefetch_keeps_order_raises_worker_errors_and_stops_early():
     assert next(it) == 0
     it.close()  # the worker stops instead of running forever
     assert len(produced) < 10
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["null_string", "pyarrow<22"])
+def test_csv_nulls_are_written_the_same_with_or_without_pyarrows_null_string(monkeypatch, native):
+    """MariaDB's LOAD DATA reads an unquoted NULL as null; pyarrow < 22 (the range reaches 16.1) cannot write
+    one, so the empty fields are filled after rendering: the bytes must equal pyarrow's own null_string
+    (a comma, quote or newline inside a string is no field boundary; an empty string stays a value)."""
+    import datetime as dt
+    import decimal
+
+    from exactly_once.targets import sql_dialects
+
+    if native and not sql_dialects.NATIVE_NULL_STRING:
+        pytest.skip("this pyarrow has no WriteOptions.null_string")
+    monkeypatch.setattr(sql_dialects, "NATIVE_NULL_STRING", native)
+    batch = pa.record_batch([
+        pa.array([None, "", 'a,"b"\n,', ",", None]),
+        pa.array([1, None, 3, None, None], pa.int64()),
+        pa.array([None, 2.5, None, 1.0, None]),
+        pa.array([dt.date(1952, 1, 1), None, None, dt.date(9999, 12, 31), None]),
+        pa.array([decimal.Decimal("1.50"), None, decimal.Decimal("-2.00"), None, None]),
+        pa.array(["\n", None, "", None, None], pa.large_string()),
+    ], names=list("abcdef"))
+    single = pa.record_batch([pa.array([None, None, "x", None])], names=["a"])
+    got = b"".join(sql_dialects._csv_chunks(iter([batch, single]), "NULL"))
+    assert got == (b'NULL,1,NULL,1952-01-01,1.50,"\n"\n'
+                   b'"",NULL,2.5,NULL,NULL,NULL\n'
+                   b'"a,""b""\n,",3,NULL,NULL,-2.00,""\n'
+                   b'",",NULL,1,9999-12-31,NULL,NULL\n'
+                   b'NULL,NULL,NULL,NULL,NULL,NULL\n'
+                   b'NULL\nNULL\n"x"\nNULL\n')
+    # PostgreSQL's COPY reads an unquoted empty field as null: nothing to fill
+    assert b"".join(sql_dialects._csv_chunks(iter([single]))) == b'\n\n"x"\n\n'

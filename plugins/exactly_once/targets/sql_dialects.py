@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -165,15 +166,27 @@ class _CsvStream(io.RawIOBase):
         return n
 
 
-def _csv_chunks(batches: Iterator[pa.RecordBatch], null: str) -> Iterator[bytes]:
-    """The batches as CSV, rendered ahead in a thread while the database ingests the previous chunk."""
-    opts = pacsv.WriteOptions(include_header=False, null_string=null, batch_size=8192)
+# pyarrow 22 added WriteOptions.null_string; before it a null is always an empty, unquoted field. Strings are
+# always quoted and no other scalar type renders empty, so there an empty unquoted field is exactly a null:
+# _EMPTY_FIELD matches a quoted field whole (a comma or newline inside it is no boundary) or an empty field.
+NATIVE_NULL_STRING = hasattr(pacsv.WriteOptions(), "null_string")
+_EMPTY_FIELD = re.compile(rb'"(?:[^"]|"")*"|(?<![^,\n])(?=[,\n])')
+
+
+def _csv_chunks(batches: Iterator[pa.RecordBatch], null: str = "") -> Iterator[bytes]:
+    """The batches as CSV (a null written as ``null``, unquoted), rendered ahead in a thread while the
+    database ingests the previous chunk. On a pyarrow without ``null_string`` a non-empty ``null`` is put
+    into the empty fields after rendering (same bytes, slower)."""
+    opts = pacsv.WriteOptions(include_header=False, batch_size=8192)
+    refill = null.encode() if null and not NATIVE_NULL_STRING else b""
+    if null and not refill:
+        opts.null_string = null
 
     def render() -> Iterator[bytes]:
         for batch in batches:
             sink = io.BytesIO()
             pacsv.write_csv(batch, sink, opts)
-            yield sink.getvalue()
+            yield _EMPTY_FIELD.sub(lambda m: m.group(0) or refill, sink.getvalue()) if refill else sink.getvalue()
 
     return prefetch(render())
 
@@ -268,7 +281,7 @@ class Postgres(Dialect):
                 "VALUES (%s, %s, 0, %s, %s) ON CONFLICT (target, interval_token) DO NOTHING")
 
     def load(self, cur: Any, table_sql: str, cols: Sequence[str], batches: Iterator[pa.RecordBatch]) -> int:
-        raw = _CsvStream(_csv_chunks(batches, ""))
+        raw = _CsvStream(_csv_chunks(batches))
         try:
             cur.copy_expert(f"COPY {table_sql} ({self.columns_sql(cols)}) FROM STDIN WITH (FORMAT csv)",
                             io.BufferedReader(raw, buffer_size=1 << 20), size=1 << 20)
