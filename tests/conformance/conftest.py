@@ -408,6 +408,15 @@ class World:
                     missing.append(f"files of {part}")
         return missing
 
+    def stored_paths(self, sink: TwoPhaseCommitSink, txn: TxnRef) -> list[str]:
+        """The storage paths of committed version ``txn``'s files (kept by the target, or by the protocol
+        in the checkpoint for databases and Redis), while its manifest is in the log."""
+        rec = sink.log.read(txn.interval, txn.epoch, "pre_committed")
+        stored = sink.target.stored_files if self.keeps_copies else (
+            lambda part, version, names: (kept_copies(sink, txn, part, names) or ({}, []))[0])
+        return sorted(p for part, files in rec["manifest"]["partitions"].items()
+                      for p in (stored(part, txn.name, [f["name"] for f in files]) or {}).values())
+
     # ------------------------------------------------------------------ the clock hook
     @staticmethod
     @contextmanager

@@ -34,6 +34,22 @@ def test_gc_beside_a_commit_loses_nothing(world, monkeypatch, at):
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
+def test_gc_removes_what_is_superseded_and_keeps_what_is_live(world):
+    """gc with no grace period: the replaced version's files (kept by the target, or by the protocol for
+    databases and Redis) go; the live version stays whole, and so do its files for a rollback."""
+    sink = world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 2, start=30)
+    t1 = world.commit(sink, IV, {PART: [old]})
+    t2 = world.commit(sink, IV, {PART: [new]})
+    stored = world.stored_paths(sink, t1)
+    assert stored and all(sink.storage.exists(p) for p in stored)
+    gc(world.sink(), min_age=0)
+    assert [p for p in stored if sink.storage.exists(p)] == [], "gc left the superseded version's files"
+    assert world.missing_of(sink, t2) == []
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
 def test_rollback_beside_gc_never_publishes_a_version_without_its_state(world, monkeypatch):
     """gc (grace period 1 h) runs right after the rollback checked the old version's files and checkpoint.
     The rollback either refuses (nothing changes) or publishes the old rows WITH the old state."""
