@@ -17,8 +17,9 @@ protocol's decision path):
 3. *kill pass* - each mutant runs only the tests of its row's share that execute its lines, fastest
    first, and stops at the first failure (``pytest -x``); a mutant no test of the share executes is
    ``not covered``;
-4. *confirmation* - a survivor runs again against its row's whole share (``pytest tests/conformance -k
-   <kind> -x``), which also covers lines only child processes run (the crash tests).
+4. *confirmation* (``--confirm``) - a survivor runs again against its row's whole share (``pytest
+   tests/conformance -k <kind> -x``); the coverage pass records the child processes' lines as well
+   (``tools/mutants_site``), so this only guards against a test that covers a line by another route.
 
 A survivor is then judged by :data:`tools.mutants_verdicts.VERDICTS` (equivalent or harmless, and why)
 or counted as a real survivor. The report (``<work>/report.md``, also printed) has the per-row table:
@@ -192,9 +193,16 @@ def coverage_pass(tree: Path, work: Path, kinds: list[str]) -> Coverage:
         print(f"coverage pass over {kinds} ...", flush=True)
         cmd = pytest_cmd("tests/conformance", "-k", " or ".join(kinds), "-p",
                          "tools.mutants_cov", f"--basetemp={work / 'tmp-coverage'}")
-        proc = subprocess.run(cmd, cwd=tree, env={**env_for(tree), "EO_MUTANTS_COVERAGE": str(data)})
+        env = {**env_for(tree), "EO_MUTANTS_COVERAGE": str(data),
+               "PYTHONPATH": f"{tree / 'plugins'}:{tree / 'tools' / 'mutants_site'}"}
+        proc = subprocess.run(cmd, cwd=tree, env=env)
         if proc.returncode != 0:
             raise SystemExit(f"the conformance suite fails without any mutant ({shlex.join(cmd)}): fix it first")
+        import coverage
+
+        combined = coverage.Coverage(data_file=str(data), config_file=False)
+        combined.combine([str(p) for p in data.parent.glob(data.name + ".*") if not p.name.endswith(".json")])
+        combined.save()
     import coverage
 
     cov = coverage.CoverageData(basename=str(data))
@@ -284,7 +292,8 @@ def _diff(item, tree: Path) -> str:
         return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), rel, rel, n=0))
 
 
-def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, deadline: float | None) -> None:
+def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, deadline: float | None,
+            confirm: bool = False) -> None:
     """Run the row's pending mutants (at most ``limit``, none after ``deadline``), recording each result."""
     from cosmic_ray.mutating import mutate_and_test
     from cosmic_ray.work_db import WorkDB, use_db
@@ -316,7 +325,7 @@ def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, 
                 res = mutate_and_test(item.mutations, shlex.join(cmd), budget)
             else:
                 res = None
-            if res is None or res.test_outcome is TestOutcome.SURVIVED:  # confirm on the whole share
+            if res is None or (confirm and res.test_outcome is TestOutcome.SURVIVED):  # the whole share
                 res = mutate_and_test(item.mutations, shlex.join(share), 900)
             res = WorkResult(res.worker_outcome, output=f"scope {spans[module].scope(m.start_pos)}\n"
                              + (res.output or "")[-4000:], test_outcome=res.test_outcome, diff=res.diff)
@@ -383,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, help="at most this many mutants per row this time")
     ap.add_argument("--hours", type=float, help="start no mutant after this many hours")
     ap.add_argument("--fresh", action="store_true", help="forget earlier results")
+    ap.add_argument("--row-minutes", type=float, help="start no mutant of a row after this many minutes on it "
+                    "(the pending order is random: a time-boxed row is a random sample)")
+    ap.add_argument("--confirm", action="store_true", help="run each survivor again against its row's whole share")
     args = ap.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
     unknown = sorted(set(rows) - set(ROWS))
@@ -399,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         cov = coverage_pass(tree, work, sorted({k for r in rows for k in ROWS[r][1]}))
         for row in rows:
             init_row(tree, work, row, args.fresh)
-            run_row(tree, work, row, cov, args.limit, deadline)
+            row_deadline = time.time() + args.row_minutes * 60 if args.row_minutes else None
+            ends = [d for d in (deadline, row_deadline) if d is not None]
+            run_row(tree, work, row, cov, args.limit, min(ends) if ends else None, args.confirm)
     text = report(work, rows)
     (work / "report.md").write_text("# Mutation testing report (make mutants)\n\n" + text)
     print(text)
