@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # lane -> the test paths it runs; "main" runs the rest of tests/
 LANES = {
     "deployments": ["tests/chaos", "tests/e2e", "tests/conformance", "tests/integration/test_celery_fleet.py",
-                    "tests/integration/test_spark_cluster.py", "tests/integration/test_bench_batched.py"],
+                    "tests/integration/test_spark_cluster.py", "tests/integration/test_bench_batched.py",
+                    "tests/integration/test_mutant_sample.py"],
 }
 
 

@@ -1,27 +1,43 @@
 """Fencing: of two attempts at one interval only the newest publishes; the older one is refused before
 it decides, whichever step it is in when the newer one begins (writing, or pre-committed and waiting for
-its gate - an ungated pre-committed attempt is committed by the newer begin's recovery instead)."""
+its gate - an ungated pre-committed attempt is committed by the newer begin's recovery instead - or
+pre-committing right between the newer begin's recovery and its epoch: only the commit's own check of
+the newest epoch fences it then)."""
 from __future__ import annotations
 
 import pytest
 
 from exactly_once import State
 from exactly_once.errors import ExactlyOnceError
-from protocol_helpers import make_rows
+from protocol_helpers import interleave, make_rows
 
 from .conftest import IV, PART
 
 
-@pytest.mark.parametrize("older_at", ["writing", "validating"])
-def test_only_the_newest_of_two_attempts_publishes(world, older_at):
+@pytest.mark.parametrize("older_at", ["writing", "validating", "pre-committing"])
+def test_only_the_newest_of_two_attempts_publishes(world, monkeypatch, older_at):
     gated = older_at == "validating"
     sink, other = world.sink(require_validation=gated), world.sink(require_validation=gated)
     old, new = make_rows("old", 4), make_rows("new", 3, start=50)
-    first = sink.begin(IV)
-    world.stage(sink, first, {PART: [old]})
-    if gated:
-        sink.pre_commit(first)
-    second = other.begin(IV)  # fences the first attempt
+    if older_at == "pre-committing":  # begins, writes and pre-commits after the newer begin's recovery
+        older: list = []                # and before its epoch: only the commit's own check fences it
+
+        def older_runs() -> None:
+            older.append(sink.begin(IV))
+            world.stage(sink, older[0], {PART: [old]})
+            sink.pre_commit(older[0])
+
+        state = interleave(monkeypatch, other.log, "append", lambda iv, e, kind, *a: kind == "open", older_runs)
+        second = other.begin(IV)
+        monkeypatch.undo()
+        first = older[0]
+        assert state["fired"] and sink.status(IV)[first.epoch].state is State.PRE_COMMITTED
+    else:
+        first = sink.begin(IV)
+        world.stage(sink, first, {PART: [old]})
+        if gated:
+            sink.pre_commit(first)
+        second = other.begin(IV)  # fences the first attempt
     world.stage(other, second, {PART: [new]})
 
     def finish_first():
