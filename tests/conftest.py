@@ -64,6 +64,17 @@ def s3_server():
         proc.wait(10)
 
 
+@pytest.fixture(scope="session")
+def signing_s3():
+    """One loopback S3 server that checks every request's signature (``cluster_helpers.
+    authenticating_s3_server``), shared by the tests whose credentials must come from a connection only:
+    ``{"endpoint_url", "key", "secret"}``; each test makes its own bucket (:func:`make_bucket`)."""
+    from cluster_helpers import authenticating_s3_server
+
+    with authenticating_s3_server() as server:
+        yield server
+
+
 def make_bucket(s3: dict) -> str:
     """Create a fresh bucket on the loopback server and return its name."""
     import boto3

@@ -361,21 +361,12 @@ def test_the_trigger_resolves_the_storage_connection_itself_and_never_carries_it
     assert first_event(trigger, 2) == {"interval": IVS[0].token, "why": "batch b-s3 is over"}
 
 
-@pytest.fixture(scope="module")
-def signing_s3():
-    from cluster_helpers import authenticating_s3_server
-
-    with authenticating_s3_server() as server:
-        yield server
-
-
-@pytest.mark.parametrize("way", ["single", "backfill", "range"])
-def test_reports_on_s3_with_credentials_only_in_the_connection_end_every_way(signing_s3, tmp_path, monkeypatch, way):
-    """Issue 46 case 4: the data root AND the reports on S3, the credentials only in the Airflow connection
-    (no AWS_* variable, no credentials file; the S3 server checks every request's signature). Three days end
-    a single run each, in a batched backfill, or in one range run: every run ends green with its note, every
-    day's run summary is on S3. Before, a batched run's begin read its run summary without the connection's
-    options: NoCredentialsError on every try, after the batch had published every day."""
+@pytest.fixture
+def s3_connection_only(signing_s3, tmp_path, monkeypatch):
+    """A fresh bucket on the session's signature-checking S3 server; the credentials only in the Airflow
+    connection ``eo_s3_only`` (no AWS_* variable, no credentials file, no instance metadata). Yields a
+    function that lands ``days`` and returns the Setup of a pipeline starting at the first one, its data
+    root and reports on S3, and an s3fs handle to look with."""
     import s3fs
     from conftest import make_bucket
     from test_s3_pipeline import aws_conn
@@ -390,21 +381,39 @@ def test_reports_on_s3_with_credentials_only_in_the_connection_end_every_way(sig
     bucket = make_bucket(signing_s3)
     fs = s3fs.S3FileSystem(key=signing_s3["key"], secret=signing_s3["secret"], skip_instance_cache=True,
                            client_kwargs={"endpoint_url": signing_s3["endpoint_url"], "region_name": "us-east-1"})
-    generate(str(tmp_path / "landing"), [D1, *DAYS], events_per_day=60)
-    fs.put(str(tmp_path / "landing") + "/", f"{bucket}/eo/landing/", recursive=True)
-    s3 = Setup(root=f"s3://{bucket}/eo", start=D1, reports=f"s3://{bucket}/reports", conn_id="eo_s3_only")
+
+    def land(days: list[str]) -> tuple[Setup, Any]:
+        generate(str(tmp_path / "landing"), days, events_per_day=20)
+        fs.put(str(tmp_path / "landing") + "/", f"{bucket}/eo/landing/", recursive=True)
+        return Setup(root=f"s3://{bucket}/eo", start=days[0], reports=f"s3://{bucket}/reports",
+                     conn_id="eo_s3_only"), fs
+
+    return land
+
+
+@pytest.mark.parametrize("way", ["single", "backfill", "range"])
+def test_reports_on_s3_with_credentials_only_in_the_connection_end_every_way(s3_connection_only, way):
+    """Issue 46 case 4: the data root AND the reports on S3, the credentials only in the Airflow connection
+    (the S3 server checks every request's signature). Two days (the pipeline's first two) end a single run
+    each, in a batched backfill, or in one range run: every run ends green with its note, both days' run
+    summaries and Data Docs are on S3. Before, a batched run's begin read its run summary without the
+    connection's options: NoCredentialsError on every try, after the batch had published every day."""
+    days = DAYS[:2]
+    s3, fs = s3_connection_only(days)
     begin = Begin(s3)
-    Driver(s3).clean_run(D1)
     if way == "single":
-        seen = [Driver(s3).clean_run(d)["commit"]["version"] for d in DAYS]
+        seen = [Driver(s3).clean_run(d)["commit"]["version"] for d in days]
     elif way == "backfill":
-        seen = [begin.run(d) for d in DAYS]
+        seen = [begin.run(d, set(days)) for d in days]
     else:
-        seen = [begin.run(DAYS[0], set(), conf={"eo_batch": {"end": IVS[-1].start.isoformat()}}, run_type="manual")]
+        seen = [begin.run(days[0], set(), conf={"eo_batch": {"end": IVS[1].start.isoformat()}}, run_type="manual")]
     if way != "single":
         assert all(s.startswith("finished: published e1") and "in batch b-" in s for s in seen), seen
         assert begin.writes == 1
     sink = sink_of(s3)
-    versions = [sink.committed(Interval.daily(d))[0].name for d in [D1, *DAYS]]
+    versions = [sink.committed(Interval.daily(d))[0].name for d in days]
     fs.invalidate_cache()
+    bucket = s3.root.split("/")[2]
     assert sorted(p.rsplit("/", 1)[-1][:-5] for p in fs.ls(f"{bucket}/reports/runs/pv_pipeline")) == sorted(versions)
+    docs = fs.ls(f"{bucket}/reports/data_docs/validations/app_pv")
+    assert {f"pv_pipeline.{v}" for v in versions} <= {p.rsplit("/", 1)[-1] for p in docs}, docs

@@ -26,7 +26,7 @@ import pytest
 from botocore.exceptions import BotoCoreError
 
 import reference_pv as ref
-from cluster_helpers import authenticating_s3_server, write_like_pv_counts
+from cluster_helpers import write_like_pv_counts
 from conftest import free_port, make_bucket
 
 from exactly_once import settings
@@ -67,9 +67,8 @@ def interval_run(cfg: PipelineConfig, day: str) -> IntervalRun:
 
 
 @pytest.fixture(scope="module")
-def s3():
-    with authenticating_s3_server() as server:
-        yield server
+def s3(signing_s3):
+    return signing_s3  # the session's signature-checking server (conftest)
 
 
 @pytest.fixture
