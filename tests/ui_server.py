@@ -10,7 +10,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import httpx
 
@@ -39,6 +39,19 @@ def commit_day(sink, day: str, run_id: str, state: str, prev: str | None = None,
     return txn.name
 
 
+def wait_healthy(client: httpx.Client, proc: subprocess.Popen, deadline: float, log: Callable[[], str]) -> None:
+    """Until the api-server behind ``client`` answers its health check; fails with ``log()`` when ``proc``
+    (what started it) exits or ``deadline`` passes."""
+    while True:
+        try:
+            if client.get("/api/v2/monitor/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None and time.time() < deadline, f"the api-server did not start:\n{log()}"
+        time.sleep(0.5)
+
+
 @contextlib.contextmanager
 def api_server(base: Path, data_root: Path, users: dict[str, tuple[str, str]]) -> Iterator[dict]:
     from tools import ui as uiserver
@@ -60,16 +73,7 @@ def api_server(base: Path, data_root: Path, users: dict[str, tuple[str, str]]) -
                             stderr=subprocess.STDOUT)
     try:
         client = httpx.Client(base_url=url, timeout=60)
-        deadline = time.time() + 180
-        while True:
-            try:
-                if client.get("/api/v2/monitor/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, (base / "api-server.log").read_text()[-3000:]
-            assert time.time() < deadline, "api-server did not start"
-            time.sleep(0.5)
+        wait_healthy(client, proc, time.time() + 180, lambda: (base / "api-server.log").read_text()[-3000:])
         tokens = {u: client.post("/auth/token", json={"username": u, "password": pw}).json()["access_token"]
                   for u, (_, pw) in users.items()}
         yield {"client": client, "url": url, "tokens": tokens, "env": env, "base": base}

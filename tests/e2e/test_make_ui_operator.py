@@ -109,6 +109,7 @@ def stack(tmp_path_factory):
     from cdp import CHROMIUM
     from tools.deployment import MetaDB, postgres_problem
     from tools.localrun import PROJECT_ROOT
+    from ui_server import wait_healthy
 
     need(os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install -y chromium)")
     problem = postgres_problem()
@@ -133,14 +134,7 @@ def stack(tmp_path_factory):
         while "Airflow UI:" not in output.text():
             assert proc.poll() is None and time.time() < deadline, output.text()
             time.sleep(0.5)
-        while True:
-            try:
-                if client.get("/api/v2/monitor/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.time() < deadline, output.text()
-            time.sleep(0.5)
+        wait_healthy(client, proc, deadline, output.text)
         FIGURES["make ui ready (s)"] = round(time.time() - started, 1)
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
         tokens = {u: client.post("/auth/token", json={"username": u, "password": passwords[u]}).json()["access_token"]
@@ -295,6 +289,20 @@ def test_the_quality_chart_and_the_data_docs_index_at_a_year_of_intervals(stack)
             assert b.evaluate("document.documentElement.dataset.theme") == mode
             assert b.evaluate("getComputedStyle(document.body).backgroundColor") == background
         assert b.evaluate("getComputedStyle(document.body).fontFamily").startswith("Inter")
+        # inside Airflow's UI the frame follows the UI's mode, also when it changes
+        b.evaluate("localStorage.setItem('theme', 'dark')")
+        b.open(f"{url}/plugin/eo-tables")
+        frame = ("(() => { const f = document.querySelector('iframe'); const d = f && f.contentDocument;"
+                 " return d && d.body && d.body.innerText.includes('app_pv') ? d.documentElement.dataset.theme : null })()")
+        deadline = time.time() + 60
+        while time.time() < deadline and b.evaluate(frame) is None:
+            time.sleep(0.3)
+        assert b.evaluate("document.documentElement.classList.contains('dark')") and b.evaluate(frame) == "dark"
+        b.evaluate("document.documentElement.classList.replace('dark', 'light')")
+        deadline = time.time() + 10
+        while time.time() < deadline and b.evaluate(frame) != "light":
+            time.sleep(0.2)
+        assert b.evaluate(frame) == "light"
     finally:
         b.__exit__(None, None, None)
     print(f"page loads in Chromium: {FIGURES}")

@@ -172,7 +172,7 @@ def test_rollback_action_runs_through_the_protocol_and_shows_who_did_it(ui, caps
     assert result["version"] == sink.ref(iv, 3).name and result["rollback_of"] == sink.ref(iv, 1).name
     assert sink.committed(iv)[0].name == sink.ref(iv, 3).name
     assert skipped == [f"{SINK}.{t}" for t in ("abort", "commit", "pre_commit", "validate", "write")]
-    assert xcoms["eo_note"] == "rollback to e1 as e000003"
+    assert xcoms["eo_note"] == "published e3: 2 rows, 1 file (rollback to e1)"
     [event] = events[f"file://{ui['table_url']}"]                          # the table's asset event, once
     assert event["version"] == sink.ref(iv, 3).name and event["interval"]["start"].startswith(D1)
     assert result["stale"] == []                                            # day 2 read e1: current again

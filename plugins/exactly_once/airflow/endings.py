@@ -100,11 +100,12 @@ def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
         log.warning("could not record what this task published", exc_info=True)
 
 
-def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any], *, finished: bool) -> bool:
+def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any], *, finished: bool,
+          how: str | None = None) -> bool:
     """The seam (module docstring): version ``summary["version"]`` of ``run``'s interval is live; ``finished``:
     this task finished its publish. Records the asset event and the lineage when this task is the version's
     announcer, and the version for the note (:func:`finish_try` leaves it). Returns whether it announced; a
-    second call for a version is a no-op."""
+    second call for a version is a no-op. ``how``: how it ended, for the note (a rollback), instead of the phase's."""
     version = str(summary.get("version"))
     done = getattr(operator, "_eo_endings", None)
     if done is None:
@@ -115,7 +116,9 @@ def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]
     st = run.sink.status(run.interval).get(epoch)
     batch = batch_of(st) if st is not None else None
     announce = claim_announcement(run.sink, batch, run.interval, identity(context)) if batch else finished
-    if batch:
+    if how is not None:
+        pass
+    elif batch:
         how = f" in batch {batch}"
     elif not finished:
         how = BEFORE

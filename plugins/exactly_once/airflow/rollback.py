@@ -58,7 +58,8 @@ def carry_out(operator: Any, run: Any, context: Any, action: str, conf: dict[str
     that published announces the table's asset event and leaves the run's note, like a commit.
     Refusals (a wrong or gc'ed version, a lineage that no longer holds) fail the task at once."""
     from .compat import DownstreamTasksSkipped
-    from .notes import NOTE_KEY, announce
+    from .endings import ended
+    from .notes import NOTE_KEY
 
     user = getattr(context.get("dag_run"), "triggering_user_name", None)
     ti = context["ti"]
@@ -74,12 +75,14 @@ def carry_out(operator: Any, run: Any, context: Any, action: str, conf: dict[str
             note = f"rollback to e{version} as {result['version'].rsplit('.', 1)[-1]}"
             if result.get("already"):
                 note += " (done by this run before: nothing done again)"
-            else:
-                announce(operator, context, {**result, "files": None})
+            for summary in run.ended():  # the publish it finished: its asset event, lineage and the run's note
+                ended(operator, context, run, summary, finished=True, how=f" (rollback to e{version})")
+                note = ""
     except ExactlyOnceError as exc:
         raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
     log.info("%s of %s: %s", action, run.sink.sink, result)
-    ti.xcom_push(key=NOTE_KEY, value=note[:200])
+    if note:
+        ti.xcom_push(key=NOTE_KEY, value=note[:200])
     ti.xcom_push(key="return_value", value=result)  # raising below skips Airflow's own push
     rest = sorted(operator.get_flat_relative_ids(upstream=False))
     raise DownstreamTasksSkipped(tasks=rest)
