@@ -46,11 +46,18 @@ def from_env() -> dict[str, str | None]:
 
 
 def predecessor_wait() -> tuple[float, float]:
-    """``(poke, timeout)`` seconds a stateful begin waits for its predecessor interval to commit, from
-    ``EO_PREDECESSOR_POKE_SECONDS`` (default 30) and ``EO_PREDECESSOR_TIMEOUT_SECONDS`` (default 6 h;
-    0 fails at once)."""
+    """``(poke, timeout)`` seconds a stateful begin waits for its predecessor interval to commit: it looks
+    itself every ``EO_PREDECESSOR_POKE_SECONDS`` (default 30) unless the triggerer ends its wait first, for
+    up to ``EO_PREDECESSOR_TIMEOUT_SECONDS`` (default 6 h; 0 fails at once)."""
     return (float(os.environ.get("EO_PREDECESSOR_POKE_SECONDS") or 30),
             float(os.environ.get("EO_PREDECESSOR_TIMEOUT_SECONDS") or 6 * 3600))
+
+
+def resume_settle_seconds() -> float:
+    """``EO_RESUME_SETTLE_SECONDS`` (default 30): a task that deferred to wait resumes no sooner than this
+    after deferring (Airflow fails a task re-queued before the executor's event for its previous process
+    arrived: :class:`~exactly_once.airflow.triggers.PredecessorWaitTrigger`)."""
+    return float(os.environ.get("EO_RESUME_SETTLE_SECONDS") or 30)
 
 
 def heartbeat_seconds() -> float:

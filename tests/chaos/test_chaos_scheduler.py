@@ -84,9 +84,9 @@ def test_spark_connect_server_and_scheduler_killed_mid_backfill_keep_exactly_onc
 
 def test_parallel_backfill_runs_in_order_and_a_second_attempt_racing_the_scheduler_publishes_once(services, tmp_path):
     """Two cases in one deployment (CI's time budget). Issue 13 case 4: `airflow backfill create
-    --max-active-runs 3` starts the three days' runs together; each stateful begin waits (reschedules) for
+    --max-active-runs 3` starts the three days' runs together; each stateful begin waits (deferred) for
     its predecessor's commit instead of failing with OrderingError and burning its retries: every day
-    commits once, on the right state. (A reschedule is not a retry; Airflow may still count one when the
+    commits once, on the right state. (Waiting is no retry; a reschedule was, when the
     executor's event of the previous poke arrives after the task was queued again.) And while the
     scheduler's write of the last day runs, a second attempt of that day (``airflow dags test``, its own
     Airflow) races it: exactly one attempt publishes, the other is fenced or aborted."""

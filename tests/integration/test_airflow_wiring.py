@@ -104,8 +104,8 @@ class FakeTI:
         self.xcom = xcom or {}
         self.pushed: dict[str, Any] = {}
 
-    def xcom_pull(self, task_ids: str) -> Any:
-        return self.xcom.get(task_ids)
+    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
+        return self.xcom.get(task_ids) if key == "return_value" else self.pushed.get(key)  # another key: its own
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.pushed[key] = value
@@ -184,15 +184,21 @@ def test_a_reprocess_trigger_that_lost_inputs_fails_at_once_and_allow_shrinking_
 
 
 def test_a_stateful_begin_waits_while_its_predecessors_run_is_running_and_only_then(tmp_path, monkeypatch):
-    """Issue 13 case 4: the runs of a parallel backfill start together. Day 2's begin reschedules itself
-    (no retry used, nothing written) while day 1's run is queued or running, fails with a clear error
-    after EO_PREDECESSOR_TIMEOUT_SECONDS, fails at once (no retries) when day 1's run has finished
-    without a commit or does not exist,
-    and begins on day 1's committed state once it is there."""
+    """Issue 13 case 4: the runs of a parallel backfill start together. Day 2's begin defers to the triggerer
+    (no retry used, nothing written; not a reschedule, which Airflow may count as a try) while day 1's run is
+    queued or running: its trigger fires once day 1 is committed, never sooner than EO_RESUME_SETTLE_SECONDS
+    after deferring, and the deferral times out after EO_PREDECESSOR_POKE_SECONDS (begin looks itself). It
+    fails with a clear error EO_PREDECESSOR_TIMEOUT_SECONDS after the try first waited, at once (no retries)
+    when day 1's run has finished without a commit or does not exist, and begins on day 1's committed state
+    once it is there - resumed by the trigger or by the deferral's timeout."""
+    import asyncio
+    import time
     from datetime import timedelta
 
-    from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException
+    from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 
+    from exactly_once.airflow.operators import WAIT_SINCE
+    from exactly_once.airflow.triggers import PredecessorWaitTrigger
     from exactly_once.ids import TxnRef
 
     for day in ("2013-01-01", "2013-01-02"):
@@ -205,30 +211,47 @@ def test_a_stateful_begin_waits_while_its_predecessors_run_is_running_and_only_t
     sink = cfg.sink_handle()
     monkeypatch.setenv("EO_PREDECESSOR_POKE_SECONDS", "60")
     monkeypatch.setenv("EO_PREDECESSOR_TIMEOUT_SECONDS", "3600")
+    monkeypatch.setenv("EO_RESUME_SETTLE_SECONDS", "45")
 
-    def ctx(prev_state: str | None, first_try: datetime | None = None) -> dict[str, Any]:
+    def ctx(prev_state: str | None, since: float | None = None) -> dict[str, Any]:
         c = context("backfill__day2", day2)
         c["ti"].get_previous_dagrun = lambda state=None: None if prev_state is None else SimpleNamespace(
             state=prev_state, data_interval_end=day2.start)
-        c["ti"].get_first_reschedule_date = lambda context: first_try
+        if since is not None:
+            c["ti"].pushed[WAIT_SINCE] = since  # an earlier part of this try waited already
         return c
 
     for state in ("queued", "running"):
-        before = datetime.now(timezone.utc)
-        with pytest.raises(AirflowRescheduleException) as waiting:
-            begin.execute(ctx(state))
-        assert timedelta(seconds=59) <= waiting.value.reschedule_date - before <= timedelta(seconds=70)
+        c, before = ctx(state), time.time()
+        with pytest.raises(TaskDeferred) as waiting:
+            begin.execute(c)
+        trigger = waiting.value.trigger
+        assert isinstance(trigger, PredecessorWaitTrigger) and waiting.value.method_name == "after_predecessor_wait"
+        assert waiting.value.timeout == timedelta(seconds=60)
+        assert trigger.ends_at == day2.start.isoformat() and before + 45 <= trigger.not_before <= time.time() + 45
+        assert before <= c["ti"].pushed[WAIT_SINCE] <= time.time()
+    monkeypatch.setenv("EO_RESUME_SETTLE_SECONDS", "90")  # the deferral's timeout never resumes it sooner either
+    c = ctx("running", since=time.time() - 100)
+    with pytest.raises(TaskDeferred) as waiting:
+        begin.execute(c)
+    assert waiting.value.timeout == timedelta(seconds=90)
+    assert c["ti"].pushed[WAIT_SINCE] < time.time() - 99   # the try's first wait counts, not this look
     assert sink.status(day2) == {}  # nothing was written while waiting
-    long_ago = datetime.now(timezone.utc) - timedelta(seconds=3590)
     with pytest.raises(AirflowFailException, match=r"PredecessorPendingError.*run that interval first.*waited 35\d\d s"):
-        begin.execute(ctx("running", first_try=long_ago))
+        begin.execute(ctx("running", since=time.time() - 3590))
     final = r"PredecessorPendingError.*run that interval first"  # at once, no retry: nothing could commit it
     with pytest.raises(AirflowFailException, match=final):  # day 1's run is over and committed nothing
         begin.execute(ctx("failed"))
     with pytest.raises(AirflowFailException, match=final):  # no run of day 1 at all
         begin.execute(ctx(None))
-    # day 1 commits; day 2 begins on its state
+    # the trigger (as the triggerer rebuilds it from its serialized form) waits while day 1 is not committed
+    path, kwargs = trigger.serialize()
+    assert path == "exactly_once.airflow.triggers.PredecessorWaitTrigger"
+    rebuilt = PredecessorWaitTrigger(**{**kwargs, "not_before": time.time() + 0.3})
+    assert rebuilt.look(rebuilt.open_sink()) is None
+    # day 1 commits; the trigger fires, not before not_before; day 2 begins on its state
     first = TxnRef.from_dict(begin.execute(context("day1", day1))["txn"])
+    assert rebuilt.look(rebuilt.open_sink()) is None  # day 1 began, not committed
     out = os.path.join(sink.data_dir(first), "dt=2013-01-01")
     os.makedirs(out)
     import pyarrow as pa
@@ -237,8 +260,19 @@ def test_a_stateful_begin_waits_while_its_predecessors_run_is_running_and_only_t
     sink.pre_commit(first)
     sink.record_validation(first, True, {})
     sink.commit(first)
-    began = begin.execute(ctx("running"))
+
+    async def first_event():
+        async for event in rebuilt.run():
+            return event.payload, time.time()
+
+    payload, fired = asyncio.run(first_event())
+    assert payload == {"interval": day2.token, "why": f"its predecessor {day1.token} is committed"}
+    assert fired >= rebuilt.not_before
+    began = begin.after_predecessor_wait(ctx("running"), payload)
     assert sink.status(day2)[TxnRef.from_dict(began["txn"]).epoch].reads == first
+    # a deferral that timed out (no triggerer) looks again, and goes on as well
+    again = begin.resume_execution("__fail__", {"error": "Trigger timeout"}, ctx("running"))
+    assert sink.status(day2)[TxnRef.from_dict(again["txn"]).epoch].reads == first
 
 
 def _commit_first_version(begin: BeginOperator, sink: Any, iv: Interval, run_id: str) -> Any:

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
-from .compat import (TRIGGER_FAIL, TRIGGER_TIMEOUT, AirflowFailException, AirflowRescheduleException,
+from .compat import (TRIGGER_FAIL, TRIGGER_TIMEOUT, AirflowFailException,
                      AirflowSkipException, DownstreamTasksSkipped)
 
 from .. import settings
@@ -221,11 +221,19 @@ class BeginOperator(PhaseOperator):
         self.resumed = True  # what the deferred part of this try published was dropped with its events
         return self.execute(context)
 
+    def after_predecessor_wait(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+        """Resumed by :class:`~exactly_once.airflow.triggers.PredecessorWaitTrigger` (``event``): begin again."""
+        if event:
+            log.info("%s: the wait for the predecessor is over (%s)", event.get("interval"), event.get("why"))
+        self.resumed = True
+        return self.execute(context)
+
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Any) -> Any:
-        """A wait for a batch whose deferral timed out (no triggerer ended it: none runs, or the batch is still
-        going) looks again instead of failing; every other resumption is Airflow's."""
+        """A wait (for a batch, for the predecessor) whose deferral timed out - no triggerer ended it: none
+        runs, or what it waits for is still going - looks again instead of failing; every other resumption
+        is Airflow's."""
         if next_method == TRIGGER_FAIL and (next_kwargs or {}).get("error") == TRIGGER_TIMEOUT:
-            log.info("no word from the triggerer for %.0f s: looking again", batching.poke_seconds())
+            log.info("no word from the triggerer before the deferral's timeout: looking again")
             self.resumed = True
             return self.execute(context)
         return super().resume_execution(next_method, next_kwargs, context)
@@ -257,25 +265,47 @@ class BeginOperator(PhaseOperator):
                                   "task_id": ti.task_id, **_asked(context, conf)})
         except PredecessorPendingError as exc:
             if predecessor_running(context, run.interval):
-                self.wait_for_predecessor(exc, context)
+                self.wait_for_predecessor(exc, context, run)
             # nothing is running that could commit it: no retry can help, the run fails now
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
 
-    @staticmethod
-    def wait_for_predecessor(exc: PredecessorPendingError, context: Any) -> None:
+    def wait_for_predecessor(self, exc: PredecessorPendingError, context: Any, run: IntervalRun) -> None:
         """The predecessor interval's DAG run is queued or running (a parallel backfill, a clear of an
-        earlier day): reschedule the task - its worker slot is freed, no retry is used - every
-        ``EO_PREDECESSOR_POKE_SECONDS`` until ``EO_PREDECESSOR_TIMEOUT_SECONDS`` after the first try;
-        then fail at once with the error."""
+        earlier interval): defer this task to :class:`~exactly_once.airflow.triggers.PredecessorWaitTrigger` -
+        its worker slot is freed, no retry is used, nothing is written - until the predecessor is committed
+        (the triggerer looks every ``EO_BATCH_WAIT_POLL_SECONDS``), and for at most
+        ``EO_PREDECESSOR_POKE_SECONDS`` (then begin looks itself: a deployment without a triggerer goes on,
+        only later); resuming no sooner than ``EO_RESUME_SETTLE_SECONDS``. After
+        ``EO_PREDECESSOR_TIMEOUT_SECONDS`` since this try first waited (XCom ``WAIT_SINCE``: kept while the
+        try defers, cleared by a retry or a clear) it fails at once with the error. Raises TaskDeferred.
+
+        Not a reschedule: Airflow fails a rescheduled task as killed externally (a try spent) when the
+        executor's event for its previous process reaches the scheduler after the task was queued again for
+        the same try, which a poke shorter than a loaded worker's exit time makes likely (Airflow 3.1, 3.3)."""
+        from .triggers import PredecessorWaitTrigger  # noqa: PLC0415
+
         poke, timeout = settings.predecessor_wait()
-        ti, now = context["ti"], datetime.now(timezone.utc)
-        first = ti.get_first_reschedule_date(context) or now
-        waited = (now - first).total_seconds()
-        if waited + poke <= timeout:
-            log.info("waiting for the predecessor interval (%.0f s so far, up to %.0f s): %s", waited, timeout, exc)
-            raise AirflowRescheduleException(now + timedelta(seconds=poke))
-        raise AirflowFailException(f"{type(exc).__name__}: {exc} (waited {waited:.0f} s for it; "
-                                   "EO_PREDECESSOR_TIMEOUT_SECONDS sets how long)") from exc
+        settle = settings.resume_settle_seconds()
+        ti, now = context["ti"], datetime.now(timezone.utc).timestamp()
+        since = ti.xcom_pull(task_ids=ti.task_id, key=WAIT_SINCE)
+        if not isinstance(since, (int, float)):
+            since = now
+            ti.xcom_push(key=WAIT_SINCE, value=now)
+        waited = now - since
+        if waited + poke > timeout:
+            raise AirflowFailException(f"{type(exc).__name__}: {exc} (waited {waited:.0f} s for it; "
+                                       "EO_PREDECESSOR_TIMEOUT_SECONDS sets how long)") from exc
+        log.info("waiting for the predecessor interval (%.0f s so far, up to %.0f s; deferred to the triggerer): "
+                 "%s", waited, timeout, exc)
+        cfg = run.config
+        trigger = PredecessorWaitTrigger(table=cfg.table_url, pipeline=cfg.pipeline, sink=cfg.sink,
+                                         interval=run.interval.token, ends_at=run.interval.start.isoformat(),
+                                         not_before=now + settle, poll=batching.poll_seconds(),
+                                         table_format=cfg.table_format, conn_id=cfg.storage_conn_id)
+        self.defer(trigger=trigger, method_name="after_predecessor_wait", timeout=timedelta(seconds=max(poke, settle)))
+
+
+WAIT_SINCE = "eo_predecessor_wait_since"  # XCom of a begin: when this try first waited for its predecessor
 
 
 def refuse_lost_reprocess(context: Any, run: IntervalRun) -> None:

@@ -1,4 +1,6 @@
-"""A run whose interval a live batch holds waits in Airflow's triggerer, not in a worker slot.
+"""A run that waits does so in Airflow's triggerer, not in a worker slot: one whose interval a live batch holds
+(:class:`BatchWaitTrigger`), and a stateful interval's ``begin`` whose predecessor is not committed yet
+(:class:`PredecessorWaitTrigger`).
 
 :class:`BatchWaitTrigger` watches ONE interval of one table: it fires as soon as the interval's newest
 committed version is published and another than the one its run saw (the batch published it: batches commit
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from datetime import datetime
 from typing import Any, AsyncIterator
 
 from ..ids import Interval
@@ -26,23 +30,18 @@ from .compat import BaseTrigger, TriggerEvent
 log = logging.getLogger(__name__)
 
 
-class BatchWaitTrigger(BaseTrigger):
-    """Fire when ``interval`` of the table at ``table`` is published anew (its newest committed txn, published,
-    is another than ``seen``) or batch ``batch`` is no longer live; look every ``poll`` seconds."""
+class _TableWait(BaseTrigger):
+    """Look at one table every ``poll`` seconds until :meth:`look` returns an event; fire it, but not before
+    ``not_before`` (epoch seconds; see :class:`PredecessorWaitTrigger`)."""
 
-    def __init__(self, *, table: str, pipeline: str, sink: str, interval: str, batch: str, seen: str | None,
-                 stale_after: float, poll: float = 1.0, table_format: str = "files",
-                 conn_id: str | None = None) -> None:
-        super().__init__()
-        self.table, self.pipeline, self.sink, self.table_format = table, pipeline, sink, table_format
-        self.interval, self.batch, self.seen = interval, batch, seen
-        self.stale_after, self.poll, self.conn_id = float(stale_after), float(poll), conn_id
-
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"table": self.table, "pipeline": self.pipeline, "sink": self.sink, "interval": self.interval,
-                 "batch": self.batch, "seen": self.seen, "stale_after": self.stale_after, "poll": self.poll,
-                 "table_format": self.table_format, "conn_id": self.conn_id})
+    table: str
+    pipeline: str
+    sink: str
+    table_format: str
+    conn_id: str | None
+    interval: str
+    poll: float
+    not_before: float = 0.0
 
     def open_sink(self) -> Any:
         """The table's sink, with the storage connection's credentials resolved here (never serialized)."""
@@ -53,16 +52,7 @@ class BatchWaitTrigger(BaseTrigger):
                                      storage_options=storage_options(self.conn_id), table_format=self.table_format)
 
     def look(self, sink: Any) -> dict[str, Any] | None:
-        """One look: the event to fire, or None while the wait goes on."""
-        from ..protocol.batch import batch_live  # noqa: PLC0415
-
-        found = sink.committed(Interval.from_token(self.interval))
-        name = found[0].name if found is not None and found[1].published else None  # decided is not enough:
-        if name is not None and name != self.seen:  # the run would finish a publish its batch is making
-            return {"interval": self.interval, "why": f"committed {name}"}
-        if not batch_live(sink, self.batch, self.stale_after):
-            return {"interval": self.interval, "why": f"batch {self.batch} is over"}
-        return None
+        raise NotImplementedError
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from asgiref.sync import sync_to_async  # noqa: PLC0415 - Airflow's own way to call blocking code here
@@ -81,4 +71,67 @@ class BatchWaitTrigger(BaseTrigger):
             if event is None:
                 await asyncio.sleep(self.poll)
         log.info("%s: %s", self.interval, event["why"])
+        await asyncio.sleep(max(0.0, self.not_before - time.time()))
         yield TriggerEvent(event)
+
+
+class BatchWaitTrigger(_TableWait):
+    """Fire when ``interval`` of the table at ``table`` is published anew (its newest committed txn, published,
+    is another than ``seen``) or batch ``batch`` is no longer live; look every ``poll`` seconds."""
+
+    def __init__(self, *, table: str, pipeline: str, sink: str, interval: str, batch: str, seen: str | None,
+                 stale_after: float, poll: float = 1.0, table_format: str = "files",
+                 conn_id: str | None = None) -> None:
+        super().__init__()
+        self.table, self.pipeline, self.sink, self.table_format = table, pipeline, sink, table_format
+        self.interval, self.batch, self.seen = interval, batch, seen
+        self.stale_after, self.poll, self.conn_id = float(stale_after), float(poll), conn_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"table": self.table, "pipeline": self.pipeline, "sink": self.sink, "interval": self.interval,
+                 "batch": self.batch, "seen": self.seen, "stale_after": self.stale_after, "poll": self.poll,
+                 "table_format": self.table_format, "conn_id": self.conn_id})
+
+    def look(self, sink: Any) -> dict[str, Any] | None:
+        """One look: the event to fire, or None while the wait goes on."""
+        from ..protocol.batch import batch_live  # noqa: PLC0415
+
+        found = sink.committed(Interval.from_token(self.interval))
+        name = found[0].name if found is not None and found[1].published else None  # decided is not enough:
+        if name is not None and name != self.seen:  # the run would finish a publish its batch is making
+            return {"interval": self.interval, "why": f"committed {name}"}
+        if not batch_live(sink, self.batch, self.stale_after):
+            return {"interval": self.interval, "why": f"batch {self.batch} is over"}
+        return None
+
+
+class PredecessorWaitTrigger(_TableWait):
+    """Fire when an interval of the table that ends at ``ends_at`` (ISO-8601) is committed - the predecessor
+    whose state a stateful interval's ``begin`` needs - but not before ``not_before``.
+
+    ``not_before``: Airflow's scheduler fails a task as "killed externally" (a try spent) when the executor's
+    event for the process that deferred reaches it after the task was queued again for the same try - the
+    event then looks like the new process's end (seen on 3.1 and 3.3, see docs/PROTOCOL.md). Resuming no
+    sooner than ``EO_RESUME_SETTLE_SECONDS`` after deferring leaves that event the time to arrive."""
+
+    def __init__(self, *, table: str, pipeline: str, sink: str, interval: str, ends_at: str, not_before: float,
+                 poll: float = 1.0, table_format: str = "files", conn_id: str | None = None) -> None:
+        super().__init__()
+        self.table, self.pipeline, self.sink, self.table_format = table, pipeline, sink, table_format
+        self.interval, self.ends_at, self.not_before = interval, ends_at, float(not_before)
+        self.poll, self.conn_id = float(poll), conn_id
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"table": self.table, "pipeline": self.pipeline, "sink": self.sink, "interval": self.interval,
+                 "ends_at": self.ends_at, "not_before": self.not_before, "poll": self.poll,
+                 "table_format": self.table_format, "conn_id": self.conn_id})
+
+    def look(self, sink: Any) -> dict[str, Any] | None:
+        """One look: the event to fire (a committed interval ends at ``ends_at``), or None while the wait goes on."""
+        end = datetime.fromisoformat(self.ends_at)
+        for iv in sink.log.intervals():
+            if iv.end == end and sink.committed(iv) is not None:
+                return {"interval": self.interval, "why": f"its predecessor {iv.token} is committed"}
+        return None
