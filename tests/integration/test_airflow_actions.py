@@ -89,6 +89,16 @@ def _settle(ui, state: str = "success") -> None:
         db.execute("update dag_run set state = ? where state in ('queued', 'running')", (state,))
 
 
+def _note(ui, run_id: str, text: str) -> None:
+    """The run's note, as the plugin's listener leaves it when the run ends (from its tasks' ``eo_note``)."""
+    import sqlite3
+
+    with sqlite3.connect(ui["base"] / "airflow-home" / "airflow.db") as db:
+        [(pk,)] = db.execute("select id from dag_run where run_id = ?", (run_id,)).fetchall()
+        db.execute("insert into dag_run_note (dag_run_id, content, created_at, updated_at) values "
+                   "(?, ?, datetime('now'), datetime('now'))", (pk, text))
+
+
 def _run_task(ui, dag_id: str, run_id: str):
     """Run the begin task of the table's group in-process for the DAG run ``run_id`` of the pipeline's DAG,
     with the run's conf, data interval and triggering user as Airflow recorded them (what a worker gets).
@@ -357,11 +367,14 @@ def test_a_conf_reprocess_needs_edit_permission_and_its_label_comes_from_an_allo
     before = sorted(ui["sink"].status(iv))
     conf = {"reprocess": True, "allow_shrinking": True}
     begin = BeginOperator(task_id="begin", config=find_table(PIPELINE, SINK).config, begin_task_id="eo.begin")
-    ti = SimpleNamespace(run_id="manual__rest", try_number=1, dag_id=PIPELINE, task_id="eo.begin")
+    notes = {}
+    ti = SimpleNamespace(run_id="manual__rest", try_number=1, dag_id=PIPELINE, task_id="eo.begin",
+                         xcom_push=lambda key, value: notes.__setitem__(key, value))
     dag_run = SimpleNamespace(run_id="manual__rest", dag_id=PIPELINE, conf=conf, triggering_user_name="viewer")
     with pytest.raises(AirflowFailException, match="user 'viewer' .* may not edit DAG 'pv_pipeline'"):
         begin.execute({"ti": ti, "dag_run": dag_run, "data_interval_start": iv.start, "data_interval_end": iv.end})
     assert sorted(ui["sink"].status(iv)) == before                              # no epoch was opened
+    assert notes["eo_note"].startswith("refused: PermissionDeniedError: user 'viewer' (who triggered this run")
     from exactly_once.airflow.operators import may_reprocess
     for shell_user in ("dag_test", "root"):  # `airflow dags test` / `dags trigger`: no login, a shell's run
         may_reprocess({"dag_run": SimpleNamespace(triggering_user_name=shell_user)}, PIPELINE)
@@ -592,9 +605,12 @@ def test_the_confirm_step_refuses_what_the_run_would_and_a_second_action_on_a_pe
                        params={"interval": Interval.daily(D1).token})
     assert other.status_code == 200                                           # another interval: not blocked
     _settle(ui, "failed")
+    _note(ui, run["dag_run_id"], "refused: InputsShrankError: 1 input file(s) ... reprocess with allow shrinking")
     page = client.get(TABLE, headers=_as(ui, "viewer")).text
     row = page[page.index(f'data-interval="{iv.token}"'):].split("</tr>")[0]
     assert f'data-run="{run["dag_run_id"]}" data-state="refused"' in row      # failed before it began anything
+    assert "refused</span> reprocess by <b>admin</b> because &ldquo;late files from the partner feed&rdquo; - " \
+           "InputsShrankError: 1 input file(s) ... reprocess with allow shrinking" in row, row   # and why
     assert client.get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"),
                       params={"interval": iv.token}).status_code == 200   # nothing pending any more
 
@@ -691,3 +707,21 @@ def test_an_unexpected_error_is_a_page_that_says_what_to_do_never_the_exception(
         assert "INSERT" not in got.text and "hunter2" not in got.text and "RuntimeError" not in got.text
         assert re.search(r"could not be made \(error [0-9a-f]{8}\): reload it", got.text)
         assert "default-src 'none'" in got.headers["content-security-policy"]
+
+
+def test_needs_attention_lists_what_the_index_counts_and_runs_made_elsewhere_are_not_links(ui):
+    """Issue 47: "Needs attention" omitted an interval whose only attempt aborted (the index counted it);
+    epochs of runs this Airflow does not know (``airflow dags test`` elsewhere) linked to a 404."""
+    d5 = Interval.daily("2026-01-05")
+    txn = ui["sink"].begin(d5, meta={"run": {"run_id": "manual__dags_test_elsewhere"}})
+    ui["sink"].abort(txn, reason="failed check: rejected_ratio 0.2 > 0.05")
+    page = ui["client"].get(TABLE, headers=_as(ui, "viewer")).text
+    attention = page[page.index("<h2>Needs attention</h2>"):].split("</ul>")[0]
+    assert "2026-01-05 00:00 - 2026-01-06 00:00</b>: no version is live - e1 ABORTED (" in attention, attention
+    assert "fix the cause, then reprocess the interval" in attention
+    index = ui["client"].get("/eo/tables", headers=_as(ui, "viewer")).text
+    assert "not committed" in index
+    assert "/runs/manual__dags_test_elsewhere" not in page and "/runs/run-d1\"" not in page   # no 404 links
+    assert page.count("(not a run of this Airflow)") >= 2
+    version = ui["client"].get(f"{TABLE}/versions/{txn.name}", headers=_as(ui, "viewer")).text
+    assert "manual__dags_test_elsewhere" in version and "/runs/manual__dags_test_elsewhere" not in version

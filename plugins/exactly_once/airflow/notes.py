@@ -23,7 +23,7 @@ from ..quality.reports import run_report_url
 
 log = logging.getLogger(__name__)
 NOTE_KEY = "eo_note"
-OURS = ("published ", "aborted", "fenced", "not published")   # a note starting so was written by us
+OURS = ("published ", "aborted", "fenced", "not published", "refused")   # a note starting so was written by us
 PHASE_NOTE_CHARS = 480  # one table's note; Airflow keeps 1,000 characters of a run's note
 RUN_NOTE_CHARS = 1000
 _CLAUSE = re.compile(r"(?<=[.;:]) |(?<= -) ")  # where a clause starts: after '. ', '; ', ': ', ' - '
@@ -63,10 +63,13 @@ def published_note(summary: dict[str, Any]) -> str:
 
 
 def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
-    """``aborted: rejected_ratio 0.081 > 0.05`` (the failed check) or ``aborted: <error>``."""
+    """``aborted: rejected_ratio 0.081 > 0.05`` (the failed check) or ``aborted: <error>``; ``refused: <error>``
+    when no transaction began (``txn`` None: the begin task refused - inputs shrank, a wrong version)."""
     from ..errors import FencedError
     from ..ops.inspection import quality_of
 
+    if txn is None:
+        return refused_note(exc)
     if isinstance(exc, FencedError):
         return shorten(f"fenced: {exc}")
     st = run.sink.status(txn.interval).get(txn.epoch) if txn is not None else None
@@ -74,6 +77,14 @@ def failed_note(run: Any, txn: Any, exc: BaseException) -> str:
     if quality is not None and quality.passed is False:
         return shorten(f"aborted: {quality.headline}")
     return shorten(f"aborted: {type(exc).__name__}: {exc}")
+
+
+def refused_note(exc: BaseException) -> str:
+    """``refused: InputsShrankError: ... - reprocess with allow shrinking``: a check refused the run before it
+    began anything (the table page shows the run as refused, with this reason)."""
+    text = str(exc)
+    return shorten(f"refused: {text}" if text.split(":", 1)[0].endswith("Error") else
+                   f"refused: {type(exc).__name__}: {text}")
 
 
 def discarded_note(run: Any, txn: Any) -> str:

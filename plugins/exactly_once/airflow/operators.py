@@ -105,6 +105,12 @@ class PhaseOperator(PublishLineage, BaseOperator):
                 return self.call(run, context)
             finally:  # every publish this try finished goes through the one seam (announced once)
                 endings.finish_try(self, context, run)
+        except AirflowFailException as exc:  # a check of begin refused the run (a user, a rollback's version)
+            if run is not None and self.phase == "begin":
+                from .notes import on_final_error, refused_note  # noqa: PLC0415
+
+                on_final_error(context, refused_note(exc))
+            raise
         except FINAL as exc:
             # No retry can fix this: end the transaction now (the teardown repeats it, idempotently).
             began = self.began(context) if self.phase != "begin" else None

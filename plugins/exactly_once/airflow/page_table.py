@@ -84,7 +84,8 @@ def run_line(r: RunState) -> str:
     """One Airflow run acting on the table: its state, what and who asked (and why), its note, its link."""
     by = f" by <b>{escape(r.by)}</b>" if r.by else ""
     why = f" because &ldquo;{escape(r.reason)}&rdquo;" if r.reason else ""
-    note = f" - {escape(r.note)}" if r.note else ""
+    said = r.note[len("refused: "):] if r.state == "refused" and r.note.startswith("refused: ") else r.note
+    note = f" - {escape(said)}" if said else ""
     when_ = f"{r.queued_at:%Y-%m-%d %H:%M}Z" if r.queued_at else ""
     return (f"<li class=\"run\" data-run=\"{escape(r.run_id)}\" data-state=\"{escape(r.state)}\">"
             f"<span class=\"chip {escape(r.state)}\">{escape(STATE_LABELS.get(r.state, r.state))}</span> "
