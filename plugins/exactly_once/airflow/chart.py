@@ -64,8 +64,9 @@ def svg(points: Sequence[Point]) -> str:
         known = [v for v in values if v is not None]
         peak = max(known) if known else 0
         scale = (PANEL - 4) / peak if peak else 0
-        parts.append(f'<text x="0" y="{top - 2}">{escape(title)}</text><text x="{LEFT - 6}" y="{top + 10}" '
-                     f'text-anchor="end">{peak:,}</text><text x="{LEFT - 6}" y="{top + PANEL}" text-anchor="end">0</text>'
+        top_label = f'<text x="{LEFT - 6}" y="{top + 12}" text-anchor="end">{peak:,}</text>' if peak else ""
+        parts.append(f'<text x="{LEFT}" y="{top - 3}">{escape(title)}</text>{top_label}<text x="{LEFT - 6}" '
+                     f'y="{top + PANEL}" text-anchor="end">0</text>'
                      f'<line class="axis" x1="{LEFT}" y1="{top + PANEL}" x2="{WIDTH - 8}" y2="{top + PANEL}"/>')
         path, run = [], []
         for xi, v in zip(x, values):

@@ -18,10 +18,16 @@ from html.parser import HTMLParser
 
 CSP = ("default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self'; "
        "script-src 'none'; connect-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
-_STYLE = ("<style>body{font:14px/1.45 system-ui,sans-serif;margin:1em 1.5em;color:#1a1a1a}"
-          "table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccd;padding:3px 6px;"
-          "vertical-align:top}th{background:#eef1f6}.collapse:not(.show){display:block}"
-          ".d-none{display:none}.text-danger{color:#a0141e}.text-success{color:#11622b}</style>")
+# Airflow 3's font and palette (as the plugin's own pages, ``style``), light or dark as the system says: no
+# script may run here to follow the UI's own switch
+_STYLE = ("<style>:root{color-scheme:light dark}body{font:14px/1.5 Inter,-apple-system,BlinkMacSystemFont,"
+          "\"Segoe UI\",Helvetica,Arial,sans-serif;margin:0;padding:16px 24px;color:#0b0d12;background:#fff}"
+          "a{color:#2d5b9a}table{border-collapse:collapse;margin:8px 0}th,td{border-bottom:1px solid #e2e5ea;"
+          "padding:6px 10px;vertical-align:top;text-align:left}th{background:#eef1f5}"
+          ".collapse:not(.show){display:block}.d-none{display:none}.text-danger{color:#c0262d}"
+          ".text-success{color:#16803c}@media (prefers-color-scheme:dark){body{color:#f3f5f8;background:#0b0d12}"
+          "a{color:#8fb6ee}th{background:#1b212b}th,td{border-color:#2a303a}.text-danger{color:#f87171}"
+          ".text-success{color:#4ade80}}</style>")
 _TAGS = frozenset(
     "html head body title link style div span p a table thead tbody tfoot tr th td caption colgroup col ul ol li "
     "dl dt dd h1 h2 h3 h4 h5 h6 b i u em strong small code pre br hr img nav header footer main section article "
