@@ -512,6 +512,10 @@ def test_eo_reprocess_and_rerun_stale_start_correctly_dated_runs_through_the_res
     def runs_of(action):
         return [r for r in _runs(ui, PIPELINE) if r["conf"].get("eo_action") == action and "requested_by" not in r["conf"]]
 
+    monkeypatch.delenv("EO_AIRFLOW_USER", raising=False)
+    monkeypatch.setenv("EO_AIRFLOW_PASSWORD", USERS["editor"][1])
+    assert eo(["reprocess", ui["table_url"], "--interval", D1, *base[:2]]) == 1   # no user: says so, asks nothing
+    assert "no Airflow login: give --user (or EO_AIRFLOW_USER)" in capsys.readouterr().err
     monkeypatch.setenv("EO_AIRFLOW_PASSWORD", USERS["viewer"][1])
     assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "viewer"]) == 1
     assert "may not trigger runs of pv_pipeline" in capsys.readouterr().err and runs_of("reprocess") == []
@@ -538,10 +542,11 @@ def test_eo_reprocess_and_rerun_stale_start_correctly_dated_runs_through_the_res
     assert [Interval(datetime.fromisoformat(r["data_interval_start"].replace("Z", "+00:00")),
                      datetime.fromisoformat(r["data_interval_end"].replace("Z", "+00:00"))).token for r in queued] == stale
     assert "run(s) queued in interval order" in capsys.readouterr().out
-    monkeypatch.setenv("EO_AIRFLOW_PASSWORD", "wrong")
+    monkeypatch.setenv("EO_AIRFLOW_PASSWORD", "Wr0ng-pw-7q")
     assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "editor"]) == 1
-    err = capsys.readouterr().err
-    assert "refused the login of 'editor'" in err and "wrong" not in err    # the password is never printed
+    said = capsys.readouterr()
+    assert "refused the login of 'editor'" in said.err
+    assert "Wr0ng-pw-7q" not in said.err + said.out                      # the password is never printed
 
 
 def _server_token(ui, user: str, req) -> str:
