@@ -216,11 +216,14 @@ class RefusedError(ValueError):
 
 
 def trigger(req: Request, user: str, token: str, reason: str = "",
-            check: Callable[[], str] | None = None) -> list[str]:
+            check: Callable[[Any], str] | None = None) -> list[str]:
     """Create the DAG run(s) of ``req`` as ``user`` (QUEUED; the scheduler runs them). Returns the run ids.
-    Under a row lock of the pipeline's DAG, ``check()`` (the confirm step's checks; a refusal, or "") runs
-    first: :class:`RefusedError` if it refuses. The run ids carry the token's nonce: :class:`TokenUsedError`
-    if a run of it exists already (or the metadata DB's unique run id refuses a concurrent second use)."""
+    Under a row lock of the pipeline's DAG, ``check(session)`` (the confirm step's checks; a refusal, or "")
+    runs first: :class:`RefusedError` if it refuses. It must read the metadata DB through ``session``, the
+    transaction that holds the lock (Airflow's ``create_session()`` is this thread's same scoped session:
+    opening one would commit it and release the lock before the runs are created). The run ids carry the
+    token's nonce: :class:`TokenUsedError` if a run of it exists already (or the metadata DB's unique run id
+    refuses a concurrent second use)."""
     from airflow.utils.session import create_session
     from sqlalchemy.exc import IntegrityError
 
@@ -232,7 +235,7 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
         with create_session() as session:
             _lock(session, t.pipeline)
             _unused(session, req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
-            refusal = check() if check is not None else ""
+            refusal = check(session) if check is not None else ""
             if refusal:
                 raise RefusedError(refusal)
             if req.action == "rollback":

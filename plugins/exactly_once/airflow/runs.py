@@ -17,9 +17,10 @@ confirm step refuses a second action on an interval with a pending run (:func:`p
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..ids import Interval
 from .tables import TableRef
@@ -73,24 +74,39 @@ def _start_at(text: Any) -> datetime | None:
         return None
 
 
-def table_runs(table: TableRef, maintenance_dag: str, logged: Iterable[Interval] = ()) -> list[RunState]:
+@contextmanager
+def _reading(session: Any = None) -> Iterator[Any]:
+    """``session`` as it is - the caller's transaction, whose row locks must stay held (``actions.trigger``):
+    Airflow's ``create_session()`` is the thread's scoped session, so opening one here would commit and close
+    the caller's - else a session of its own."""
+    if session is not None:
+        yield session
+        return
+    from airflow.utils.session import create_session
+
+    with create_session() as own:
+        yield own
+
+
+def table_runs(table: TableRef, maintenance_dag: str, logged: Iterable[Interval] = (),
+               session: Any = None) -> list[RunState]:
     """Every run that acts on ``table`` (newest first), with its state. ``logged``: the log's intervals; a
-    rollback of an interval the log does not know counts as a run on the whole table."""
+    rollback of an interval the log does not know counts as a run on the whole table. ``session``: read in
+    that (the caller's) transaction (see :func:`_reading`)."""
     from sqlalchemy import select
 
     from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
 
     starts = {iv.start for iv in logged}
     cols = (DagRun.dag_id, DagRun.run_id, DagRun._state, DagRun.run_type, DagRun.conf, DagRun.triggering_user_name,
             DagRun.data_interval_start, DagRun.data_interval_end, DagRun.queued_at, DagRun.end_date, DagRun.id)
     out: list[RunState] = []
-    with create_session() as session:
+    with _reading(session) as db:
         rows = []
         for dag_id in dict.fromkeys((table.pipeline, maintenance_dag)):
-            rows += session.execute(select(*cols).where(DagRun.dag_id == dag_id)
+            rows += db.execute(select(*cols).where(DagRun.dag_id == dag_id)
                                     .order_by(DagRun.id.desc()).limit(MAX_RUNS)).all()
-        notes = _notes(session, [r[-1] for r in rows if r[2] == "failed" or r[2] == "success"])
+        notes = _notes(db, [r[-1] for r in rows if r[2] == "failed" or r[2] == "success"])
     for dag_id, run_id, state, run_type, conf, by, start, end, queued, ended, pk in rows:
         conf = conf if isinstance(conf, dict) else {}
         if dag_id == table.pipeline:
@@ -137,16 +153,15 @@ def pending(runs: Iterable[RunState], interval: Interval | None) -> list[RunStat
     return [r for r in runs if r.pending and r.start == at]
 
 
-def paused(dag_ids: Iterable[str]) -> list[str]:
+def paused(dag_ids: Iterable[str], session: Any = None) -> list[str]:
     """Which of ``dag_ids`` Airflow has paused (their runs, actions included, wait until unpaused)."""
     from sqlalchemy import select
 
     from airflow.models.dag import DagModel
-    from airflow.utils.session import create_session
 
     ids = list(dict.fromkeys(dag_ids))
-    with create_session() as session:
-        found = dict(session.execute(select(DagModel.dag_id, DagModel.is_paused).where(DagModel.dag_id.in_(ids))).all())
+    with _reading(session) as db:
+        found = dict(db.execute(select(DagModel.dag_id, DagModel.is_paused).where(DagModel.dag_id.in_(ids))).all())
     return [d for d in ids if found.get(d)]
 
 
@@ -162,20 +177,19 @@ def unpause(dag_id: str) -> None:
     log.info("unpaused DAG %s", dag_id)
 
 
-def known_runs(dag_id: str, run_ids: Iterable[str]) -> set[str]:
+def known_runs(dag_id: str, run_ids: Iterable[str], session: Any = None) -> set[str]:
     """Which of ``run_ids`` of ``dag_id`` this Airflow knows (a run made elsewhere - ``airflow dags test``
     with another metadata DB - has no page here)."""
     from sqlalchemy import select
 
     from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
 
     ids = [r for r in dict.fromkeys(run_ids) if r]
     if not ids:
         return set()
     found: set[str] = set()
-    with create_session() as session:
+    with _reading(session) as db:
         for i in range(0, len(ids), 1000):
-            found.update(session.scalars(select(DagRun.run_id).where(DagRun.dag_id == dag_id,
+            found.update(db.scalars(select(DagRun.run_id).where(DagRun.dag_id == dag_id,
                                                                      DagRun.run_id.in_(ids[i:i + 1000]))))
     return found

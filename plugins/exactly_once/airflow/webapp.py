@@ -100,11 +100,13 @@ def _asked(user: GetUserDep, table: TableRef, action: str, form: dict[str, str])
     return req
 
 
-def _plan(req: actions.Request) -> Plan:
-    """The confirm step's checks and preview of ``req``, with the runs Airflow has on its table now."""
+def _plan(req: actions.Request, session: object = None) -> Plan:
+    """The confirm step's checks and preview of ``req``, with the runs Airflow has on its table now (read in
+    ``session``: the trigger's, which holds the DAG's row lock; see ``actions.trigger``)."""
     if req.action == "unpause":
         return Plan()
-    return plan(req, airflow_runs.table_runs(req.table, actions.ROLLBACK_DAG, logged_intervals(req.table)))
+    return plan(req, airflow_runs.table_runs(req.table, actions.ROLLBACK_DAG, logged_intervals(req.table),
+                                             session=session))
 
 
 def _act(user: GetUserDep, dag_id: str, sink: str, action: str, form: dict[str, str]) -> HTMLResponse:
@@ -120,7 +122,7 @@ def _act(user: GetUserDep, dag_id: str, sink: str, action: str, form: dict[str, 
         return _html(page_actions.action_done_html(req, user.get_name(), []))
     try:
         run_ids = actions.trigger(req, user.get_name(), form["token"], actions.reason_of(form),
-                                  check=lambda: _plan(req).refusal)
+                                  check=lambda session: _plan(req, session).refusal)
     except actions.TokenUsedError as exc:
         raise HTTPException(status.HTTP_403_FORBIDDEN, str(exc)) from None
     except actions.RefusedError as exc:

@@ -1,0 +1,134 @@
+"""The table page's "one pending action per interval" rule on a PostgreSQL metadata DB, where the row lock
+is real (SQLite ignores ``FOR UPDATE``): two confirmations of one action at once make one run.
+
+``actions.trigger`` locks the pipeline DAG's row, runs the confirm step's checks (``webapp._plan``: the runs
+on the table, read through ``runs.table_runs``), then creates the run. The checks must read in the locking
+transaction: Airflow's ``create_session()`` is the thread's scoped session, so a check that opened one
+committed it and released the lock before the run was created, and a second confirmation got through.
+
+One fresh PostgreSQL database per module (Airflow's ``initdb``, ~6 s), the pipeline's DAG serialized in it;
+the ORM of this process is pointed at it and back.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+import pytest
+
+from eo_testing import need
+from target_helpers import db_name, fresh_database, pg_connect, reachable
+from ui_server import commit_day
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID, SINK = "lock_pipeline", "t"
+
+
+@pytest.fixture(scope="module")
+def pg_meta(tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """A fresh Airflow metadata DB on PostgreSQL with the pipeline's DAG serialized; the table has a day."""
+    need(reachable(5432), "PostgreSQL is not running on 127.0.0.1:5432")
+    from airflow import settings
+    from airflow.utils import db
+
+    from test_interval_runs import config
+
+    key = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
+    old = os.environ.get(key)
+    databases = fresh_database("postgresql")
+    url = next(databases)
+    os.environ[key] = url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    settings.configure_vars()
+    settings.reconfigure_orm()
+    try:
+        db.initdb()
+        from airflow.dag_processing.bundles.manager import DagBundlesManager
+        from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+        from airflow.sdk import DAG, CronDataIntervalTimetable
+        from airflow.serialization.serialized_objects import LazyDeserializedDAG
+
+        from exactly_once.airflow import exactly_once_group
+
+        root = tmp_path_factory.mktemp("lock")
+        cfg = config(root, pipeline=DAG_ID, sink=SINK, partitions="dt={start:%Y-%m-%d}")
+        with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+                 start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
+            exactly_once_group(cfg)
+        s = settings.NonScopedSession()
+        DagBundlesManager().sync_bundles_to_db(session=s)
+        s.commit()
+        update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
+                                         session=s)
+        s.commit()
+        s.close()
+        commit_day(cfg.sink_handle(), "2026-01-01", "run-d1", "s1")
+        yield {"config": cfg, "db": db_name(url)}
+    finally:
+        settings.dispose_orm()
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+        settings.configure_vars()
+        settings.reconfigure_orm()
+        next(databases, None)  # drops the database
+
+
+def _waiting_on_a_lock(dbname: str, thread: threading.Thread, deadline: float = 60) -> bool:
+    """Whether a session of ``dbname`` waits on a lock before ``thread`` ends (a condition, not a delay)."""
+    conn = pg_connect(dbname)
+    try:
+        end = time.monotonic() + deadline
+        while thread.is_alive() and time.monotonic() < end:
+            with conn.cursor() as cur:
+                cur.execute("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                            "WHERE NOT l.granted AND a.datname = %s", (dbname,))
+                if cur.fetchone()[0]:
+                    return True
+            time.sleep(0.02)
+        return False
+    finally:
+        conn.close()
+
+
+def test_two_confirmations_at_once_make_one_run_the_second_refused_naming_the_first(pg_meta):
+    """Forced interleaving: A runs the real check in its locking transaction, then B starts the whole trigger
+    and must wait on the DAG's row lock until A created its run; then B's check sees that run and refuses."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from exactly_once.airflow import actions, webapp
+    from exactly_once.airflow.tables import TableRef
+
+    cfg = pg_meta["config"]
+    req = actions.Request("recover", TableRef(DAG_ID, SINK, cfg.table_url, cfg))
+    got: dict[str, Any] = {}
+
+    def second() -> None:
+        try:
+            got["B"] = actions.trigger(req, "bob", actions.form_token("bob", req), "B asked",
+                                       check=lambda session: webapp._plan(req, session).refusal)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            got["B"] = exc
+
+    b = threading.Thread(target=second)
+
+    def check_a(session: Any) -> str:
+        refusal = webapp._plan(req, session).refusal      # the real confirm check, in the locking transaction
+        b.start()
+        got["B waited"] = _waiting_on_a_lock(pg_meta["db"], b)
+        return refusal
+
+    [run_a] = actions.trigger(req, "alice", actions.form_token("alice", req), "A asked", check=check_a)
+    b.join(60)
+    assert got["B waited"], f"B did not wait for A's row lock: {got.get('B')!r}"
+    assert isinstance(got["B"], actions.RefusedError) and f"run {run_a} of {DAG_ID}" in str(got["B"]), got["B"]
+    with create_session() as session:
+        runs = session.scalars(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID)).all()
+    assert runs == [run_a]
