@@ -5,7 +5,8 @@ read or write ``s3://``. :mod:`tools.celery_stack` puts this first on each worke
 ``spark-submit``. Called by the write task's ``SparkSubmitOperator`` as
 ``spark-submit [options] <app.py> --spec s3://.../_job.json [args]``, it
 
-1. reads the job spec from S3 (credentials from the environment, as the job itself would),
+1. reads the job spec from S3 with the storage options the write task handed it (``EO_JOB_STORAGE_OPTIONS``,
+   else the ``AWS_*`` environment), as the job itself would,
 2. mirrors the frozen inputs and the predecessor's state into a new dir in the worker's private
    ``TMPDIR``, and writes a local copy of the spec pointing there (staging dir included),
 3. runs the real ``spark-submit`` with the same options on the same job: Spark computes for real,
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from exactly_once.contracts import COUNTS, QUARANTINE, SPEC, STATE, FrozenInput, JobSpec
 from exactly_once.job import spark_path
+from exactly_once.job.options import job_storage_options
 from exactly_once.storage import Storage, storage_for
 
 REAL = Path(sys.executable).parent / "spark-submit"
@@ -126,7 +128,7 @@ def main(argv: list[str]) -> int:
     options, application, spec_url, args = parts  # type: ignore[misc]
     if os.environ.get("EO_STANDIN_COMPUTE") == "oracle":
         return _oracle(application, spec_url)
-    store, key = storage_for(spec_url)
+    store, key = storage_for(spec_url, **job_storage_options())
     spec = JobSpec.from_json(store.read_bytes(key))
     tmp = Path(tempfile.mkdtemp(prefix="eo-standin-"))
     try:
@@ -145,7 +147,7 @@ def _oracle(application: str, spec_url: str) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from pv_standin import stage_write  # noqa: PLC0415 - the tests' stand-in, on demand
 
-    print(json.dumps({"standin": "oracle", "counts": stage_write(spec_url, {})}, sort_keys=True))
+    print(json.dumps({"standin": "oracle", "counts": stage_write(spec_url, job_storage_options())}, sort_keys=True))
     return 0
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -417,3 +418,87 @@ def test_reports_on_s3_with_credentials_only_in_the_connection_end_every_way(s3_
     assert sorted(p.rsplit("/", 1)[-1][:-5] for p in fs.ls(f"{bucket}/reports/runs/pv_pipeline")) == sorted(versions)
     docs = fs.ls(f"{bucket}/reports/data_docs/validations/app_pv")
     assert {f"pv_pipeline.{v}" for v in versions} <= {p.rsplit("/", 1)[-1] for p in docs}, docs
+
+
+JOB = str(Path(__file__).resolve().parents[1] / "s3_job.py")
+
+
+class SparkBegin(Begin):
+    """Begin whose batch write is the library's own ``write_batch`` (spark-submit of ``tests/s3_job.py``)."""
+
+    def __init__(self, setup: Setup, settings: dict[str, Any]) -> None:
+        super().__init__(setup)
+        self.settings = settings
+
+    def write_batch(self, url: str, attempt: int) -> None:
+        from exactly_once.airflow.write import write_batch
+
+        self.writes += 1
+        write_batch(self.settings, url, attempt)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("way", ["submit", "submit-batch", "connect"])
+def test_the_write_job_reads_and_writes_s3_with_the_connections_options_and_never_shows_them(
+        s3_connection_only, tmp_path, monkeypatch, caplog, capfd, request, way):
+    """Issue 46: the write job's process has no Airflow connection, and no AWS_* variable here. The write
+    task hands it the storage connection's options - in spark-submit's environment (``submit-batch``: a
+    batched backfill's job, local Spark; ``submit``: the write task of one run, spark-submit being the
+    fleet's JVM-less stand-in, which reads the spec and writes the output as the job would), directly to a
+    Spark Connect write (``connect``) - and the job (``tests/s3_job.py`` through ``run_job``: its spec, the
+    inputs' check, its counts) reads and writes S3 with them. Every day (two in the batch, one otherwise; no quality gate)
+    publishes the oracle's rows; the secret is in no log line
+    or output (the Spark provider logs spark-submit's command line and everything it prints), and the task's
+    environment is as before. Before, the job read its spec without credentials: NoCredentialsError."""
+    import os
+
+    from exactly_once.airflow.taskgroup import spark_env
+    from exactly_once.airflow.write import WriteOperator
+    from exactly_once.job.options import OPTIONS_ENV
+
+    days = DAYS[:2] if way == "submit-batch" else DAYS[:1]  # one JVM start a way
+    s3, _ = s3_connection_only(days)
+    s3 = s3.replace(suite=None)  # no quality gate: the other test validates on S3 (GX costs ~5 s a day here)
+    secret = json.loads(os.environ["AIRFLOW_CONN_EO_S3_ONLY"])["password"]
+    monkeypatch.setenv("EO_STORAGE_CONN_ID", "eo_s3_only")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")  # the venv's spark-submit
+    if way == "connect":
+        monkeypatch.setenv("EO_SPARK_REMOTE", request.getfixturevalue("spark_connect"))
+    else:
+        monkeypatch.delenv("EO_SPARK_REMOTE", raising=False)
+    caplog.set_level("INFO")
+    if way == "submit-batch":
+        settings = {"application": JOB, "conn_id": "eo_no_such_spark", "conf": {}, "env_vars": spark_env(),
+                    "name": "s3-job", "storage_conn_id": "eo_s3_only"}
+        begin = SparkBegin(s3, settings)
+        seen = [begin.run(d, set(days)) for d in days]
+        assert all(s.startswith("finished: published e1") and "in batch b-" in s for s in seen), seen
+        assert begin.writes == 1
+    else:
+        application = JOB
+        if way == "submit":  # the fleet's spark-submit stand-in in its JVM-less mode (tools/s3_standin.py)
+            application = str(Path(__file__).resolve().parents[2] / "spark_jobs" / "pv_counts.py")
+            (tmp_path / "bin").mkdir()
+            (tmp_path / "bin" / "spark-submit").write_text(f"#!/bin/sh\nexec {sys.executable} -m tools.s3_standin \"$@\"\n")
+            (tmp_path / "bin" / "spark-submit").chmod(0o755)
+            monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+            monkeypatch.setenv("EO_STANDIN_COMPUTE", "oracle")
+        driver = Driver(s3)
+        for day in days:
+            began = driver.task(day, "begin", {})
+            assert began.ok, began
+            xcom = {"txn": began.result["txn"], "spec": began.result["spec"]}
+            ran = WriteOperator(task_id="write", application=application, conn_id="eo_no_such_spark",
+                                env_vars=spark_env(), application_args=["--spec", xcom["spec"]]
+                                ).execute({"ti": SimpleNamespace(try_number=1)})
+            assert ran["spark"] == ("connect" if way == "connect" else "submit"), ran
+            for phase in ("pre_commit", "validate", "commit", "abort"):
+                out = driver.task(day, phase, xcom)
+                assert out.ok, out
+    assert visible_rows(s3) == pv_oracle(str(tmp_path), days)
+    assert OPTIONS_ENV not in os.environ
+    printed = capfd.readouterr()
+    logged = caplog.text + printed.out + printed.err
+    assert secret not in logged
+    if way != "connect":  # the provider logged spark-submit's command line, without the options
+        assert "Spark-Submit cmd" in logged and OPTIONS_ENV not in logged

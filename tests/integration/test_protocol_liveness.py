@@ -225,7 +225,7 @@ def test_the_write_operator_beats_while_its_job_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("EO_HEARTBEAT_SECONDS", "0.01")
     monkeypatch.delenv("EO_STORAGE_CONN_ID", raising=False)
 
-    def job(self, args, context):
+    def job(self, args, context, options):
         beats = [sink.storage.read_json(path)["beat"]]
         while beats[-1] < beats[0] + 2:  # the heartbeat moves while the job runs
             beats.append(sink.storage.read_json(path)["beat"])

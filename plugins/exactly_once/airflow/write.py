@@ -20,7 +20,9 @@ At run time it picks the path, with no DAG change:
   the task environment's ``PYSPARK_DRIVER_PYTHON`` / ``PYSPARK_PYTHON`` (default: the task's own
   interpreter); in cluster deploy mode the cluster's (``spark.pyspark.python`` in the Spark conf), never
   the Airflow worker's path. A standalone master with cluster deploy mode is refused (ConfigError):
-  Spark runs Python drivers on a standalone cluster in client mode only.
+  Spark runs Python drivers on a standalone cluster in client mode only. The job reads its spec and writes
+  its counts with the storage connection's options, handed over in spark-submit's environment, never on
+  its command line (:func:`job_env`; in cluster deploy mode the driver uses the cluster's credentials).
 
 Either way the task keeps its transaction's heartbeat fresh while the job runs
 (:mod:`exactly_once.protocol.liveness`): ``recover``/``gc`` never take over a write that is still alive.
@@ -45,6 +47,7 @@ from ..errors import ConfigError, ExactlyOnceError
 from ..ids import TxnRef
 from ..protocol.liveness import write_heartbeat
 from ..protocol.pipeline import IntervalRun
+from ..job.options import options_env
 from ..job.shipping import library_zip, needs_shipping
 from ..storage import redact, storage_for
 from .connections import storage_options
@@ -194,10 +197,31 @@ def write_batch(settings: dict[str, Any], batch_url: str, attempt: int) -> None:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     default_local(settings["conn_id"])
+    options = storage_options(settings.get("storage_conn_id"))
     hook = SparkSubmitHook(conf=dict(settings.get("conf") or {}), conn_id=settings["conn_id"],
                            name=settings.get("name") or "exactly-once-batch", env_vars=dict(settings.get("env_vars") or {}),
                            application_args=["--batch", batch_url, *args])
-    hook.submit(settings["application"])
+    with job_env(options):  # the job reads its batch spec and writes its counts with the connection's options
+        hook.submit(settings["application"])
+
+
+@contextmanager
+def job_env(options: dict[str, Any]) -> Iterator[None]:
+    """Hand the storage connection's ``options`` to the ``spark-submit`` started inside: in this process's
+    environment, which the Spark provider passes to spark-submit as it is (never into its command line or
+    ``--conf``, which the provider logs - as it would with ``env_vars`` on YARN or Kubernetes); the driver
+    inherits it in client mode (:mod:`exactly_once.job.options`). Restored after."""
+    entry = options_env(options)
+    before = {k: os.environ.get(k) for k in entry}
+    os.environ.update(entry)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def interrupt_batch_writes(settings: dict[str, Any], batch_id: str, scratch_url: str, attempts: int) -> list[str]:
@@ -239,7 +263,8 @@ class WriteOperator(SparkSubmitOperator):
         remote, attempt = spark_remote(self._conn_id), int(context["ti"].try_number or 1)
         if remote is None:
             self._prepare_submit()
-            super().execute(context)
+            with job_env(options):  # the job reads its spec and writes its counts with these (job_env)
+                super().execute(context)
             return {"spark": "submit", "attempt": attempt}
         if len(args) < 2 or args[0] != "--spec":
             raise ConfigError(f"the write task's arguments must start with --spec <url>, got {args[:1]}")

@@ -36,6 +36,7 @@ from .. import advice
 from ..contracts import COUNTS, FILE_ROWS, QUARANTINE, STATE, BatchSpec, Counts, FrozenInput, JobSpec, SourceInputs
 from ..errors import ContractError, StorageError
 from ..storage import storage_for
+from .options import job_storage_options
 
 log = logging.getLogger(__name__)
 _GLOB_CHARS = "\\*?[]{}"
@@ -111,6 +112,11 @@ class JobContext:
         elif not isinstance(spec, JobSpec):
             spec = JobSpec.from_dict(spec)
         return cls(spark, spec, **kwargs)
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The storage connection's options (s3fs) for a job's own reads/writes outside Spark; never log them."""
+        return dict(self._options)
 
     # ------------------------------------------------------------------ inputs
     def source(self, name: str | None = None) -> SourceInputs:
@@ -473,7 +479,8 @@ def run_job(compute: Callable[[JobContext], Counts], argv: Sequence[str] | None 
     it runs ``compute_batch`` instead - ContractError for a job that has none (leave the pipeline's
     ``max_batch`` at 1)."""
     kind, url, rest = _parse(argv, (compute.__doc__ or "").strip().splitlines()[0] if compute.__doc__ else "")
-    store, key = storage_for(url)
+    options = job_storage_options()  # the storage connection's, handed over by the write task (job/options.py)
+    store, key = storage_for(url, **options)
     spec: JobSpec | BatchSpec = (JobSpec if kind == "spec" else BatchSpec).from_json(store.read_bytes(key))
     if isinstance(spec, BatchSpec) and compute_batch is None and len(spec.entries) != 1:
         raise ContractError(f"{app_name or 'this job'} has no compute_batch: it cannot run a batch (--batch); "
@@ -481,9 +488,9 @@ def run_job(compute: Callable[[JobContext], Counts], argv: Sequence[str] | None 
     spark = spark_session(spec, app_name or getattr(compute, "__module__", "job"))
     try:
         if isinstance(spec, JobSpec):
-            result: dict[str, Any] = {"txn": spec.txn, "counts": execute(compute, spark, spec, rest).to_dict()}
+            result: dict[str, Any] = {"txn": spec.txn, "counts": execute(compute, spark, spec, rest, options).to_dict()}
         else:
-            done = execute_batch(compute_batch, spark, spec, rest, compute=compute)
+            done = execute_batch(compute_batch, spark, spec, rest, options, compute=compute)
             result = {"batch": spec.batch_id, "counts": [c.to_dict() for c in done]}
     finally:
         spark.stop()
