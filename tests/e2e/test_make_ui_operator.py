@@ -140,7 +140,7 @@ def stack(tmp_path_factory):
         tokens = {u: client.post("/auth/token", json={"username": u, "password": passwords[u]}).json()["access_token"]
                   for u in ("admin", "viewer")}
         yield {"proc": proc, "url": url, "client": client, "tokens": tokens, "home": home, "out": output,
-               "table_url": table_url, "root": root, "port": port}
+               "table_url": table_url, "root": root, "port": port, "db": db}
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -263,6 +263,55 @@ def test_an_operator_rolls_back_and_watches_it_run_with_refusals_at_the_confirm_
             in capsys.readouterr().out)
 
 
+def test_two_confirmations_at_once_cannot_both_start_work_on_one_interval(stack):
+    """The trigger decides under a row lock of the pipeline's DAG (PostgreSQL): forced interleaving - another
+    decision holds the lock (here: this test's transaction), the page's POST waits on it; meanwhile a run of
+    the same interval is created; once the lock is released the POST sees it and refuses, creating nothing."""
+    import psycopg2
+
+    from tools.deployment import PG
+
+    client, url = stack["client"], stack["url"]
+    day = Interval.daily(str(FIRST + timedelta(days=10)))
+    admin = _as(stack, "admin")
+    assert client.patch(f"/api/v2/dags/{PIPELINE}", headers=admin, json={"is_paused": True}).status_code == 200
+    confirm = client.get(f"{TABLE}/actions/reprocess", headers=admin, params={"interval": day.token})
+    assert confirm.status_code == 200, confirm.text[-1500:]
+    token = re.search(r'name="token" value="([0-9a-f]+)"', confirm.text).group(1)
+    held = psycopg2.connect(dbname=stack["db"].name, **PG)
+    try:
+        with held.cursor() as cur:        # NO KEY UPDATE: blocks the page's FOR UPDATE, not a run's insert
+            cur.execute("select dag_id from dag where dag_id = %s for no key update", (PIPELINE,))
+            got: dict = {}
+            post = threading.Thread(target=lambda: got.update(r=client.post(
+                f"{TABLE}/actions/reprocess", headers={**admin, "Origin": url},
+                data={"token": token, "interval": day.token, "confirm": "yes"})))
+            post.start()
+            deadline = time.time() + 60
+            with psycopg2.connect(dbname=stack["db"].name, **PG) as watch, watch.cursor() as w:
+                while True:                       # the POST's decision waits on the held row
+                    w.execute("select count(*) from pg_stat_activity where datname = %s and wait_event_type = 'Lock'",
+                              (stack["db"].name,))
+                    if w.fetchone()[0]:
+                        break
+                    assert time.time() < deadline and post.is_alive(), got
+                    time.sleep(0.1)
+            other = client.post(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin, json={
+                "dag_run_id": "manual__another_decision", "logical_date": (day.start + timedelta(hours=1)).isoformat(),
+                "data_interval_start": day.start.isoformat(), "data_interval_end": day.end.isoformat()})
+            assert other.status_code == 200, other.text
+            assert post.is_alive()
+        held.commit()
+    finally:
+        held.close()
+    post.join(60)
+    refused = got["r"]
+    assert refused.status_code == 409 and "is queued (run manual__another_decision" in refused.text, refused.text[-800:]
+    runs = client.get(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=admin).json()["dag_runs"]
+    assert [r["dag_run_id"] for r in runs if r["data_interval_start"].startswith(str(day.start.date()))] == \
+        ["manual__another_decision"]                                             # the page's run was never made
+
+
 def test_the_quality_chart_and_the_data_docs_index_at_a_year_of_intervals(stack):
     url = stack["url"]
     b = _browser(stack, "viewer")
@@ -274,7 +323,10 @@ def test_the_quality_chart_and_the_data_docs_index_at_a_year_of_intervals(stack)
         assert tips[0].startswith(f"{FIRST} e1: 2 rows, 0 duplicates dropped, 0 malformed lines; passed"), tips[0]
         assert tips[9].startswith(f"{FIRST + timedelta(days=9)} e1: 2 rows, 5 duplicates dropped, 2 malformed"), tips[9]
         _click(b, "svg.chart a:nth-of-type(10) rect")                    # a point opens its report
-        text = b.wait_for_text("duplicates dropped")
+        deadline = time.time() + 30
+        while "/versions/" not in (b.evaluate("location.pathname") or "") and time.time() < deadline:
+            time.sleep(0.2)
+        text = b.wait_for_text("malformed records")
         assert str(FIRST + timedelta(days=9)) in text and "malformed records" in text
         FIGURES["Data Docs index, page 1 of a year (ms)"] = _loaded(b, f"{url}/eo/data-docs", "page 1 of 13")
         assert b.evaluate("document.querySelectorAll('td[id^=iv-]').length") == 30
