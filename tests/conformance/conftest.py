@@ -268,42 +268,38 @@ class World:
         marker hash of Redis; files and Delta keep no marker per interval, only the location's owner claim
         (``_eo_owner.json``): it is rewritten to name the other owner."""
         f = self.FOREIGN
-        if self.place.db is not None:
-            db = self.place.db
-            db.run(f"UPDATE {db.q('_eo_commits')} SET epoch = %s, pipeline = %s, sink = %s, owner = %s "
-                   "WHERE target = %s AND interval_token = %s",
-                   (epoch, f["pipeline"], f["sink"], f["owner_id"], self.name, interval.token))
-        elif self.kind == "redis":
-            redis_client().hset(f"{self.name}:_eo:marker:{interval.token}",
-                                mapping={"epoch": epoch, "pipeline": f["pipeline"], "sink": f["sink"],
-                                         "owner": f["owner_id"]})
-        else:
-            from exactly_once.records.ownership import LOCATION_CLAIM
-            from exactly_once.storage import to_json
+        if self.spec is not None:
+            self._set_marker(interval, epoch, f["pipeline"], f["sink"], f["owner_id"])
+            return
+        from exactly_once.records.ownership import LOCATION_CLAIM
+        from exactly_once.storage import to_json
 
-            sink = self.sink()
-            path = sink.storage.join(sink.table, LOCATION_CLAIM)
-            self._claim = sink.storage.read_bytes(path)
-            sink.storage.write_atomic(path, to_json({**f, "kind": "delta" if self.is_delta else "files"}))
+        sink = self.sink()
+        path = sink.storage.join(sink.table, LOCATION_CLAIM)
+        self._claim = sink.storage.read_bytes(path)
+        sink.storage.write_atomic(path, to_json({**f, "kind": "delta" if self.is_delta else "files"}))
 
     def clear_foreign_marker(self, interval: Interval, ours: TxnRef, owner: Any) -> None:
         """Put our marker (``ours`` live, set by ``owner``) back where :meth:`foreign_marker` wrote
         another owner's."""
-        oid = owner.id if owner is not None else None
+        if self.spec is not None:
+            self._set_marker(interval, ours.epoch, ours.pipeline, ours.sink, owner.id if owner else None)
+            return
+        from exactly_once.records.ownership import LOCATION_CLAIM
+
+        sink = self.sink()
+        sink.storage.write_atomic(sink.storage.join(sink.table, LOCATION_CLAIM), self._claim)
+
+    def _set_marker(self, interval: Interval, epoch: int, pipeline: str, sink: str, owner_id: str | None) -> None:
+        """Set the marker of ``interval`` in a database's commit table or in Redis, as its publish would."""
         if self.place.db is not None:
             db = self.place.db
             db.run(f"UPDATE {db.q('_eo_commits')} SET epoch = %s, pipeline = %s, sink = %s, owner = %s "
                    "WHERE target = %s AND interval_token = %s",
-                   (ours.epoch, ours.pipeline, ours.sink, oid, self.name, interval.token))
-        elif self.kind == "redis":
-            redis_client().hset(f"{self.name}:_eo:marker:{interval.token}",
-                                mapping={"epoch": ours.epoch, "pipeline": ours.pipeline, "sink": ours.sink,
-                                         "owner": oid})
+                   (epoch, pipeline, sink, owner_id, self.name, interval.token))
         else:
-            from exactly_once.records.ownership import LOCATION_CLAIM
-
-            sink = self.sink()
-            sink.storage.write_atomic(sink.storage.join(sink.table, LOCATION_CLAIM), self._claim)
+            redis_client().hset(f"{self.name}:_eo:marker:{interval.token}",
+                                mapping={"epoch": epoch, "pipeline": pipeline, "sink": sink, "owner": owner_id or ""})
 
     def lock_waiters(self) -> int:
         """Sessions of this world's database waiting for a row lock now (a database target only)."""
