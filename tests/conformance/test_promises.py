@@ -63,6 +63,22 @@ def test_a_reprocess_that_drops_a_partition_empties_it(world):
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
+def test_a_file_written_after_pre_commit_is_never_published(world):
+    """A zombie writer adds a file to the staging after pre_commit (it outlived its task): the commit
+    publishes exactly the files the manifest lists - readers get back the staged rows, not the zombie's."""
+    from protocol_helpers import write_parquet
+
+    sink = world.sink()
+    rows = make_rows("a", 3)
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [rows]})
+    sink.pre_commit(txn)
+    write_parquet(sink, sink.storage.join(sink.data_dir(txn), PART, "part-zombie.parquet"), [(77, "zombie")])
+    sink.commit(txn)
+    assert world.read_rows() == world.rows({PART: [rows]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
 @pytest.mark.parametrize("at", ["equal", "newer"], ids=["foreign-at-our-epoch", "foreign-newer"])
 def test_another_owners_marker_in_the_target_is_refused(world, at):
     sink = world.sink()

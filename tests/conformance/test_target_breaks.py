@@ -111,16 +111,31 @@ def test_a_changed_search_path_is_refused(world):
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
-def test_a_plain_directory_at_a_partition_path_is_refused(world):
+@pytest.mark.parametrize("obstacle", ["directory", "link"])
+def test_a_plain_directory_at_a_partition_path_is_refused(world, obstacle):
+    """Another writer's plain directory - or a link of its own - at a partition path: refused before the
+    decision (the switch could never replace it, or would replace what is not ours); theirs stays."""
     only(world, "files-local", why="only a local partition path is a link another writer can shadow")
     sink = world.sink()
     rows = make_rows("a", 3)
-    world.other_writer(PART, [(99, "theirs")])  # a plain dir at dt=... with their file
+    path = os.path.join(sink.table, PART)
+    if obstacle == "directory":
+        world.other_writer(PART, [(99, "theirs")])  # a plain dir at dt=... with their file
+    else:
+        theirs = os.path.join(os.path.dirname(sink.table), "their-data")
+        os.makedirs(theirs)
+        os.makedirs(sink.table, exist_ok=True)
+        os.symlink(theirs, path)
     err = refused_before_deciding(world, sink, {PART: [rows]})
-    assert "plain directory" in str(err) and "Move it out" in str(err), err
-    assert world.read_rows() == world.rows({PART: [[(99, "theirs")]]})  # their rows untouched
-    os.rename(os.path.join(sink.table, PART), os.path.join(os.path.dirname(sink.table), "theirs"))
-    world.foreign.clear()
+    assert ("plain directory" in str(err) and "Move it out" in str(err)) if obstacle == "directory" else \
+        "not a version of" in str(err), err
+    if obstacle == "directory":
+        assert world.read_rows() == world.rows({PART: [[(99, "theirs")]]})  # their rows untouched
+        os.rename(path, os.path.join(os.path.dirname(sink.table), "theirs"))
+        world.foreign.clear()
+    else:
+        assert os.readlink(path) == theirs  # their link untouched
+        os.unlink(path)
     world.commit(world.sink(), IV, {PART: [rows]})
     assert world.read_rows() == world.rows({PART: [rows]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []

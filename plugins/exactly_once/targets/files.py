@@ -114,6 +114,18 @@ class LocalFilesTarget(FilesTarget):
             link = self.storage.join(self.table, part)
             if os.path.lexists(link) and not os.path.islink(link):
                 raise TargetSchemaError(self._not_ours(link))
+            self._foreign_link(txn, link, self.live_version(part))
+
+    @staticmethod
+    def _foreign_link(txn: TxnRef, link: str, current: str | None) -> None:
+        """TargetSchemaError if the partition's link points at something that is not a version of
+        ``txn``'s interval (another interval's version, or a link another writer made)."""
+        parsed = parse_txn_name(current or "")
+        if current is not None and (parsed is None or parsed[0] != txn.interval.token):
+            raise TargetSchemaError(f"{link} is live with {current!r}, not a version of {txn.interval.token}: a "
+                                    "partition belongs to one interval, and exactly-once switches only links it "
+                                    "made. Check the pipeline's partitioning, or move another writer's link out "
+                                    "of the table, then run the interval again")
 
     @staticmethod
     def _not_ours(link: str) -> str:
@@ -129,10 +141,7 @@ class LocalFilesTarget(FilesTarget):
             return "already"
         if supersedes(current, txn.name):
             return "superseded"
-        parsed = parse_txn_name(current or "")
-        if current is not None and (parsed is None or parsed[0] != txn.interval.token):
-            raise StorageError(f"{link} is live with {current}, a version of another interval; a "
-                               "partition belongs to one interval (check the pipeline's partitioning)")
+        self._foreign_link(txn, link, current)
         if os.path.lexists(link) and not os.path.islink(link):
             raise StorageError(self._not_ours(link))
         return None
