@@ -76,6 +76,44 @@ def test_a_schedule_the_partitions_cannot_express_is_refused_at_dag_build(tmp_pa
         exactly_once_group(config(tmp_path, partitions="month={start:%Y-%m}"))  # fine: one month each
 
 
+def test_the_dag_build_check_covers_a_whole_year_and_names_the_collision(tmp_path):
+    """Issue 46: DAGs from January 2026 whose only collision is in October, built for real. An hourly Berlin
+    DAG partitioned by local date and hour: the repeated 02:00 of 10-25 is refused, the hint naming it and
+    saying to add the UTC offset (with it the DAG builds). A daily UTC DAG whose partition callable moves a
+    holiday (10-03) to the business day before: refused naming both October days and that the template
+    repeats a value - not "add finer fields". (Before, the check saw the first 48 intervals and the days
+    around each daylight-saving change: the holiday passed, and failed at its run's pre_commit.)"""
+    from datetime import date, timedelta
+    from zoneinfo import ZoneInfo
+
+    berlin, jan = ZoneInfo("Europe/Berlin"), datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+    def local_hour(iv: Interval) -> str:
+        s = iv.start.astimezone(berlin)
+        return f"dt={s:%Y-%m-%d}/hour={s:%H}"
+
+    def local_hour_offset(iv: Interval) -> str:
+        s = iv.start.astimezone(berlin)
+        return f"dt={s:%Y-%m-%d}/hour={s:%H%z}"
+
+    def business_day(iv: Interval) -> str:
+        day = iv.start.date()
+        return f"dt={day - timedelta(days=1) if day == date(2026, 10, 3) else day}"
+
+    hourly_berlin = CronDataIntervalTimetable("0 * * * *", timezone="Europe/Berlin")
+    with pytest.raises(LayoutError, match=r"local time 2026-10-25 02:00 \(Europe/Berlin\), which occurs twice.*"
+                                          r"put the UTC offset in the partition"), \
+            DAG("berlin_hourly", schedule=hourly_berlin, start_date=jan):
+        exactly_once_group(config(tmp_path, partitions=local_hour))
+    with DAG("berlin_hourly_ok", schedule=hourly_berlin, start_date=jan):
+        exactly_once_group(config(tmp_path, partitions=local_hour_offset))
+    with pytest.raises(LayoutError, match=r"2026-10-02T.*2026-10-03T.*would both own partition dt=2026-10-02: .*"
+                                          r"gives the same partition to two intervals 1 day, 0:00:00 apart, after "
+                                          r"telling the earlier ones apart"), \
+            DAG("holidays", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=jan):
+        exactly_once_group(config(tmp_path, partitions=business_day))
+
+
 def test_a_task_process_checks_only_the_first_interval_of_the_schedule(tmp_path, monkeypatch):
     """Parsed to run one task (every task start parses the DAG file again) the schedule check computes one
     interval, not 48 (~40 ms of croniter per task start): the dag-processor made the full check before it

@@ -9,7 +9,8 @@ import pytest
 from exactly_once.contracts import Counts, FrozenInput, JobSpec, SourceInputs
 from exactly_once.errors import ContractError, LayoutError, UnsafeIdentifierError
 from exactly_once.ids import Interval
-from exactly_once.protocol.layout import Partitions, Source, list_inputs, timetable_intervals
+from exactly_once.protocol.layout import Partitions, Source, list_inputs
+from exactly_once.protocol.timetables import timetable_intervals
 from exactly_once.storage import LocalStorage
 
 UTC = timezone.utc

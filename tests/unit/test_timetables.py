@@ -149,3 +149,50 @@ def test_date_resolves_to_the_local_dates_interval_or_refuses_never_a_neighbour(
         date_interval("berlin_hourly", "2026-03-29")
     dag(CronDataIntervalTimetable("0 0 * * *", timezone="UTC"))
     assert date_interval("pv_pipeline", "2026-03-28")[1] == {"day": "2026-03-28"}
+
+
+def airflow_chain(timetable, earliest: datetime, until: datetime) -> list[Interval]:
+    """The timetable's intervals the way its scheduler makes them: one ``next_dagrun_info`` a step."""
+    import pendulum
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    restriction, out, last = TimeRestriction(pendulum.instance(earliest), None, True), [], None
+    while not out or out[-1].end < until:
+        di = timetable.next_dagrun_info(last_automated_data_interval=last, restriction=restriction).data_interval
+        out.append(Interval(di.start, di.end))
+        last = DataInterval(di.start, di.end)
+    return out
+
+
+@pytest.mark.parametrize("timetable, first, days", [
+    (HOURLY, utc(2026, 3, 26), 6), (HOURLY, utc(2026, 10, 22), 6),              # both Berlin changes, hour by hour
+    (CronDataIntervalTimetable("30 2 * * *", timezone="Europe/Berlin"), utc(2026, 1, 1), 366),  # skipped, repeated 02:30
+    (DAILY, utc(2026, 1, 1), 366),
+    (CronDataIntervalTimetable("*/20 * * * *", timezone="Europe/Berlin"), utc(2026, 10, 24), 2),  # the repeated hour
+    (CronDataIntervalTimetable("0 0 * * *", timezone="America/Santiago"), utc(2026, 1, 1), 366),  # midnight jumps
+    (CronDataIntervalTimetable("0 12 * * *", timezone="Pacific/Apia"), utc(2011, 12, 20), 20),  # a day skipped
+    (CronDataIntervalTimetable("0 0 1 * 1", timezone="America/New_York"), utc(2026, 1, 1), 366),  # dom OR dow
+    (CronDataIntervalTimetable("15 6,18 * * 1-5", timezone="Europe/Berlin"), utc(2026, 1, 1), 366),
+    (CronDataIntervalTimetable("0 0 L * *", timezone="UTC"), utc(2026, 1, 1), 366),  # the last day of the month
+    (__import__("airflow.timetables.interval", fromlist=["x"]).DeltaDataIntervalTimetable(
+        __import__("dateutil.relativedelta", fromlist=["x"]).relativedelta(months=1)), utc(2026, 1, 31), 366),
+    (__import__("airflow.timetables.interval", fromlist=["x"]).DeltaDataIntervalTimetable(timedelta(hours=7)),
+     utc(2026, 1, 1), 30),
+], ids=["berlin-hourly-spring", "berlin-hourly-autumn", "berlin-0230", "berlin-daily", "berlin-20min",
+        "santiago-midnight", "apia-2011", "dom-or-dow", "weekdays-twice", "last-of-month", "delta-month",
+        "delta-7h"])
+def test_the_computed_walk_is_the_timetables_own_chain(timetable, first, days):
+    """``walk`` computes most steps (a delta; a cron's fire times on the local calendar with the offset of
+    the stretch) and asks the timetable near every UTC-offset change: over a year of each schedule (or the
+    days around its changes) it gives exactly the intervals Airflow's scheduler would, one by one."""
+    until = first + timedelta(days=days)
+    assert tt.walk(timetable, first, until=until) == airflow_chain(timetable, first, until)
+
+
+def test_a_year_of_an_hourly_local_schedule_has_every_hour_once():
+    """The DAG-build check's year: 8760 intervals from a January start, the spring day's 23 and the autumn
+    day's 25 among them, contiguous."""
+    ivs = tt.year_of_intervals(HOURLY, utc(2026, 1, 1))
+    assert len(ivs) == 366 * 24 and all(a.end == b.start for a, b in zip(ivs, ivs[1:]))
+    days = [iv.start.astimezone(BERLIN).date() for iv in ivs]
+    assert days.count(SPRING) == 23 and days.count(AUTUMN) == 25

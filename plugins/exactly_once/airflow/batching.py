@@ -38,7 +38,7 @@ from ..protocol.batch import (BatchRun, Outcome, batch_live, batch_of, claim_int
                               is_done, mark_done)
 from ..errors import FINAL, BatchPendingError, ExactlyOnceError
 from ..ids import Interval, utc
-from ..protocol.layout import timetable_intervals
+from ..protocol.timetables import timetable_intervals
 from ..protocol.pipeline import IntervalRun
 from .compat import DownstreamTasksSkipped
 from .endings import run_summary, sign

@@ -21,7 +21,7 @@ import posixpath
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from itertools import combinations
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 from ..contracts import FrozenInput
 from ..errors import LayoutError, UnsafeIdentifierError
@@ -61,8 +61,9 @@ def render(template: Template, interval: Interval) -> list[str]:
     return values
 
 
-def _collision(a: Interval, b: Interval, zone: tzinfo | None) -> str:
-    """What two intervals that render one partition have in common, and what to add to the template."""
+def _collision(a: Interval, b: Interval, zone: tzinfo | None, coarse: bool = True) -> str:
+    """What two intervals that render one partition have in common, and what to add to the template
+    (``coarse``: they are the first two it rendered - it cannot tell intervals of this length apart)."""
     if zone is not None and a.start != b.start:
         la, lb = a.start.astimezone(zone), b.start.astimezone(zone)
         if la.replace(tzinfo=None) == lb.replace(tzinfo=None):
@@ -70,6 +71,9 @@ def _collision(a: Interval, b: Interval, zone: tzinfo | None) -> str:
                     f"saving time ends (UTC offsets {la:%z} and {lb:%z}); put the UTC offset in the partition, "
                     "e.g. a callable giving f\"dt={s:%Y-%m-%d}/hour={s:%H%z}\" of the local start s "
                     "(hour=02+0200, hour=02+0100) - docs/LAYOUT.md, Time zones")
+    if not coarse:  # it told earlier intervals apart: it repeats a value here
+        return (f"gives the same partition to two intervals {abs(b.start - a.start)} apart, after telling the "
+                "earlier ones apart; every interval needs partitions of its own - make the template tell them apart")
     return (f"cannot express intervals of this length ({b.end - b.start}); add the finer fields, e.g. "
             "hour={start:%H} for hourly runs")
 
@@ -103,12 +107,12 @@ class Partitions:
         """Refuse (LayoutError) if two of ``intervals`` would own the same partition; the message names the
         collision (``zone``: the schedule's time zone, to tell a repeated local hour)."""
         owner: dict[str, Interval] = {}
-        for iv in intervals:
+        for n, iv in enumerate(intervals):
             for p in self.for_interval(iv):
                 other = owner.setdefault(p, iv)
                 if other != iv:
                     raise LayoutError(f"intervals {other} and {iv} would both own partition {p}: the partition "
-                                      f"template {describe(self.template)!r} {_collision(other, iv, zone)}")
+                                      f"template {describe(self.template)!r} {_collision(other, iv, zone, n == 1)}")
 
     def check_interval(self, interval: Interval) -> tuple[str, ...]:
         """The partitions of ``interval``, after checking that its neighbours of the same length
@@ -213,43 +217,4 @@ def late_files(frozen: Sequence[FrozenInput], current: Sequence[FrozenInput]) ->
     now = {p.rel: p for p in current}
     changed = [r for r in set(now) & set(old) if old[r].changed_from(now[r])]
     return {"new": sorted(set(now) - set(old)), "changed": sorted(changed), "missing": sorted(set(old) - set(now))}
-
-
-def timetable_intervals(timetable: Any, start: Any, count: int = 48) -> list[Interval]:
-    """The first ``count`` scheduled data intervals of an Airflow timetable from ``start``.
-
-    Raises LayoutError for a timetable without real data intervals (zero-length intervals, such as
-    Airflow 3's default ``CronTriggerTimetable``) or one that schedules nothing.
-    """
-    import pendulum
-    from airflow.timetables.base import DataInterval, TimeRestriction  # only inside Airflow
-
-    core = _core_timetable(timetable)
-    restriction = TimeRestriction(earliest=pendulum.instance(start), latest=None, catchup=True)
-    out: list[Interval] = []
-    last: DataInterval | None = None
-    for _ in range(count):
-        info = core.next_dagrun_info(last_automated_data_interval=last, restriction=restriction)
-        if info is None:
-            break
-        di = info.data_interval
-        if not di.start < di.end:
-            raise LayoutError(
-                f"the timetable {type(timetable).__name__} gives zero-length data intervals ({di.start}); "
-                "an exactly-once pipeline needs real intervals: use CronDataIntervalTimetable("
-                "'<cron>', timezone='UTC') or DeltaDataIntervalTimetable")
-        out.append(Interval(di.start, di.end))
-        last = di
-    if not out:
-        raise LayoutError(f"the timetable {type(timetable).__name__} schedules no interval after {start}; "
-                          "give the DAG a data-interval timetable and a start_date")
-    return out
-
-
-def _core_timetable(timetable: Any) -> Any:
-    if hasattr(timetable, "next_dagrun_info"):
-        return timetable
-    from airflow.serialization.encoders import coerce_to_core_timetable
-
-    return coerce_to_core_timetable(timetable)
 
