@@ -158,13 +158,32 @@ def _api(args: argparse.Namespace) -> Any:
     return Api.login(api_url(args.api_url), args.user)
 
 
+def _not_pending(api: Any, sink: TwoPhaseCommitSink, url: str, intervals: list[Any]) -> None:
+    """The table page's rule: no second action on an interval with a run on it queued or running
+    (:class:`ActionPendingError` naming that run). Checked before posting: two commands at the very same
+    moment can both pass (the table page decides under a row lock; the REST API has none)."""
+    from .airflow import runs as airflow_runs
+    from .airflow.tables import TableRef
+    from .errors import ActionPendingError
+
+    found = api.pending_runs(TableRef(sink.pipeline, sink.sink, url))
+    for interval in intervals:
+        for r in airflow_runs.pending(found, interval)[:1]:
+            by = f" by {r.by}" if r.by else ""
+            raise ActionPendingError(f"a {r.what}{by} of {sink.sink} {interval.label} is {r.state} (run {r.run_id} of "
+                                     f"{r.dag_id}): nothing started - wait until it ends (follow it at "
+                                     f"{api.run_url(r.dag_id, r.run_id)}), then run the command again")
+
+
 def cmd_reprocess(args: argparse.Namespace) -> int:
-    """``eo reprocess``: one run of the table's DAG for the interval, with conf reprocess, through the REST API."""
+    """``eo reprocess``: one run of the table's DAG for the interval, with conf reprocess, through the REST API;
+    refused while a run on the interval is queued or running."""
     from .ops.rollback import find_interval
 
     sink = open_table(args.table_url, args.conn_id)
     interval = find_interval(sink, args.interval)
     api = _api(args)
+    _not_pending(api, sink, args.table_url, [interval])
     conf = {"reprocess": True, "sinks": [sink.sink], "eo_action": "reprocess",
             **({"allow_shrinking": True} if args.allow_shrinking else {})}
     run = api.trigger(sink.pipeline, interval, conf, action="reprocess", note=f"eo reprocess of {sink.sink}")
@@ -175,7 +194,8 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun_stale(args: argparse.Namespace) -> int:
-    """``eo rerun-stale``: one run of the table's DAG per stale interval (the table page's list), oldest first."""
+    """``eo rerun-stale``: one run of the table's DAG per stale interval (the table page's list), oldest first;
+    refused (nothing started) while a run on any of them is queued or running."""
     from .ops.inspection import stale_intervals
     from .ids import Interval
 
@@ -185,6 +205,7 @@ def cmd_rerun_stale(args: argparse.Namespace) -> int:
         print(f"{sink.sink} has no stale interval: nothing to re-run")
         return 0
     api = _api(args)
+    _not_pending(api, sink, args.table_url, stale)
     for order, interval in enumerate(stale):
         run = api.trigger(sink.pipeline, interval, {"reprocess": True, "sinks": [sink.sink], "eo_action": "rerun-stale"},
                           action="rerun-stale", order=order, note=f"eo rerun-stale of {sink.sink}")

@@ -121,6 +121,11 @@ class AirflowApiError(ExactlyOnceError):
     without the right, a DAG the deployment does not have); the message says which and what to check."""
 
 
+class ActionPendingError(ExactlyOnceError):
+    """An action on a table's interval (``eo reprocess``, ``eo rerun-stale``) was not started: a run that
+    acts on the same interval is queued or running (it would do the work twice). The message names that run."""
+
+
 # the error a commit raises for a transaction aborted for this recorded cause (else FencedError)
 ABORT_CAUSES = {"input_changed": InputChangedError, "staged_changed": StorageError,
                 "target_refused": TargetSchemaError}

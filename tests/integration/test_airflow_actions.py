@@ -496,7 +496,8 @@ def test_under_multi_team_eo_rollback_refuses_and_a_reprocess_checks_the_dags_te
 def test_eo_reprocess_and_rerun_stale_start_correctly_dated_runs_through_the_rest_api(ui, monkeypatch, capsys):
     """``eo reprocess`` / ``eo rerun-stale`` as a user runs them against their own Airflow: a run of the table's
     DAG with the interval as its data interval and a logical date inside it (the interval's start would be
-    409 next to the scheduled run; twice in a row works), conf reprocess + sinks, triggered by the login; a
+    409 next to the scheduled run; twice in a row works once the first ran, and is refused while it is queued,
+    the table page's rule), conf reprocess + sinks, triggered by the login; a
     non-admin who may edit the DAG passes the begin task's check; a viewer is refused by the API; what the
     command started is printed. rerun-stale queues the table page's stale list, oldest first."""
     from datetime import datetime
@@ -520,9 +521,17 @@ def test_eo_reprocess_and_rerun_stale_start_correctly_dated_runs_through_the_res
     assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "viewer"]) == 1
     assert "may not trigger runs of pv_pipeline" in capsys.readouterr().err and runs_of("reprocess") == []
     monkeypatch.setenv("EO_AIRFLOW_PASSWORD", USERS["editor"][1])
+    out = ""
     for _ in range(2):
         assert eo(["reprocess", ui["table_url"], "--interval", f"{D1}T00:00:00Z", *base, "editor"]) == 0
-    out = capsys.readouterr().out
+        out += capsys.readouterr().out
+        [pending] = [r for r in runs_of("reprocess") if r["state"] == "queued"]
+        # the table page's rule: not twice while the first is queued (a retyped command, a retried script)
+        assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "editor"]) == 1
+        err = capsys.readouterr().err
+        assert (f"ActionPendingError: a reprocess by editor of {SINK} {iv1.label} is queued (run "
+                f"{pending['dag_run_id']} of {PIPELINE}): nothing started" in err), err
+        _settle(ui)                                  # it ran: the next reprocess of the interval goes ahead
     runs = runs_of("reprocess")
     assert len(runs) == 2 and out.count("started manual__eo_reprocess_") == 2
     for run in runs:
@@ -542,11 +551,17 @@ def test_eo_reprocess_and_rerun_stale_start_correctly_dated_runs_through_the_res
     assert [Interval(datetime.fromisoformat(r["data_interval_start"].replace("Z", "+00:00")),
                      datetime.fromisoformat(r["data_interval_end"].replace("Z", "+00:00"))).token for r in queued] == stale
     assert "run(s) queued in interval order" in capsys.readouterr().out
+    assert eo(["rerun-stale", ui["table_url"], *base, "editor"]) == 1            # they are queued: not again
+    assert f"is queued (run {queued[0]['dag_run_id']} of {PIPELINE}): nothing started" in capsys.readouterr().err
+    assert len(runs_of("rerun-stale")) == len(stale)
     monkeypatch.setenv("EO_AIRFLOW_PASSWORD", "Wr0ng-pw-7q")
-    assert eo(["reprocess", ui["table_url"], "--interval", D1, *base, "editor"]) == 1
+    proxied = ui["url"].replace("://", "://ops:proxy-secret@", 1)              # a URL with a proxy's login
+    assert eo(["reprocess", ui["table_url"], "--interval", D1, "--api-url", proxied, "--user", "editor"]) == 1
     said = capsys.readouterr()
     assert "refused the login of 'editor'" in said.err
     assert "Wr0ng-pw-7q" not in said.err + said.out                      # the password is never printed
+    assert ui["url"].replace("://", "://***@", 1) + "/auth/token refused" in said.err
+    assert "proxy-secret" not in said.err + said.out
 
 
 def _server_token(ui, user: str, req) -> str:

@@ -11,7 +11,8 @@ the same user may edit it (a reprocess replaces a committed version: ``operators
 The login: ``EO_AIRFLOW_TOKEN`` (a JWT, e.g. from ``POST /auth/token``), else user and password
 (``--user`` / ``EO_AIRFLOW_USER``, ``EO_AIRFLOW_PASSWORD`` or a prompt) exchanged at ``/auth/token``;
 the password and the token are never printed. The URL: ``--api-url``, ``EO_AIRFLOW_URL``, Airflow's
-``[api] base_url``, else ``http://localhost:8080``.
+``[api] base_url``, else ``http://localhost:8080``; it is printed without its user-info (a proxy's
+``user:password@``: :func:`shown`).
 """
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ import logging
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from ..errors import AirflowApiError
 from ..ids import Interval
+from ..storage import redact
 
 log = logging.getLogger(__name__)
 TIMEOUT = 60.0
@@ -50,12 +53,27 @@ def api_url(explicit: str | None = None) -> str:
     return (url or "http://localhost:8080").rstrip("/")
 
 
+def shown(url: str) -> str:
+    """``url`` as it may be printed: its user-info (``user:password@``) replaced by ``***@``."""
+    return redact(url)
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` (an error's message) with ``url``'s password, as given or decoded, and the URL itself hidden."""
+    text = text.replace(url, shown(url))
+    secret = urlsplit(url).password
+    for s in {secret, unquote(secret)} if secret else ():
+        text = text.replace(s, "***")
+    return text
+
+
 @dataclass
 class Api:
-    """A logged-in client of Airflow's REST API v2 (``url``: the API server's base URL)."""
+    """A logged-in client of Airflow's REST API v2 (``url``: the API server's base URL, maybe with a
+    password: never printed - :func:`shown`)."""
 
-    url: str
-    token: str
+    url: str = field(repr=False)
+    token: str = field(repr=False)
 
     @classmethod
     def login(cls, url: str, user: str | None = None, password: str | None = None) -> "Api":
@@ -71,10 +89,10 @@ class Api:
         if password is None:
             import getpass
 
-            password = getpass.getpass(f"Airflow password of {user} at {url}: ")
+            password = getpass.getpass(f"Airflow password of {user} at {shown(url)}: ")
         got = _call("POST", f"{url}/auth/token", json={"username": user, "password": password})
         if got.status_code not in (200, 201):
-            raise AirflowApiError(f"{url}/auth/token refused the login of {user!r} ({got.status_code}): check the "
+            raise AirflowApiError(f"{shown(url)}/auth/token refused the login of {user!r} ({got.status_code}): check the "
                                   "user and password (the API server's auth manager has them)")
         return cls(url, got.json()["access_token"])
 
@@ -93,9 +111,29 @@ class Api:
             return got.json()
         raise AirflowApiError(_refusal(got, dag_id, self.url))
 
+    def pending_runs(self, table: Any) -> list[Any]:
+        """The queued and running runs of ``table``'s DAG that act on it (``runs.from_api``: the table page's
+        rule), read with the login (``GET /api/v2/dags/<dag>/dagRuns``)."""
+        from .runs import PENDING, from_api
+
+        found: list[Any] = []
+        offset = 0
+        while True:
+            got = _call("GET", f"{self.url}/api/v2/dags/{table.pipeline}/dagRuns",
+                        params=[*(("state", s) for s in PENDING), ("limit", 100), ("offset", offset),
+                                ("order_by", "id")], headers={"Authorization": f"Bearer {self.token}"})
+            if got.status_code != 200:
+                raise AirflowApiError(_refusal(got, table.pipeline, self.url, "list the runs of"))
+            page = got.json()
+            rows = page.get("dag_runs") or []
+            found += [r for r in (from_api(table, row) for row in rows) if r is not None]
+            offset += len(rows)
+            if not rows or offset >= int(page.get("total_entries") or 0):
+                return found
+
     def run_url(self, dag_id: str, run_id: str) -> str:
         """The run's page in Airflow's UI."""
-        return f"{self.url}/dags/{dag_id}/runs/{run_id}"
+        return f"{shown(self.url)}/dags/{dag_id}/runs/{run_id}"
 
 
 def _call(method: str, url: str, **kwargs: Any) -> Any:
@@ -104,18 +142,20 @@ def _call(method: str, url: str, **kwargs: Any) -> Any:
     try:
         return httpx.request(method, url, timeout=TIMEOUT, **kwargs)
     except httpx.HTTPError as exc:
-        raise AirflowApiError(f"cannot reach Airflow's API server at {url.split('/api/')[0].split('/auth/')[0]} "
-                              f"({type(exc).__name__}: {exc}): give its URL with --api-url or EO_AIRFLOW_URL") from None
+        base = url.split('/api/')[0].split('/auth/')[0]
+        raise AirflowApiError(f"cannot reach Airflow's API server at {shown(base)} ({type(exc).__name__}: "
+                              f"{_scrub(str(exc), base)}): give its URL with --api-url or EO_AIRFLOW_URL") from None
 
 
-def _refusal(got: Any, dag_id: str, url: str) -> str:
+def _refusal(got: Any, dag_id: str, url: str, doing: str = "start a run of") -> str:
     try:
         detail = got.json().get("detail")
     except ValueError:
         detail = got.text[:300]
     why = {401: "the login is not valid (expired token?): log in again",
-           403: f"this user may not trigger runs of {dag_id} (a reprocess needs edit access to the DAG)",
-           404: f"the deployment at {url} has no DAG {dag_id}: deploy the DAG file that declares the table, or "
+           403: f"this user may not {'trigger runs of' if doing.startswith('start') else doing} {dag_id} (a "
+                "reprocess needs edit access to the DAG)",
+           404: f"the deployment at {shown(url)} has no DAG {dag_id}: deploy the DAG file that declares the table, or "
                 "give --api-url of the Airflow that runs it",
            409: "a run with this id or logical date exists already: run the command again"}.get(got.status_code, "")
-    return f"Airflow refused to start a run of {dag_id} ({got.status_code}: {detail}){': ' + why if why else ''}"
+    return f"Airflow refused to {doing} {dag_id} ({got.status_code}: {detail}){': ' + why if why else ''}"

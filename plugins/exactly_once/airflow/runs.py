@@ -109,20 +109,42 @@ def table_runs(table: TableRef, maintenance_dag: str, logged: Iterable[Interval]
         notes = _notes(db, [r[-1] for r in rows if r[2] == "failed" or r[2] == "success"])
     for dag_id, run_id, state, run_type, conf, by, start, end, queued, ended, pk in rows:
         conf = conf if isinstance(conf, dict) else {}
-        if dag_id == table.pipeline:
-            sinks = conf.get("sinks")
-            if isinstance(sinks, list) and table.sink not in sinks or start is None or end is None:
-                continue
-            at = None if conf.get("eo_action") == "recover" else _aware(start)
-        else:
-            if conf.get("table_url") != table.url:
-                continue
-            at = _start_at(conf.get("interval_start")) if conf.get("action", "rollback") == "rollback" else None
-            at = at if at in starts else None  # an interval the log does not know: a run on the whole table
-        out.append(RunState(dag_id, run_id, str(state or "queued"), _what(run_type, conf), by,
-                            str(conf.get("eo_reason") or ""), notes.get(pk, ""), at, _aware(queued), _aware(ended)))
+        acts, at = _acts_on(table, dag_id, conf, start, end, starts)
+        if acts:
+            out.append(RunState(dag_id, run_id, str(state or "queued"), _what(run_type, conf), by,
+                                str(conf.get("eo_reason") or ""), notes.get(pk, ""), at, _aware(queued), _aware(ended)))
     out.sort(key=lambda r: r.queued_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
     return out
+
+
+def _acts_on(table: TableRef, dag_id: str, conf: dict[str, Any], start: datetime | None, end: datetime | None,
+             starts: set[datetime]) -> tuple[bool, datetime | None]:
+    """Whether a run of ``dag_id`` with ``conf`` and data interval ``start``-``end`` acts on ``table`` (see the
+    module), and the start of the interval it acts on (None: the whole table)."""
+    if dag_id == table.pipeline:
+        sinks = conf.get("sinks")
+        if isinstance(sinks, list) and table.sink not in sinks or start is None or end is None:
+            return False, None
+        return True, None if conf.get("eo_action") == "recover" else _aware(start)
+    if conf.get("table_url") != table.url:
+        return False, None
+    at = _start_at(conf.get("interval_start")) if conf.get("action", "rollback") == "rollback" else None
+    return True, at if at in starts else None  # an interval the log does not know: a run on the whole table
+
+
+def from_api(table: TableRef, run: dict[str, Any]) -> RunState | None:
+    """A run as Airflow's REST API lists it (``GET /api/v2/dags/<dag>/dagRuns``), if it acts on ``table``:
+    what ``eo reprocess`` / ``eo rerun-stale`` check with the table page's rule (:func:`pending`)."""
+    conf = run.get("conf") if isinstance(run.get("conf"), dict) else {}
+    at = {k: _start_at(run[k]) if run.get(k) else None for k in ("data_interval_start", "data_interval_end",
+                                                                 "queued_at", "end_date")}
+    acts, start = _acts_on(table, str(run.get("dag_id")), conf, at["data_interval_start"], at["data_interval_end"],
+                           set())
+    if not acts:
+        return None
+    return RunState(str(run.get("dag_id")), str(run.get("dag_run_id")), str(run.get("state") or "queued"),
+                    _what(str(run.get("run_type") or ""), conf), run.get("triggering_user_name"),
+                    str(conf.get("eo_reason") or ""), str(run.get("note") or ""), start, at["queued_at"], at["end_date"])
 
 
 def _notes(session: Any, pks: list[int]) -> dict[int, str]:

@@ -248,10 +248,10 @@ class LocalStorage(Storage):
 
 
 def redact(url: str) -> str:
-    """``url`` with any user-info (``key:secret@``) replaced by ``***@``; safe to log."""
+    """``url`` with any user-info (``key:secret@``) replaced by ``***@`` (the host and port kept); safe to log."""
     parts = urlsplit(url)
     if parts.username or parts.password:
-        return url.replace(parts.netloc, "***@" + (parts.hostname or ""), 1)
+        return url.replace(parts.netloc, "***@" + parts.netloc.rsplit("@", 1)[1], 1)
     if ":" in parts.netloc and "@" in url:  # key:se/cret@host - a '/' in the secret ends the netloc early
         return f"{parts.scheme}://***@{url.rsplit('@', 1)[1]}"
     return url
