@@ -46,13 +46,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from ..ids import Interval
+from ..text import REASON_CHARS, one_line
 from .tables import TableRef
 
 log = logging.getLogger(__name__)
 ROLLBACK_DAG = "eo_rollback"
 ACTIONS = {"rollback": "Roll back an interval", "reprocess": "Reprocess an interval",
            "rerun-stale": "Re-run the stale intervals", "recover": "Recover now", "unpause": "Unpause the DAG"}
-REASON_CHARS = 500
 _KEY: list[bytes] = []
 
 
@@ -113,9 +113,9 @@ def parse(action: str, table: TableRef, form: dict[str, str], stale: list[str]) 
 
 
 def reason_of(form: dict[str, str]) -> str:
-    """The reason typed at the confirm step: one line, printable, at most :data:`REASON_CHARS` characters."""
-    text = " ".join("".join(c if c.isprintable() else " " for c in form.get("reason", "")).split())
-    return text[:REASON_CHARS]
+    """The reason typed at the confirm step: one line, printable, at most :data:`REASON_CHARS` characters
+    (``text.one_line``: the rule wherever a reason is recorded or printed)."""
+    return one_line(form.get("reason", ""), REASON_CHARS)
 
 
 # ------------------------------------------------------------------------------------------- the token

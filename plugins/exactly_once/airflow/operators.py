@@ -21,6 +21,7 @@ from ..errors import FINAL, PredecessorPendingError, SinkRenamedError, Validatio
 from ..ids import Interval, TxnRef
 from ..protocol.pipeline import IntervalRun
 from ..storage import redact
+from ..text import one_line
 from . import batching, endings
 from .connections import storage_options
 from .heap import young_heap
@@ -142,7 +143,7 @@ def _asked(context: Any, conf: dict[str, Any]) -> dict[str, Any]:
         action = conf.get("eo_action") if conf.get("eo_action") in ASKED_LABELS else "reprocess"
     if action and conf.get("allow_shrinking"):
         action += " (allow shrinking)"
-    why = str(conf.get("eo_reason") or "")[:500] if action else ""  # what the user typed at the confirm step
+    why = one_line(conf.get("eo_reason")) if action else ""  # typed at the confirm step, or any conf: one line
     return {k: v for k, v in (("by", by), ("action", action), ("reason", why)) if v}
 
 

@@ -33,6 +33,7 @@ from .. import settings
 from ..errors import ExactlyOnceError, PermissionDeniedError
 from ..ops.rollback import describe, find_interval, parse_version, rollback
 from ..protocol.transaction import TwoPhaseCommitSink
+from ..text import one_line
 from .connections import storage_options
 from .owners import owning_table
 
@@ -91,7 +92,7 @@ def carry_out(operator: Any, run: Any, context: Any, action: str, conf: dict[str
 def provenance(context: Any, action: str, **what: Any) -> dict[str, Any]:
     """``meta.run`` of an epoch an action begins: the Airflow run, who triggered it, what was asked."""
     dag_run, ti = context.get("dag_run"), context.get("ti")
-    why = str((getattr(dag_run, "conf", None) or {}).get("eo_reason") or "")[:500]  # typed at the confirm step
+    why = one_line((getattr(dag_run, "conf", None) or {}).get("eo_reason"))  # typed at the confirm step, or any conf
     return {"run_id": getattr(dag_run, "run_id", None), "dag_id": getattr(dag_run, "dag_id", None),
             "task_id": getattr(ti, "task_id", None), "by": getattr(dag_run, "triggering_user_name", None),
             "action": action, **({"reason": why} if why else {}), **what}

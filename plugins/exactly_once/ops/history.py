@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from .inspection import EpochView, interval_view, intervals
 from ..storage import redact
 from ..protocol.transaction import TwoPhaseCommitSink
+from ..text import one_line
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,8 @@ def asked(e: EpochView) -> str:
         return ""
     by = f" by {e.by}" if e.by else ""
     run = f" ({e.run_dag} run {e.run_id})" if e.run_id else ""
-    why = f' because "{e.asked_reason}"' if e.asked_reason else ""
-    return f"{e.action}{by}{why}{run}"
+    why = f' because "{one_line(e.asked_reason)}"' if e.asked_reason else ""  # any conf's: one printable line
+    return one_line(f"{e.action}{by}{why}{run}", None)
 
 
 def _iso(ts: float | None) -> str | None:
@@ -71,13 +72,14 @@ def _verdict(e: EpochView) -> str:
 
 
 def render(sink: TwoPhaseCommitSink, url: str, rows: list[HistoryRow]) -> str:
-    """The history as an aligned text table (what ``eo history`` prints)."""
+    """The history as an aligned text table (what ``eo history`` prints): every cell one printable line
+    (``text.one_line``: no recorded text - a reason, an error - can forge a row or reach the terminal raw)."""
     head = ("interval start", "end", "version", "state", "live", "decided (UTC)", "rows", "files", "verdict / reason")
-    table = [head] + [(r.interval_start[:19].replace("T", " "), r.interval_end[:19].replace("T", " "),
-                       f"e{r.epoch}" + ("" if r.table_version is None else f" (table v{r.table_version})"),
-                       r.state, "*" if r.live else "", r.decided_at or "-", _n(r.rows), _n(r.files),
-                       "; ".join(x for x in (r.asked, r.verdict if r.verdict != "-" else "", r.reason) if x) or "-")
-                      for r in rows]
+    table = [head] + [tuple(one_line(c, None) for c in (
+        r.interval_start[:19].replace("T", " "), r.interval_end[:19].replace("T", " "),
+        f"e{r.epoch}" + ("" if r.table_version is None else f" (table v{r.table_version})"),
+        r.state, "*" if r.live else "", r.decided_at or "-", _n(r.rows), _n(r.files),
+        "; ".join(x for x in (r.asked, r.verdict if r.verdict != "-" else "", r.reason) if x) or "-")) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head) - 1)]
     lines = [f"{sink.sink} (pipeline {sink.pipeline}) at {redact(url)}: "
              f"{len({r.interval_start for r in rows})} interval(s), {len(rows)} version(s); * = live"]
