@@ -110,6 +110,17 @@ class Endings(Pipeline):
         self.session.commit()
         return dr
 
+    def manual(self, m: int, conf: dict[str, Any], n: int) -> Any:
+        """The ``n``-th manual run of month ``m`` with ``conf`` (a reprocess, a table action: what the table
+        page, ``eo`` and the REST API create), as the REST API creates it."""
+        iv = month(m)
+        dr = self.sdag.create_dagrun(
+            run_id=f"manual__{m}_{n}", logical_date=iv.end + timedelta(microseconds=n), data_interval=(iv.start, iv.end),
+            run_after=iv.end, run_type=DagRunType.MANUAL, triggered_by=DagRunTriggeredByType.REST_API, conf=conf,
+            state=DagRunState.RUNNING, session=self.session)
+        self.session.commit()
+        return dr
+
     def summaries(self) -> list[str]:
         folder = Path(self.cfg.reports_url) / "runs" / self.cfg.pipeline
         return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
@@ -197,6 +208,34 @@ def test_a_range_or_backfill_starting_at_a_committed_month_runs_the_rest(pipe, w
     assert announced(pipe) == (live, live)
     if way == "range":
         assert pipe.note(runs[0]).startswith("published e1: 1 row, 1 file before this run; and 2 other intervals")
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_rollback_to_a_version_any_way_published_ends_like_every_publish(pipe, way):
+    """Parity of the table actions (issue 46): the months published ``way`` (e1 each - a batch's versions in a
+    backfill and a range run); February landed again and reprocessed by a run of its own (e2); then the
+    table page's rollback of February to e1 - a run of the pipeline's own DAG with conf ``eo_action`` -
+    republishes e1's rows as e3: exactly one more asset event and one more lineage output, both for e3, the
+    action run's note, the rows exactly e1's. A recover action after it publishes and announces nothing,
+    and says so in its note."""
+    pipe.run(way, MONTHS)
+    first = {r["month"]: (r["n"], r["total"]) for r in pipe.rows()}
+    land(pipe.root, "2013-02", "b.csv", [100])
+    re = pipe.manual(2, {"reprocess": True}, 1)
+    assert set(pipe.drive(re).values()) == {"success"}
+    assert {r["month"]: (r["n"], r["total"]) for r in pipe.rows()} == {**first, "2013-02": (3, 122)}
+    events, lineage = announced(pipe)
+    rollback = pipe.manual(2, {"eo_action": "rollback", "to_version": "e1", "sinks": [pipe.cfg.sink]}, 2)
+    states = pipe.drive(rollback)
+    assert states["begin"] == "success" and pipe.run_state(rollback) == "success", states
+    e3 = pipe.sink.committed(month(2))[0]
+    assert e3.epoch == 3 and announced(pipe) == (sorted([*events, e3.name]), sorted([*lineage, e3.name]))
+    assert pipe.note(rollback) == "published e3: 1 row, 1 file (rollback to e1)"
+    assert {r["month"]: (r["n"], r["total"]) for r in pipe.rows()} == first
+    recover = pipe.manual(2, {"eo_action": "recover", "sinks": [pipe.cfg.sink]}, 3)
+    pipe.drive(recover)
+    assert pipe.note(recover) == "recover by a run: nothing to do" and pipe.run_state(recover) == "success"
+    assert announced(pipe) == (sorted([*events, e3.name]), sorted([*lineage, e3.name]))
 
 
 # ------------------------------------------------------------------------------------------ local time, DST
