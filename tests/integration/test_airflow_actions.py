@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from types import SimpleNamespace
 
 import httpx
@@ -745,3 +746,69 @@ def test_needs_attention_lists_what_the_index_counts_and_runs_made_elsewhere_are
     assert page.count("(not a run of this Airflow)") >= 2
     version = ui["client"].get(f"{TABLE}/versions/{txn.name}", headers=_as(ui, "viewer")).text
     assert "manual__dags_test_elsewhere" in version and "/runs/manual__dags_test_elsewhere" not in version
+
+
+def test_a_plain_reprocess_of_shrunk_inputs_is_refused_at_confirm_and_the_page_says_allow_shrinking(ui):
+    """Issue 47: "1 missing - reprocess the interval to take them in" (a plain reprocess is refused: allow
+    shrinking is needed); the confirm step now refuses the plain one and lists what allow shrinking drops."""
+    from exactly_once.protocol.layout import Source, list_inputs
+
+    _settle(ui)
+    day = "2026-01-06"
+    iv, sink = Interval.daily(day), ui["sink"]
+    landing = ui["root"] / "landing" / "app_logs" / f"dt={day}"
+    landing.mkdir(parents=True)
+    for name in ("a.jsonl", "b.jsonl"):
+        (landing / name).write_text('{"x": 1}\n')
+    sources = [dict(i.to_dict(), source="app_logs") for i in list_inputs(
+        sink.storage, str(ui["root"] / "landing" / "app_logs"), Source("app_logs", format="json",
+                                                                       path="dt={start:%Y-%m-%d}"), iv)]
+    txn = sink.begin(iv, sources=sources, meta={"run": {"run_id": "r6"}})
+    from protocol_helpers import write_output
+
+    write_output(sink, txn, {f"dt={day}": [[(1, "a")]]})
+    sink.pre_commit(txn, extra={"counts": {"records_in": 2, "rows_written": {f"dt={day}": 1}}})
+    sink.record_validation(txn, True, {"failures": []})
+    sink.commit(txn)
+    (landing / "b.jsonl").unlink()                                            # deleted on purpose, or by mistake
+    page = ui["client"].get(TABLE, headers=_as(ui, "admin")).text
+    attention = page[page.index("<h2>Needs attention</h2>"):].split("</ul>")[0]
+    assert (f"1 missing ({'dt=' + day}/b.jsonl) - input files the live version read are gone: a plain reprocess "
+            "is refused; reprocess with allow shrinking to drop their data, or put them back") in attention, attention
+    plain = ui["client"].get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"), params={"interval": iv.token})
+    assert plain.status_code == 409 and "1 input file(s) the live version read are gone" in plain.text
+    assert f"actions/reprocess?interval={iv.token}&amp;allow_shrinking=1\">Reprocess with allow shrinking" in plain.text
+    shrink = ui["client"].get(f"{TABLE}/actions/reprocess", headers=_as(ui, "admin"),
+                              params={"interval": iv.token, "allow_shrinking": "1"})
+    assert shrink.status_code == 200 and f"input files it drops</dt><dd>dt={day}/b.jsonl</dd>" in shrink.text
+
+
+def test_the_page_lists_plain_runs_and_recover_runs_with_their_state_and_a_fenced_attempt_says_nothing_to_do(ui):
+    _settle(ui)
+    recover = _token(ui["client"].get(f"{TABLE}/actions/recover", headers=_as(ui, "admin")).text)
+    assert _post(ui, "admin", "recover", {"token": recover, "confirm": "yes"}).status_code == 200
+    _settle(ui)                                                                # the scheduler ran it
+    iv = Interval.daily(D1)
+    made = ui["client"].post(f"/api/v2/dags/{PIPELINE}/dagRuns", headers=_as(ui, "admin"), json={
+        "dag_run_id": "manual__plain", "logical_date": (iv.start + timedelta(hours=3)).isoformat(),
+        "data_interval_start": iv.start.isoformat(), "data_interval_end": iv.end.isoformat()})
+    assert made.status_code == 200, made.text
+    page = ui["client"].get(TABLE, headers=_as(ui, "viewer")).text
+    row = page[page.index(f'data-interval="{iv.token}"'):].split("</tr>")[0]
+    assert 'data-run="manual__plain" data-state="queued"' in row and "queued</span> manual" in row, row
+    table_wide = page[page.index("<h2>Runs on the whole table</h2>"):].split("</ul>")[0]
+    assert 'data-state="success"' in table_wide and "recover by <b>admin</b>" in table_wide, table_wide
+    _settle(ui)
+    # an attempt a newer one fenced: its error no longer advises re-running the interval (that would undo
+    # what the newer attempt - a rollback, a reprocess - did)
+    from exactly_once.airflow.tables import find_table
+    from exactly_once.errors import TransactionAbortedError
+    from exactly_once.protocol.pipeline import IntervalRun
+
+    d7 = Interval.daily("2026-01-07")
+    old = ui["sink"].begin(d7, meta={"run": {"run_id": "old"}})
+    ui["sink"].begin(d7, meta={"run": {"run_id": "new"}})
+    ui["sink"].abort(old, reason="fenced: epoch 2 of the interval began")
+    with pytest.raises(TransactionAbortedError) as fenced:
+        IntervalRun(find_table(PIPELINE, SINK).config, d7).counts(old)
+    assert "re-run the interval" not in str(fenced.value) and "Nothing to do: the newer attempt decides" in str(fenced.value)

@@ -199,7 +199,7 @@ class IntervalRun:
         status = self.sink.status_of(self._own(txn))
         if status.manifest is not None:  # pre-committed: the counts are in the log
             return status.records["pre_committed"].get("counts", {})
-        _refuse_aborted(txn, status)
+        _refuse_aborted(txn, status, newer=max(self.sink.status(txn.interval), default=0) > txn.epoch)
         try:
             return self.storage.read_json(self.storage.join(self.sink.staging_dir(txn), COUNTS))
         except FileNotFoundError:
@@ -463,10 +463,11 @@ class IntervalRun:
         reports.write_atomic(path, json.dumps(summary, indent=2, sort_keys=True).encode())
 
 
-def _refuse_aborted(txn: TxnRef, st: EpochStatus) -> None:
-    """An aborted attempt (the teardown or a failed phase ended it; its staging is gone) never goes on."""
+def _refuse_aborted(txn: TxnRef, st: EpochStatus, newer: bool = False) -> None:
+    """An aborted attempt (the teardown or a failed phase ended it; its staging is gone) never goes on.
+    ``newer``: a newer attempt of the interval exists (it fenced or took over this one)."""
     if st.state is State.ABORTED:
-        if (st.reason or "").startswith("fenced"):  # a newer attempt (a rollback, a reprocess) owns the interval
+        if newer or (st.reason or "").startswith("fenced"):  # a newer attempt (a rollback, a reprocess) owns it
             raise TransactionAbortedError(f"{txn.name} was aborted ({st.reason}); it can never commit. Nothing to "
                                           "do: the newer attempt decides the interval (see `eo history`); re-running "
                                           "the interval now would replace what it did")
