@@ -37,7 +37,10 @@ def reprocess(pipeline: str, table: str, start: str, *, allow_shrinking: bool = 
 
 
 def run_interval(pipeline: str, start: str) -> str:
-    """How to run (backfill) the one interval of ``pipeline`` that starts at ``start`` (ISO-8601)."""
-    return (f"`airflow backfill create --dag-id {pipeline} --from-date {start} --to-date {start}` (Airflow's CLI; "
-            "or the DAG's Trigger -> Backfill in the UI)"
-            + _checkout(f"make run-interval DAG={pipeline} START={start}"))
+    """How to run (backfill) the one interval of ``pipeline`` that starts at ``start`` (ISO-8601) - also when
+    its run exists and failed (or ended without committing it): Airflow's default ``--reprocess-behavior
+    none`` creates no run for a logical date that has one, so the advice re-runs a finished run too
+    (``completed``, Airflow 3.1+; the UI's "All Runs"): one date, whose interval is not committed."""
+    return (f"`airflow backfill create --dag-id {pipeline} --from-date {start} --to-date {start} "
+            "--reprocess-behavior completed` (Airflow's CLI; or the DAG's Trigger -> Backfill in the UI, Reprocess "
+            "Behavior \"All Runs\")" + _checkout(f"make run-interval DAG={pipeline} START={start}"))

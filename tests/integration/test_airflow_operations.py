@@ -372,6 +372,46 @@ def test_backfill_create_with_each_reprocess_behavior(pipe, behavior):
     assert pipe.staged() == []
 
 
+def test_the_advice_of_a_pending_predecessor_runs_it_when_its_run_failed(session, tmp_path):
+    """A stateful pipeline's January run failed (its write died: nothing committed); February's begin refuses
+    with PredecessorPendingError and advises an ``airflow backfill create`` of January. Followed verbatim -
+    parsed by Airflow's own CLI parser, applied as its command does (``_create_backfill``) - it queues a run of
+    January (Airflow's default ``--reprocess-behavior none`` created none next to the failed run), which
+    commits it; February then reads its state."""
+    import re
+    import shlex
+
+    from airflow.cli.cli_parser import get_parser
+    from airflow.models.backfill import ReprocessBehavior, _create_backfill
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    from exactly_once.errors import PredecessorPendingError
+    from exactly_once.protocol.pipeline import IntervalRun
+
+    land(tmp_path, "2013-01", "a.csv", [1, 2])
+    pipe = Pipeline(session, tmp_path, "advice_backfill", pipeline="advice_backfill", stateful=True,
+                    start=month(1).start)
+    pipe.broken.add("2013-01")
+    jan = pipe.create_run(1)
+    assert pipe.drive(jan)["write"] == "failed" and pipe.run_state(jan) == "failed"
+    pipe.broken.clear()
+    with pytest.raises(PredecessorPendingError) as refused:
+        IntervalRun(pipe.cfg, month(2)).predecessor()
+    advised = re.search(r"`(airflow backfill create [^`]+)`", str(refused.value)).group(1)
+    args = get_parser().parse_args(shlex.split(advised)[1:])
+    _create_backfill(dag_id=args.dag_id, from_date=args.from_date, to_date=args.to_date,
+                     max_active_runs=args.max_active_runs, reverse=args.run_backwards, dag_run_conf=None,
+                     triggering_user_name="test", reprocess_behavior=ReprocessBehavior(args.reprocess_behavior
+                                                                                       or "none"))
+    session.expire_all()
+    [again] = session.scalars(select(DagRun).where(DagRun.dag_id == pipe.dag_id)).all()   # the failed run, re-queued
+    assert again.state == "queued" and again.data_interval_start == month(1).start, (advised, again.state)
+    assert set(pipe.drive(again).values()) == {"success"}
+    assert pipe.live(1) == pipe.sink.ref(month(1), 2).name
+    assert IntervalRun(pipe.cfg, month(2)).predecessor() == pipe.sink.ref(month(1), 2)
+
+
 @pytest.mark.parametrize("conf", [None, {"reprocess": True}, {"reprocess": False}])
 def test_a_backfill_rerun_whose_reprocess_was_lost_fails_loudly_instead_of_replaying(pipe, conf):
     """A file landed late for committed January; ``airflow backfill create --reprocess-behavior completed``

@@ -81,7 +81,8 @@ def test_outside_a_checkout_the_advice_names_eo_and_airflow_and_never_make(tmp_p
     assert (wheel["checkout"], checkout["checkout"]) == (False, True)
     for said in (wheel["pending"], wheel["reprocess"]):
         assert not named_make().search(said), said
-    assert "`airflow backfill create --dag-id p --from-date <its start> --to-date <its start>`" in wheel["pending"]
+    assert ("`airflow backfill create --dag-id p --from-date <its start> --to-date <its start> --reprocess-behavior "
+            "completed`" in wheel["pending"])     # its run may exist and have failed: test_airflow_operations
     assert wheel["reprocess"].startswith(f"`eo reprocess {tmp_path}/data/warehouse/t --interval 2026-01-03T00:00:00")
     for said in (checkout["pending"], checkout["reprocess"]):  # the make line comes second, in a checkout only
         first = min(i for i in (said.find("`eo "), said.find("`airflow ")) if i >= 0)
