@@ -75,6 +75,11 @@ def dag_sinks(dag_id: str, sink: str | None = None, folder: str | None = None) -
     """The sinks of ``dag_id``'s exactly-once groups (one per group), loaded through Airflow's DagBag from
     ``folder`` (default: :func:`dags_folder`)."""
     folder = folder or dags_folder()
+    # Airflow itself first, whole: importing it loads this package's plugin (``[core] lazy_load_plugins =
+    # False``: plugin -> operators -> compat). Were compat the first to import Airflow, the plugin would find
+    # it half-imported ("Failed to import plugin exactly_once ... circular import").
+    import airflow  # noqa: F401
+
     from .airflow.compat import dag_bag_class
     from .airflow.connections import storage_options
     from .airflow.operators import BeginOperator
