@@ -74,6 +74,9 @@ def test_eo_rollback_and_the_airflow_operator(tmp_path, capsys):
     assert_exact_version(sink, PART, v1, sink.ref(IV, 3))
     assert find_interval(sink, "2026-01-01T00:00:00+00:00") == IV
     assert [parse_version(v) for v in ("e2", "2", "e000002", sink.ref(IV, 2).name)] == [2, 2, 2, 2]
+    for bad in ("e\u00b2", "\u0661", "e\uff12", "e0", "e"):      # ASCII digits only ("²".isdigit() is True)
+        with pytest.raises(TransactionStateError, match="not a version"):
+            parse_version(bad)
 
 
 def _stateful(tmp_path):

@@ -105,7 +105,7 @@ def parse(action: str, table: TableRef, form: dict[str, str], stale: list[str]) 
         except (ValueError, TypeError):
             raise ValueError(f"no interval {form.get('interval')!r}: open the action from the table page") from None
     to = form.get("to", "").strip()
-    if action == "rollback" and not (to.startswith("e") and to[1:].isdigit()):
+    if action == "rollback" and not re.fullmatch(r"e[0-9]{1,9}", to):  # ASCII digits only: "²".isdigit() is True
         raise ValueError(f"not a version: {to!r} (give e.g. e2)")
     if action == "rerun-stale" and not stale:
         raise ValueError(f"{table.sink} has no stale interval: nothing to re-run")

@@ -167,24 +167,52 @@ def error_response(request: Request, code: int, detail: object, headers: dict[st
     return HTMLResponse(pages.error_html(code, str(detail)), status_code=code, headers={**PAGE_HEADERS, **extra})
 
 
+def unexpected(request: Request, exc: Exception) -> Response:
+    """A bug or an outage (the metadata DB, the storage): a page that says what to do; the exception
+    itself goes to the API server's log only, under the id the page gives."""
+    ref = os.urandom(4).hex()
+    log.error("%s %s failed [error %s]", request.method, request.url.path, ref, exc_info=exc)
+    return error_response(request, status.HTTP_500_INTERNAL_SERVER_ERROR,
+                          f"this page could not be made (error {ref}): reload it; if this persists, ask the "
+                          "Airflow administrator to look for the error id in the API server's log")
+
+
+class Contained:
+    """Every route's unexpected error answered as :func:`unexpected`'s page, and not raised further. (An app-wide
+    ``exception_handler(Exception)`` sends its page and then re-raises - Starlette's ServerErrorMiddleware -
+    and mounted in Airflow's API server, whose middlewares stream the response, that cut the page: the
+    browser got a dropped connection, no page, no advice.)"""
+
+    def __init__(self, app: object) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: object, send: object) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def sending(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:  # noqa: BLE001 - the page says what to do; the log has the exception
+            if started:  # the response is under way: nothing can be said any more
+                raise
+            await unexpected(Request(scope), exc)(scope, receive, send)
+
+
 def create_app() -> FastAPI:
     """The app; authentication is a dependency of the app itself, so no route can forget it."""
     app = FastAPI(title="exactly-once", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(get_user)])
+    app.add_middleware(Contained)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         return error_response(request, exc.status_code, exc.detail, getattr(exc, "headers", None))
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> Response:
-        """A bug or an outage (the metadata DB, the storage): a page that says what to do; the exception
-        itself goes to the API server's log only, under the id the page gives."""
-        ref = os.urandom(4).hex()
-        log.error("%s %s failed [error %s]", request.method, request.url.path, ref, exc_info=exc)
-        return error_response(request, status.HTTP_500_INTERNAL_SERVER_ERROR,
-                              f"this page could not be made (error {ref}): reload it; if this persists, ask the "
-                              "Airflow administrator to look for the error id in the API server's log")
 
     @app.exception_handler(RequestValidationError)
     async def bad_parameters(request: Request, exc: RequestValidationError) -> Response:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from typing import Any
 
 from ..errors import ExactlyOnceError, InputChangedError, TransactionStateError
@@ -57,7 +58,7 @@ def parse_version(value: str | int, interval: Interval | None = None) -> int:
                                         "interval's versions")
         return parsed[1]
     text = text.lstrip("e")
-    if not text.isdigit() or int(text) < 1:
+    if not re.fullmatch(r"[0-9]{1,18}", text) or int(text) < 1:  # ASCII digits only: "²".isdigit() is True
         raise TransactionStateError(f"not a version: {value!r} (give e.g. e2, or the epoch number)")
     return int(text)
 
