@@ -76,7 +76,7 @@ class Begin(PublishLineage):
         return []
 
     def run(self, day: str, active: set[str] = frozenset(DAYS), *, try_number: int = 1, reprocess: bool = False,
-            conf: dict[str, Any] | None = None, run_type: str = "backfill") -> str:
+            conf: dict[str, Any] | None = None, run_type: str = "backfill", by: str | None = None) -> str:
         """One try of ``day``'s begin (its backfill's runs of ``active`` queued or running): what it did."""
         pushed: dict[str, Any] = {}
         ti = SimpleNamespace(run_id=f"{run_type}__{day}", try_number=try_number, dag_id=self.dag_id,
@@ -86,7 +86,7 @@ class Begin(PublishLineage):
         ctx = {"ti": ti, "outlet_events": {}, "data_interval_start": Interval.daily(day).start,
                "data_interval_end": Interval.daily(day).end, "dag_run": SimpleNamespace(
             run_id=ti.run_id, conf=conf or {}, clear_number=0, logical_date=Interval.daily(day).start,
-            run_type=run_type)}
+            run_type=run_type, triggering_user_name=by)}
         if batching.mode(self, ctx) is None:  # as BeginOperator.call asks first
             return "went on alone"
         try:
@@ -253,6 +253,26 @@ def test_a_scheduled_run_with_one_task_publishes_its_day_alone_in_its_begin(setu
     rows = visible_rows(setup)
     assert {d: rows[d] for d in (D1, *DAYS[:2])} == {d: oracle(setup)[d] for d in (D1, *DAYS[:2])}
     assert leftovers(sink_of(setup)) == []
+
+
+def test_a_one_task_reprocess_records_who_asked_it_and_why(setup):
+    """A reprocess asked of a ``one_task`` pipeline (the table page, ``eo reprocess``) is published by its begin
+    as a batch of one: its version records who triggered it, what and why, as the begin task records them -
+    the table page and ``eo history`` show "reprocess by alice because ..." (the batch's provenance had the
+    task ids only)."""
+    from exactly_once.ops.inspection import interval_view
+
+    begin = Begin(setup, one_task=True)
+    assert begin.run(DAYS[0], run_type="scheduled").startswith("finished: published e1")
+    late = Path(setup.root) / "landing" / "app_logs" / f"dt={DAYS[0]}" / "hour=23" / "late.jsonl"
+    late.parent.mkdir(parents=True, exist_ok=True)
+    late.write_text(json.dumps({"app_id": "app_late", "user_id": "u1", "ts": f"{DAYS[0]}T23:30:00Z",
+                                "event_id": "late-1", "event": "page_view"}) + "\n")
+    conf = {"reprocess": True, "sinks": ["app_pv"], "eo_action": "reprocess", "eo_reason": "late files\nfrom the feed"}
+    done = begin.run(DAYS[0], run_type="manual", reprocess=True, conf=conf, by="alice")
+    assert done.startswith("finished:") and "published e2: 6 rows" in done, done   # the late file taken in
+    e2 = interval_view(sink_of(setup), IVS[0], with_recover=False).epochs[-1]
+    assert (e2.epoch, e2.action, e2.by, e2.asked_reason) == (2, "reprocess", "alice", "late files from the feed")
 
 
 def test_a_one_task_run_whose_gate_fails_goes_on_through_the_phase_tasks(setup):

@@ -40,6 +40,7 @@ from ..errors import FINAL, BatchPendingError, ExactlyOnceError
 from ..ids import Interval, utc
 from ..protocol.timetables import timetable_intervals
 from ..protocol.pipeline import IntervalRun
+from .asked import asked
 from .compat import DownstreamTasksSkipped
 from .endings import run_summary, sign
 
@@ -224,7 +225,8 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
     conf = (context["dag_run"].conf or {})
     batch = BatchRun(run.config, claimed, batch_id=bid, storage_options=run.options, reprocess=reprocess,
                      allow_shrinking=bool(conf.get("allow_shrinking")),
-                     run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id, "task_id": ti.task_id})
+                     run={"run_id": ti.run_id, "try": ti.try_number, "dag_id": ti.dag_id, "task_id": ti.task_id,
+                          **asked(context, conf)})  # who asked, what, why: as the begin task records them
     sign(context, batch.sink, *(r.sink for r in batch.runs.values()))
     log.info("hosting batch %s: %d intervals (%s .. %s)", bid, len(claimed), claimed[0], claimed[-1])
     beat = liveness.Heartbeat(sink.storage, sink.storage.join(sink.home, "_batches", bid, "_heartbeat"))

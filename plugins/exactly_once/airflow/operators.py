@@ -21,8 +21,8 @@ from ..errors import FINAL, PredecessorPendingError, SinkRenamedError, Validatio
 from ..ids import Interval, TxnRef
 from ..protocol.pipeline import IntervalRun
 from ..storage import redact
-from ..text import one_line
 from . import batching, endings
+from .asked import asked as _asked
 from .connections import storage_options
 from .heap import young_heap
 from .lineage import PublishLineage
@@ -129,22 +129,6 @@ class PhaseOperator(PublishLineage, BaseOperator):
 
     def call(self, run: IntervalRun, context: Any) -> Any:
         raise NotImplementedError
-
-
-ASKED_LABELS = ("reprocess", "rerun-stale")  # what a run of a pipeline's DAG can have been asked (table page)
-
-
-def _asked(context: Any, conf: dict[str, Any]) -> dict[str, Any]:
-    """Provenance of a run that was asked for: who triggered it (Airflow's record, not the conf) and what
-    (a label of :data:`ASKED_LABELS` only: a conf naming anything else, e.g. "rollback", is a reprocess)."""
-    by = getattr(context.get("dag_run"), "triggering_user_name", None)
-    action = None
-    if conf.get("reprocess"):
-        action = conf.get("eo_action") if conf.get("eo_action") in ASKED_LABELS else "reprocess"
-    if action and conf.get("allow_shrinking"):
-        action += " (allow shrinking)"
-    why = one_line(conf.get("eo_reason")) if action else ""  # typed at the confirm step, or any conf: one line
-    return {k: v for k, v in (("by", by), ("action", action), ("reason", why)) if v}
 
 
 def sinks_asked(context: Any, conf: dict[str, Any]) -> list[str] | None:
