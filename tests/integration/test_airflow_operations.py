@@ -73,7 +73,7 @@ class Pipeline:
         from exactly_once.airflow import exactly_once_group
 
         self.session, self.root, self.dag_id = session, root, dag_id
-        self.cfg = config(root, **cfg)
+        self.cfg = config(root, **{"pipeline": dag_id, **cfg})  # the pipeline is the DAG id
         with DAG(dag_id, schedule=schedule or CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"),
                  start_date=start_date or datetime(2013, 1, 1, tzinfo=UTC), catchup=False, max_active_runs=1) as dag:
             # one retry, at once: a final error must fail on its first try, a retryable one is retried
@@ -208,7 +208,11 @@ class Pipeline:
 def pipe(session, tmp_path, request) -> Pipeline:
     land(tmp_path, "2013-01", "a.csv", [1, 2])
     land(tmp_path, "2013-02", "a.csv", [10])
-    return Pipeline(session, tmp_path, request.node.name.replace("[", "_").replace("]", "").replace("-", "_"))
+    import hashlib
+
+    name = request.node.name.replace("[", "_").replace("]", "").replace("-", "_")
+    short = name if len(name) <= 48 else f"{name[:40]}_{hashlib.sha1(name.encode()).hexdigest()[:7]}"
+    return Pipeline(session, tmp_path, short)  # the DAG id is the pipeline: a run name has at most 128 characters
 
 
 def green_run(pipe: Pipeline, m: int = 1) -> Any:
@@ -390,8 +394,7 @@ def test_the_advice_of_a_pending_predecessor_runs_it_when_its_run_failed(session
     from exactly_once.protocol.pipeline import IntervalRun
 
     land(tmp_path, "2013-01", "a.csv", [1, 2])
-    pipe = Pipeline(session, tmp_path, "advice_backfill", pipeline="advice_backfill", stateful=True,
-                    start=month(1).start)
+    pipe = Pipeline(session, tmp_path, "advice_backfill", stateful=True, start=month(1).start)
     pipe.broken.add("2013-01")
     jan = pipe.create_run(1)
     assert pipe.drive(jan)["write"] == "failed" and pipe.run_state(jan) == "failed"

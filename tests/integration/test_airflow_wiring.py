@@ -25,9 +25,13 @@ HOURLY = "dt={start:%Y-%m-%d}/hour={start:%H}"
 
 
 def config(root: Any, sink: str = "t", partitions: str = HOURLY, **kw: Any) -> PipelineConfig:
+    """A pipeline of the DAG being built (its pipeline is the DAG id), else of ``daily`` (the DAG the tests
+    build for a config made first)."""
+    from airflow.sdk.definitions._internal.contextmanager import DagContext
+
     kw.setdefault("sources", Source("s", format="csv"))
-    return PipelineConfig(pipeline="p", sink=sink, root=str(root), application="/job.py", partitions=partitions,
-                          **kw)
+    kw.setdefault("pipeline", getattr(DagContext.get_current(), "dag_id", "daily"))
+    return PipelineConfig(sink=sink, root=str(root), application="/job.py", partitions=partitions, **kw)
 
 
 def hourly_dag(dag_id: str) -> DAG:
@@ -60,10 +64,21 @@ def test_several_sinks_in_one_dag_and_one_table_written_twice_is_refused(tmp_pat
     from airflow.sdk import AssetAlias
 
     aliases = {t.task_id: o.name for t in dag.tasks for o in t.outlets if isinstance(o, AssetAlias)}
-    assert aliases == {f"{s}.{p}": f"exactly_once:p/{s}" for s in "ab" for p in ("begin", "commit", "abort")}
+    assert aliases == {f"{s}.{p}": f"exactly_once:two/{s}" for s in "ab" for p in ("begin", "commit", "abort")}
     with pytest.raises(LayoutError, match="both write a"), hourly_dag("dup"):
         exactly_once_group(config(tmp_path, sink="a"))
         exactly_once_group(config(tmp_path, sink="a"), group_id="a_again")
+
+
+def test_a_group_whose_pipeline_is_not_its_dag_id_is_refused_at_dag_build(tmp_path):
+    """The pipeline is the DAG id: the table page authorizes a table's readers and editors, and triggers its
+    actions, on the DAG of that name - a copied config naming another DAG gave them that DAG's."""
+    from exactly_once.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"DAG 'nightly_orders' declares table t with PipelineConfig\(pipeline="
+                                          r"'pv_pipeline'\): the pipeline is the DAG id .* Set "
+                                          r"pipeline='nightly_orders'"), hourly_dag("nightly_orders"):
+        exactly_once_group(config(tmp_path, pipeline="pv_pipeline"))
 
 
 def test_a_schedule_the_partitions_cannot_express_is_refused_at_dag_build(tmp_path):
@@ -418,7 +433,7 @@ def test_a_publish_finished_by_the_teardown_or_the_next_begin_still_gets_its_ass
     assert event.dest_asset_key.uri == Asset(uri=f"file://{cfg.table_url}").uri
     assert event.extra["version"] == txn.name and event.extra["rows"] == 2
     assert ctx["ti"].pushed["eo_note"] == f"published e1: 2 rows, 1 file (publish finished by {finisher})"
-    assert (tmp_path / "reports" / "runs" / "p" / f"{txn.name}.json").is_file()
+    assert (tmp_path / "reports" / "runs" / "daily" / f"{txn.name}.json").is_file()
     quiet = context("scheduled", iv, **{"t.begin": began})
     quiet["outlet_events"] = nothing = OutletEventAccessors()
     tasks["t.abort"].execute(quiet)  # already published: nothing to announce

@@ -28,7 +28,7 @@ from typing import Any
 from airflow.sdk import AssetAlias, TaskGroup, get_parsing_context
 
 from ..protocol.config import PipelineConfig
-from ..errors import LayoutError
+from ..errors import ConfigError, LayoutError
 from ..protocol.timetables import timetable_intervals, year_of_intervals, zone
 from ..quality.suites import check_suites
 from .compat import exponential_backoff
@@ -143,9 +143,20 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         raise LayoutError(f"task id {begin.task_id} != {begin_id}")  # a TaskGroup API change: fail loudly
     dag = begin.dag
     if dag is not None:
+        _check_pipeline(config, dag.dag_id)
         _register_table(dag, config, group.group_id or gid)
         check_schedule(config, dag)
     return group
+
+
+def _check_pipeline(config: PipelineConfig, dag_id: str) -> None:
+    """The pipeline is the DAG id (DESIGN §3): the table page and ``eo`` authorize a table's readers and
+    editors, and trigger its actions, on the DAG of that name - another DAG's, were they to differ."""
+    if config.pipeline != dag_id:
+        raise ConfigError(f"DAG {dag_id!r} declares table {config.sink} with PipelineConfig(pipeline="
+                          f"{config.pipeline!r}): the pipeline is the DAG id - who may read the table and act on it, "
+                          f"and the DAG its actions run, are taken from it. Set pipeline={dag_id!r} (a table already "
+                          f"written as pipeline {config.pipeline!r} keeps that name: give the DAG that id)")
 
 
 def _asset_uri(config: PipelineConfig) -> str:

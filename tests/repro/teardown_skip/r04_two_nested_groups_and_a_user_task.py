@@ -32,7 +32,7 @@ class Notify(BaseOperator):
 s = session()
 root = Path(tempfile.mkdtemp(prefix="eo-repro-r04-"))
 land(root, "2013-01", "a.csv", [1, 2])
-cfgs = {g: config(root, sink=g) for g in ("a", "b")}
+cfgs = {g: config(root, pipeline="r04", sink=g) for g in ("a", "b")}
 with DAG("r04", schedule=CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"),
          start_date=datetime(2013, 1, 1, tzinfo=UTC), catchup=False) as dag:
     with TaskGroup("outer") as outer:
