@@ -89,6 +89,10 @@ def test_a_schedule_the_partitions_cannot_express_is_refused_at_dag_build(tmp_pa
         exactly_once_group(config(tmp_path))
     with DAG("monthly", schedule=CronDataIntervalTimetable("0 0 1 * *", timezone="UTC"), start_date=START):
         exactly_once_group(config(tmp_path, partitions="month={start:%Y-%m}"))  # fine: one month each
+    with pytest.raises(LayoutError, match=r"'@continuous' \(ContinuousTimetable\) starts a run as soon as the last "
+                                          r"one ends.*use CronDataIntervalTimetable"), \
+            DAG("continuous", schedule="@continuous", start_date=START, max_active_runs=1):
+        exactly_once_group(config(tmp_path))  # its "intervals" end at the clock: refused, not a crash on them
 
 
 def test_the_dag_build_check_covers_a_whole_year_and_names_the_collision(tmp_path):

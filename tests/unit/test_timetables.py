@@ -63,9 +63,22 @@ def test_hourly_local_days_have_23_and_25_intervals_and_each_is_found_by_its_sta
     assert tt.offset_changes(HOURLY, utc(2026, 1, 1)) == [utc(2026, 3, 29), utc(2026, 10, 25)]
 
 
-def test_a_timetable_without_real_intervals_is_refused_with_the_way_out():
+def test_a_timetable_without_real_intervals_is_refused_with_the_way_out(monkeypatch):
+    """A trigger timetable (zero-length intervals) and ``@continuous`` (intervals that end at the clock: they
+    crashed on their microseconds) are refused by the local runner's lookups and ``make backfill``."""
+    from airflow.timetables.simple import ContinuousTimetable
+
+    import tools.localrun
+    from tools.backfill import intervals_between
+
     with pytest.raises(LayoutError, match="zero-length data intervals.*CronDataIntervalTimetable"):
         tt.interval_starting_at(CronTriggerTimetable("0 0 * * *", timezone="UTC"), utc(2026, 1, 1))
+    continuous = "'@continuous' .* starts a run as soon as the last one ends.*use CronDataIntervalTimetable"
+    with pytest.raises(SystemExit, match=continuous):
+        intervals_between(ContinuousTimetable(), utc(2026, 1, 1), utc(2026, 1, 2))
+    monkeypatch.setattr(tools.localrun, "load_dag", lambda dag_id: SimpleNamespace(timetable=ContinuousTimetable()))
+    with pytest.raises(SystemExit, match=continuous):
+        tools.localrun.dag_interval("always", utc(2026, 1, 1))
 
 
 def test_the_repeated_local_hour_is_refused_naming_it_and_the_utc_offset_tells_it_apart():

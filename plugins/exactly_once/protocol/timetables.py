@@ -56,6 +56,7 @@ def walk(timetable: Any, earliest: Any, *, until: datetime | None = None, count:
     from airflow.timetables.base import DataInterval, TimeRestriction  # only inside Airflow
 
     core = core_timetable(timetable)
+    _refuse_continuous(core)
     restriction = TimeRestriction(earliest=pendulum.instance(earliest), latest=None, catchup=True)
     fast = _fast_step(core, until)
     out: list[Interval] = []
@@ -83,6 +84,16 @@ def walk(timetable: Any, earliest: Any, *, until: datetime | None = None, count:
         raise LayoutError(f"the timetable {type(timetable).__name__} schedules no interval after {earliest}; "
                           "give the DAG a data-interval timetable and a start_date")
     return out
+
+
+def _refuse_continuous(core: Any) -> None:
+    from airflow.timetables.simple import ContinuousTimetable
+
+    if isinstance(core, ContinuousTimetable):
+        raise LayoutError("the schedule '@continuous' (ContinuousTimetable) starts a run as soon as the last one "
+                          "ends, over whatever time passed since: no fixed intervals to publish exactly once "
+                          "or run again; use CronDataIntervalTimetable('<cron>', timezone='UTC') or "
+                          "DeltaDataIntervalTimetable(<timedelta>) (e.g. every 5 minutes: '*/5 * * * *')")
 
 
 def timetable_intervals(timetable: Any, start: Any, count: int = 48) -> list[Interval]:
