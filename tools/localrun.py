@@ -44,13 +44,18 @@ def scheduler_env() -> dict[str, str]:
             "AIRFLOW__SCHEDULER__MP_FORKSERVER_PRELOAD": ",".join(SCHEDULER_PRELOAD)}
 
 
+def dags_folder() -> Path:
+    """The DAG files the local runner uses: the project's dags/, or ``EO_DAGS_FOLDER`` (the tests' own DAGs)."""
+    return Path(os.environ.get("EO_DAGS_FOLDER") or PROJECT_ROOT / "dags")
+
+
 def airflow_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment for Airflow commands: project dags/plugins, quiet logs, local Spark by default."""
     env = dict(os.environ)
     home = env.get("AIRFLOW_HOME") or str(PROJECT_ROOT / ".airflow")
     env.update({
         "AIRFLOW_HOME": home,
-        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder()),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
@@ -137,11 +142,11 @@ def load_dag(dag_id: str) -> Any:
     with _airflow_settings():
         from airflow.dag_processing.dagbag import DagBag
 
-        bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
+        bag = DagBag(dag_folder=str(dags_folder()))
     dag = bag.dags.get(dag_id)
     if dag is None:
         errors = "; ".join(f"{Path(f).name}: {str(e).strip().splitlines()[-1]}" for f, e in bag.import_errors.items())
-        raise SystemExit(f"no DAG {dag_id!r} in {PROJECT_ROOT / 'dags'}" + (f" (import errors: {errors})" if errors else ""))
+        raise SystemExit(f"no DAG {dag_id!r} in {dags_folder()}" + (f" (import errors: {errors})" if errors else ""))
     return dag
 
 
