@@ -301,6 +301,21 @@ class World:
             redis_client().hset(f"{self.name}:_eo:marker:{interval.token}",
                                 mapping={"epoch": epoch, "pipeline": pipeline, "sink": sink, "owner": owner_id or ""})
 
+    def kill_other_sessions(self) -> int:
+        """Kill every other session of this world's database that is inside a transaction (a publisher
+        between its statements); returns how many."""
+        db = self.place.db
+        assert db is not None
+        if self.kind == "postgresql":
+            return len(db.run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                              "current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'"))
+        ids = [r[0] for r in db.run("SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t JOIN "
+                                    "information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE "
+                                    "p.DB = DATABASE() AND p.ID <> CONNECTION_ID()")]
+        for i in ids:
+            db.run(f"KILL {int(i)}")
+        return len(ids)
+
     def lock_waiters(self) -> int:
         """Sessions of this world's database waiting for a row lock now (a database target only)."""
         db = self.place.db

@@ -164,3 +164,29 @@ def test_two_publishers_at_once_queue_on_the_targets_lock(world, monkeypatch, tm
     assert set(seen["result"].values()) == {"published" if second == 6 else "superseded"}
     assert world.read_rows() == world.rows({PART: [rows[6]]})  # the newer epoch, whole, never a mix
     assert target.is_live(sink.ref(IV, 6), [PART]) and not target.is_live(sink.ref(IV, 5), [PART])
+
+
+def test_a_connection_killed_inside_the_publish_is_started_over(world, monkeypatch):
+    """The database kills the publisher's session after the load and the marker, before COMMIT (a
+    failover, an admin's kill): the server rolls both back and the publish starts over on a new
+    connection - the new version goes live once, whole."""
+    if world.place.db is None:
+        pytest.skip("a database target's retry on a broken connection")
+    from exactly_once.targets import database
+
+    sink = world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 4, start=30)
+    world.commit(sink, IV, {PART: [old]})
+    real, killed = database.failpoint, []
+
+    def kill_the_publisher(name: str) -> None:
+        if name == "commit.mid_publish" and not killed:
+            killed.append(world.kill_other_sessions())
+        real(name)
+
+    monkeypatch.setattr(database, "failpoint", kill_the_publisher)
+    world.commit(sink, IV, {PART: [new[:2], new[2:]]})
+    monkeypatch.undo()
+    assert killed == [1], killed  # exactly the publisher's session was killed, once
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
