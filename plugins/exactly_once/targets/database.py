@@ -38,7 +38,7 @@ from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, 
 from .db_retries import close_quietly as _close_quietly  # noqa: F401 - importable here as before
 from .db_retries import rollback_quietly as _rollback_quietly  # noqa: F401 - importable here as before
 from .db_retries import with_retries
-from .db_rows import refuse_outside, same_partition_value
+from .db_rows import refuse_null_keys, refuse_other_unique, refuse_outside, same_partition_value
 from .endpoint import Endpoint, resolve, same_database, where, without_password
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
@@ -366,12 +366,13 @@ class DatabaseTarget(PublishTarget):
         in_file = next((c for c in file_cols if check and (c == check or (
             d.case_insensitive_columns and c.lower() == check.lower()))), None)
         unchecked = [bool(check) and in_file is None]
+        keys = self._check_keys(info, d, cols) if self.mode == "upsert" else []
         batches = self._batches(staged, d, file_cols, part_cols, counted,
-                                (in_file, txn, unchecked) if in_file else None)
+                                (in_file, txn, unchecked) if in_file else None,
+                                [c for c in file_cols if info.column(c, d.case_insensitive_columns) in keys])
         if self.mode == "replace":
             loaded = d.load(cur, table_sql, cols, batches)
         else:
-            keys = self._check_keys(info, d, cols)
             stage = d.create_stage(cur, table_sql)
             loaded = d.load(cur, stage, cols, batches)
             cur.execute(d.upsert_sql(table_sql, stage, cols, keys))
@@ -430,6 +431,7 @@ class DatabaseTarget(PublishTarget):
             raise TargetSchemaError(f"upsert into {self.table} needs a PRIMARY KEY or UNIQUE index on exactly "
                                     f"{list(keys)}; create one (CREATE UNIQUE INDEX ... ON {self.table} ({', '.join(keys)}))"
                                     f" - without it duplicates would be inserted; nothing was published")
+        refuse_other_unique(d, info, self.table, keys)
         return keys
 
     def _delete_previous(self, cur: Any, d: Dialect, info: TableInfo, interval: Interval, parts: list[str]) -> None:
@@ -446,8 +448,8 @@ class DatabaseTarget(PublishTarget):
                         tuple(values.values()))
 
     def _batches(self, staged: StagedVersion, d: Dialect, file_cols: list[str], part_cols: list[str],
-                 counted: list[int], check: tuple[str, TxnRef, list[bool]] | None = None
-                 ) -> Iterator[pa.RecordBatch]:
+                 counted: list[int], check: tuple[str, TxnRef, list[bool]] | None = None,
+                 keys: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
         names = [*file_cols, *part_cols]
         for part, f in staged.files():
             values = partition_values(part)
@@ -467,6 +469,7 @@ class DatabaseTarget(PublishTarget):
                     arrays += [pa.repeat(pa.scalar(values[k], pa.string()), b.num_rows) for k in part_cols]
                     if check:
                         refuse_outside(b, check, self.interval_column)
+                    refuse_null_keys(b, keys, f"{part}/{f.name}")
                     counted[0] += b.num_rows
                     yield d.prepare(pa.RecordBatch.from_arrays(arrays, names=names))
 

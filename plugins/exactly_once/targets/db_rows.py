@@ -5,8 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from typing import TYPE_CHECKING, Sequence
+
 from ..errors import TargetSchemaError
 from ..ids import TxnRef
+
+if TYPE_CHECKING:
+    from .sql_dialects import Dialect, TableInfo
 
 
 def refuse_outside(batch: pa.RecordBatch, check: tuple[str, TxnRef, list[bool]], column: str | None) -> None:
@@ -52,3 +57,33 @@ def same_partition_value(values: pa.Array, wanted: str, where: str, col: str) ->
             f"not its directory's {wanted!r}. A reprocess replaces the partition's rows by the directory's "
             "value, so they would stay and double; drop the column from the job's output (the target adds "
             "it from the directory) or write each row under its own partition")
+
+
+def refuse_null_keys(batch: pa.RecordBatch, keys: Sequence[str], where: str) -> None:
+    """Upsert: TargetSchemaError if a staged row has NULL in a key column (``keys``: the key columns the
+    staged file carries). A UNIQUE index treats NULLs as distinct, so such a row never matches the row a
+    previous publish loaded: every reprocess would insert it again beside its copy."""
+    for col in keys:
+        nulls = batch.column(col).null_count
+        if nulls:
+            raise TargetSchemaError(
+                f"staged file {where}: {nulls} row(s) with NULL in key column {col!r}. A unique key treats NULLs "
+                "as distinct, so the upsert would insert them again at every reprocess (doubles); give them a "
+                "value in the job (e.g. coalesce to a sentinel) or filter them out")
+
+
+def refuse_other_unique(d: "Dialect", info: "TableInfo", table: str, keys: Sequence[str]) -> None:
+    """Upsert on MySQL/MariaDB: TargetSchemaError if ``table`` has a UNIQUE index other than the key (or
+    one containing it). ``ON DUPLICATE KEY UPDATE`` updates the row matching ANY unique index, so a staged
+    row with a new key whose other unique value an existing row holds would overwrite that row and be
+    lost, silently. (PostgreSQL's ``ON CONFLICT (key)`` raises on another index's conflict instead: the
+    dry run refuses it.)"""
+    if not d.upsert_matches_any_unique:
+        return
+    others = sorted(sorted(k) for k in info.unique_keys if not k >= frozenset(keys))
+    if others:
+        raise TargetSchemaError(
+            f"upsert into {table}: the table has UNIQUE index(es) on {others} besides the key {list(keys)}; "
+            "MariaDB/MySQL's ON DUPLICATE KEY UPDATE would update the row matching any of them, so a staged row "
+            "could silently overwrite another row and be lost. Drop those indexes (ALTER TABLE ... DROP INDEX), "
+            "make the key the only unique one, or publish with mode='replace'")

@@ -63,6 +63,7 @@ class Dialect(ABC):
     name: str
     case_insensitive_columns = False
     quote_char = '"'
+    upsert_matches_any_unique = False  # MySQL's ON DUPLICATE KEY UPDATE: any unique index, not only the key
 
     def quote(self, ident: str) -> str:
         return f"{self.quote_char}{check_identifier(ident, 'column')}{self.quote_char}"
@@ -331,6 +332,7 @@ class MySQL(Dialect):
     name = "mysql"
     case_insensitive_columns = True
     quote_char = "`"
+    upsert_matches_any_unique = True
     ts_type, text_type, table_options = "datetime(6)", "longtext", " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
     # table names are case-sensitive where lower_case_table_names=0 (Linux): `t` and `T` are two tables,
     # so the commit and claims tables compare them byte for byte, not by the default _ci collation
