@@ -126,11 +126,19 @@ class Endings(Pipeline):
         return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
+def dag_id_of(request: Any) -> str:
+    """The test's DAG id - its pipeline name too: short enough for a run name (at most 128 characters)."""
+    import hashlib
+
+    name = request.node.name.replace("[", "_").replace("]", "").replace("-", "_")
+    return name if len(name) <= 48 else f"{name[:40]}_{hashlib.sha1(name.encode()).hexdigest()[:7]}"
+
+
 @pytest.fixture
 def pipe(session, tmp_path, request) -> Endings:  # noqa: F811 - the metadata DB fixture
     for m in MONTHS:
         land(tmp_path, f"2013-{m:02d}", "a.csv", [m, 10 * m])
-    return Endings(session, tmp_path, request.node.name.replace("[", "_").replace("]", "").replace("-", "_"))
+    return Endings(session, tmp_path, dag_id_of(request))
 
 
 def announced(pipe: Endings) -> tuple[list[str], list[str]]:
@@ -294,7 +302,7 @@ class BerlinDaily(Endings):
 def berlin(session, tmp_path, request) -> BerlinDaily:  # noqa: F811 - the metadata DB fixture
     for n, d in enumerate(SPRING + AUTUMN, 1):
         land(tmp_path, f"dt={d.isoformat()}", "a.csv", [n, 100 * n])
-    return BerlinDaily(session, tmp_path, request.node.name.replace("[", "_").replace("]", "").replace("-", "_"))
+    return BerlinDaily(session, tmp_path, dag_id_of(request))
 
 
 @pytest.mark.parametrize("way", ["backfill", "range"])
