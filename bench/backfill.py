@@ -25,17 +25,15 @@ import json
 import shutil
 import time
 from contextlib import ExitStack
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from bench.backfill_metrics import (naive_rows, oracle_rows, ours_rows, outputs_equal, same_rows, spark_app_starts,
                                     timings, where_time_goes)
-from bench.common import ROOT, loadavg, say, wait_for_runs
+from bench.common import ROOT, landing_days, loadavg, say, wait_for_runs
 
 from tools import spark_connect
 from tools.deployment import Deployment, free_port, postgres_problem
-from tools.sample_data import generate
 
 OURS = "pv_pipeline"
 NAIVE = {"connect": "naive_pv_connect", "submit": "naive_pv"}
@@ -154,12 +152,7 @@ def backfill_compare(work: Path, intervals: dict[str, int], events: int, timeout
         raise SystemExit(f"backfill DAGs must be some of {DAGS}, not {dags}")
     # the last day is yesterday: unpausing a catchup=False DAG then schedules nothing the backfill lacks
     n = max(intervals.values()) + 1
-    today = datetime.now(timezone.utc).date()
-    days = [(today - timedelta(days=n - i)).isoformat() for i in range(n)]
-    landing = work / "backfill-landing"
-    shutil.rmtree(landing, ignore_errors=True)
-    say(f"backfill: generating {n} days x {events:,} events")
-    generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
+    days, landing = landing_days(work, "backfill-landing", n, events)
     res: dict[str, Any] = {"events_per_interval": events, "warmup": 1, "modes": {}}
     for mode in MODES:
         if mode in intervals:

@@ -42,12 +42,11 @@ from typing import Any
 from bench.backfill_metrics import naive_rows, oracle_rows, ours_rows, same_rows, timings, where_time_goes
 from bench.batch_metrics import (announcements, backfill_runs, batch_phases, host_logs, newest_backfill, span, waits,
                                  where_batch_time_goes)
-from bench.common import ROOT, loadavg, say, wait_for_runs
+from bench.common import ROOT, landing_days, loadavg, say, wait_for_runs
 from bench.cpu import CpuSampler, peak_rss_mb
 
 from tools import spark_connect
 from tools.deployment import Deployment, free_port, postgres_problem
-from tools.sample_data import generate
 
 OURS, NAIVE, WARMUP = "pv_pipeline", "naive_pv_connect", "bench_warmup"
 # the month's ways: ours batched and the naive DAG (deployment `month`), ours per interval with six tasks
@@ -305,12 +304,7 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
         raise SystemExit(f"--backfill-batched and --backfill-month must each be 0 (skipped) or >= 2, and not both 0; "
                          f"not {year}, {month}")
     n = max(year, month)
-    today = datetime.now(timezone.utc).date()
-    days = [(today - timedelta(days=n - i)).isoformat() for i in range(n)]  # the last one is yesterday
-    landing = work / "cost-landing"
-    shutil.rmtree(landing, ignore_errors=True)
-    say(f"batched: generating {n} days x {events:,} events")
-    generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
+    days, landing = landing_days(work, "cost-landing", n, events)
     if max_active_runs < 1:
         raise SystemExit(f"--backfill-max-active-runs must be >= 1, not {max_active_runs}")
     res: dict[str, Any] = {"events_per_interval": events, "max_active_runs": max_active_runs,

@@ -95,6 +95,23 @@ def wait_for_runs(deploy: Any, dag_id: str, runs_of: Callable[[], dict[str, str]
         raise RuntimeError(f"{dag_id} runs failed for {failed}; task logs under {deploy.run_dir}/airflow-home/logs")
 
 
+def landing_days(work: Path, name: str, n: int, events: int) -> tuple[list[str], Path]:
+    """``n`` days ending yesterday (unpausing a ``catchup=False`` DAG then schedules nothing a backfill lacks) and a
+    fresh landing ``work/<name>`` of ``events`` events a day on each (``tools.sample_data``: 50 apps)."""
+    import shutil
+    from datetime import datetime, timedelta, timezone
+
+    from tools.sample_data import generate
+
+    today = datetime.now(timezone.utc).date()
+    days = [(today - timedelta(days=n - i)).isoformat() for i in range(n)]
+    landing = work / name
+    shutil.rmtree(landing, ignore_errors=True)
+    say(f"{name}: generating {n} days x {events:,} events")
+    generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
+    return days, landing
+
+
 def fmt_num(x: float | None, digits: int = 2) -> str:
     """A measured number for a report table ("-" where nothing was measured)."""
     return "-" if x is None else f"{x:.{digits}f}"

@@ -23,17 +23,15 @@ from __future__ import annotations
 import shutil
 import time
 from contextlib import ExitStack
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from bench.backfill_metrics import oracle_rows, same_rows, table_rows
-from bench.common import loadavg, say
+from bench.common import landing_days, loadavg, say
 from bench.cpu import CpuSampler, peak_rss_mb
 
 from tools import spark_connect
 from tools.deployment import free_port
-from tools.sample_data import generate
 
 FIELDS = ("event_id", "app_id", "user_id", "event", "ts")
 SCHEMA = ", ".join(f"{f} string" for f in FIELDS)
@@ -109,12 +107,7 @@ def limit_section(work: Path, days_n: int, events: int, remote: str | None = Non
     section's), the floor over them on a fresh Connect server (or on ``remote``)."""
     if days_n < 1:
         raise SystemExit(f"--limit-days must be >= 1, not {days_n}")
-    today = datetime.now(timezone.utc).date()
-    days = [(today - timedelta(days=days_n - i)).isoformat() for i in range(days_n)]
-    landing = work / "limit-landing"
-    shutil.rmtree(landing, ignore_errors=True)
-    say(f"limit: generating {days_n} days x {events:,} events")
-    generate(str(landing), days, events_per_day=events, apps=50, users=max(300, events // 10))
+    days, landing = landing_days(work, "limit-landing", days_n, events)
     res: dict[str, Any] = {"events_per_interval": events}
     with ExitStack() as stack:
         pid = None

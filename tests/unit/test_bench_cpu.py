@@ -24,16 +24,22 @@ def test_each_process_is_credited_to_its_component():
     assert component("/venv/bin/python -m bench --only batched") is None
 
 
-def test_a_process_busy_inside_the_block_is_credited_and_the_rest_is_other():
+def sampled(script: str, said: str, *as_component: str) -> dict:
+    """``cpu.result()`` of a sampler around a child running ``script`` (its command line ending in
+    ``as_component``), kept alive until a whole sample after it printed ``said``."""
     with CpuSampler(every=0.1, root=os.getpid()) as cpu:
-        busy = subprocess.Popen([sys.executable, "-c", BUSY, "airflow", "scheduler"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-        assert busy.stdout.readline() == "done\n"
+        child = subprocess.Popen([sys.executable, "-c", script, *as_component], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == f"{said}\n"
         seen = cpu.samples
-        while cpu.samples < seen + 2:  # a whole sample after its CPU was spent
+        while cpu.samples < seen + 2:
             time.sleep(0.01)
-        busy.communicate("")
-    out = cpu.result()
+        child.communicate("")
+    return cpu.result()
+
+
+def test_a_process_busy_inside_the_block_is_credited_and_the_rest_is_other():
+    out = sampled(BUSY, "done", "airflow", "scheduler")
     assert 0.8 <= out["by_component"]["scheduler"] <= 1.5, out
     assert out["cpu_seconds"] >= sum(v for k, v in out["by_component"].items() if k != "other") - 0.2, out
     assert out["available_seconds"] >= out["wall_seconds"] > 0.9, out
@@ -44,13 +50,5 @@ HOLD = "import sys\nheld = b'x' * (700 * 2**20)\nprint('held', flush=True)\nsys.
 
 
 def test_the_memory_peak_of_each_component_is_recorded():
-    with CpuSampler(every=0.1, root=os.getpid()) as cpu:
-        hold = subprocess.Popen([sys.executable, "-c", HOLD, "airflow", "triggerer"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-        assert hold.stdout.readline() == "held\n"
-        seen = cpu.samples
-        while cpu.samples < seen + 2:  # a whole sample while it holds the memory
-            time.sleep(0.01)
-        hold.communicate("")
-    peak = cpu.result()["rss_peak_mb"]["triggerer"]
+    peak = sampled(HOLD, "held", "airflow", "triggerer")["rss_peak_mb"]["triggerer"]
     assert 700 <= peak["max_process"] < 800 and peak["sum"] >= peak["max_process"], peak
