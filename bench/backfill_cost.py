@@ -165,7 +165,8 @@ def _range(deploy: Deployment, label: str, days: list[str], timeout: float) -> d
 
 def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Server, days: list[str],
                 plan: list[tuple[str, str, bool]], max_batch: int, timeout_per_interval: float,
-                idle_sleep: float | None, max_active_runs: int, parallelism: int, one_task: bool = False) -> dict[str, Any]:
+                idle_sleep: float | None, max_active_runs: int, parallelism: int, one_task: bool = False,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
     """One deployment: warm up, then each ``(label, dag_id, batched)`` of ``plan`` backfills ``days``;
     ``parallelism``: Airflow's ``[core] parallelism`` (the LocalExecutor's worker slots); ``one_task``: ours'
     runs that do not batch publish their interval in their begin task (``EO_PV_ONE_TASK=1``)."""
@@ -190,8 +191,9 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
     settings.update({"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage),
                                                                     "append": True}),
                      "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True"})
+    settings.update(env or {})
     res: dict[str, Any] = {"intervals": len(days), "days": [days[0], days[-1]], "max_batch": max_batch,
-                           "one_task": one_task,
+                           "one_task": one_task, "env": dict(env or {}),
                            "scheduler_idle_sleep_time": idle_sleep if idle_sleep is not None else 1.0,
                            "min_heartbeat_interval": float(settings["AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL"]),
                            "parallelism": parallelism, "variants": {}}
@@ -294,7 +296,7 @@ def _summary(dep: dict[str, Any], floor: dict[str, Any] | None = None) -> dict[s
 def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_interval: float = 60,
                     idle_sleep: float | None = None, max_active_runs: int = 1, range_run: bool = True,
                     naive: bool = True, parallelism: int = 4,
-                    month_ways: tuple[str, ...] = MONTH_WAYS) -> dict[str, Any]:
+                    month_ways: tuple[str, ...] = MONTH_WAYS, env: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``year`` deployment over ``year`` days and the two ``month`` deployments over ``month`` days (0
     skips either, not both); see the module docstring."""
     if problem := postgres_problem():
@@ -305,6 +307,8 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
                          f"not {year}, {month}")
     n = max(year, month)
     days, landing = landing_days(work, "cost-landing", n, events)
+    if env and (bad := sorted(k for k in env if not k.startswith("EO_"))):
+        raise SystemExit(f"--backfill-env takes EO_* settings only, not {bad}")
     if max_active_runs < 1:
         raise SystemExit(f"--backfill-max-active-runs must be >= 1, not {max_active_runs}")
     res: dict[str, Any] = {"events_per_interval": events, "max_active_runs": max_active_runs,
@@ -335,7 +339,7 @@ def batched_compare(work: Path, year: int, month: int, events: int, timeout_per_
             try:
                 res["deployments"][name] = _deployment(work, name, landing, server, span_days, plan, max_batch,
                                                        timeout_per_interval, idle_sleep, runs_at_once, parallelism,
-                                                       one_task)
+                                                       one_task, env or {})
             except Exception as exc:  # noqa: BLE001 - the other deployments' figures still count
                 say(f"  {name}: FAILED: {type(exc).__name__}: {exc}")
                 res["deployments"][name] = {"intervals": len(span_days), "error": f"{type(exc).__name__}: {exc}",

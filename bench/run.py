@@ -78,6 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-month-ways", default="batched,naive,per-interval,one-task",
                    help="batched section: the month's ways - batched, naive (deployment month), per-interval (six "
                         "tasks a run), one-task (EO_PV_ONE_TASK=1: a run's begin publishes its interval alone)")
+    p.add_argument("--backfill-env", default="",
+                   help="batched section: extra EO_* settings of its deployments, comma KEY=VALUE list "
+                        "(e.g. EO_BATCH_POKE_SECONDS=300)")
     p.add_argument("--backfill-no-range", action="store_true",
                    help="batched section: skip the year as one range-triggered DAG run (its own deployment)")
     p.add_argument("--backfill-naive-first", action="store_true", help="backfill the naive DAG before ours")
@@ -194,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                                       idle_sleep=a.backfill_idle_sleep, max_active_runs=a.backfill_max_active_runs,
                                       range_run=not a.backfill_no_range, parallelism=a.backfill_parallelism,
                                       naive="naive" in [d.strip() for d in a.backfill_dags.split(",")],
-                                      month_ways=tuple(w.strip() for w in a.backfill_month_ways.split(",") if w.strip()))
+                                      month_ways=tuple(w.strip() for w in a.backfill_month_ways.split(",") if w.strip()),
+                                      env=dict(kv.strip().split("=", 1) for kv in a.backfill_env.split(",") if kv.strip()))
             else:
                 from bench.airflow_cmp import airflow_compare
 
