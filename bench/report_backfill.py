@@ -123,7 +123,7 @@ def _pivot(sec: dict[str, Any]) -> str:
         r = s.get(f"{dep}_{way}_over_floor")
         return text if r is None or text == "-" else f"{text} = **{r:.1f}x**"
 
-    rows = [["1 (a scheduled interval: never batched)", "= per interval", "-", *one, "-"]]
+    rows = [["1 (a scheduled interval: never in a batch of others)", "= per interval", "-", *one, "-"]]
     for dep in ("month", "year"):
         if dep in sec["deployments"]:
             d = sec["deployments"][dep]
