@@ -339,3 +339,57 @@ def test_the_interval_ending_at_the_spring_jump_runs_by_itself_and_again(berlin)
     assert set(berlin.drive(dr).values()) == {"success"}
     assert {e: st.state.value for e, st in berlin.sink.status(iv).items()} == {1: "COMMITTED", 2: "COMMITTED"}
     assert berlin.published([]) == {"2026-03-28": (2, 202)} and berlin.sink.log.intervals() == [iv]
+
+
+def local_hour(iv: Any) -> str:
+    """The interval's local date and hour in Berlin with its UTC offset: the repeated 02:00 of the autumn
+    change is two partitions (docs/LAYOUT.md, "Time zones")."""
+    s = iv.start.astimezone(BERLIN)
+    return f"dt={s:%Y-%m-%d}/hour={s:%H%z}"
+
+
+class BerlinHourly(Endings):
+    """An hourly DAG in Berlin time, partitioned and landed by local date and hour (with the offset), batched."""
+
+    def __init__(self, session: Any, root: Path, dag_id: str) -> None:
+        from airflow.sdk import CronDataIntervalTimetable
+
+        from exactly_once.protocol.layout import Source
+
+        Pipeline.__init__(self, session, root, dag_id, max_batch=8,
+                          schedule=CronDataIntervalTimetable("0 * * * *", timezone="Europe/Berlin"),
+                          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+                          sources=Source("s", format="csv", path=local_hour), partitions=local_hour)
+        self.dag.task_dict["t.begin"].write_batch = stand_in_batch
+
+
+@pytest.mark.parametrize("way", ["backfill", "range"])
+def test_a_berlin_hourly_dag_across_both_dst_changes_publishes_every_hour_exactly(session, tmp_path, request, way):  # noqa: F811
+    """The local nights of both 2026 changes, hour by hour, backfilled (batched) or as range runs: the spring
+    night has no 02:00 (three hours from 01:00 to 04:00), the autumn night has 02:00 twice (+0200 and +0100,
+    two partitions); every hour publishes exactly its own landed rows once, each announced once."""
+    from exactly_once.ids import Interval
+
+    utc = timezone.utc
+    nights = [[Interval(datetime(2026, 3, 28, 23, tzinfo=utc) + timedelta(hours=h),
+                        datetime(2026, 3, 29, 0, tzinfo=utc) + timedelta(hours=h)) for h in range(3)],
+              [Interval(datetime(2026, 10, 24, 23, tzinfo=utc) + timedelta(hours=h),
+                        datetime(2026, 10, 25, 0, tzinfo=utc) + timedelta(hours=h)) for h in range(4)]]
+    for n, iv in enumerate([iv for night in nights for iv in night], 1):
+        land(tmp_path, local_hour(iv), "a.csv", [n, 100 * n])
+    pipe = BerlinHourly(session, tmp_path, dag_id_of(request))
+    for night in nights:
+        runs = pipe.backfill_between(night[0].start, night[-1].start) if way == "backfill" else \
+            [pipe.range_between(night[0], night[-1])]
+        for dr in runs:
+            pipe.drive(dr)
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(pipe.cfg.table_url, format="parquet", partitioning="hive").to_table().to_pylist()
+    got = {f"dt={r['dt']}/hour={r['hour']}": (r["n"], r["total"]) for r in rows}
+    ivs = [iv for night in nights for iv in night]
+    assert got == {local_hour(iv): (2, 101 * n) for n, iv in enumerate(ivs, 1)}
+    assert "dt=2026-10-25/hour=02+0200" in got and "dt=2026-10-25/hour=02+0100" in got
+    assert not any(k.startswith("dt=2026-03-29/hour=02") for k in got)
+    versions = sorted(pipe.sink.committed(iv)[0].name for iv in ivs)
+    assert announced(pipe) == (versions, versions)
