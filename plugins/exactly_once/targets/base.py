@@ -40,6 +40,9 @@ class StagedVersion:
     partitions: Mapping[str, tuple[StagedFile, ...]]
     opener: Opener = field(repr=False, compare=False)
     root: str | None = None  # storage path of the staged data, for targets on the same storage (files)
+    # the log's newest COMMITTED epoch of the interval, read when called (the protocol sets it): a target
+    # whose marker is gone (evicted, deleted) asks it before publishing, so it never replaces a newer version
+    newest_committed: Callable[[], int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for part, files in self.partitions.items():
@@ -56,9 +59,11 @@ class StagedVersion:
         return cls(parts, opener)
 
     @classmethod
-    def on(cls, storage: Any, root: str, partitions: Mapping[str, tuple[StagedFile, ...]]) -> "StagedVersion":
+    def on(cls, storage: Any, root: str, partitions: Mapping[str, tuple[StagedFile, ...]],
+           newest_committed: Callable[[], int] | None = None) -> "StagedVersion":
         """The version whose files are ``<root>/<partition>/<name>`` on ``storage`` (the sealed staging)."""
-        return cls(partitions, lambda part, name: storage.open(storage.join(root, part, name), "rb"), root)
+        return cls(partitions, lambda part, name: storage.open(storage.join(root, part, name), "rb"), root,
+                   newest_committed)
 
     def path(self, partition: str, name: str | None = None) -> str:
         """Storage path of a staged partition dir or file (targets that move or copy files)."""

@@ -269,6 +269,9 @@ class DatabaseTarget(PublishTarget):
             db_claims.check(d, cur, self.commit_table, self.table, self.owner)
         marker = self._lock_marker(cur, txn.interval)
         self._refuse_foreign(marker, txn)
+        newest = staged.newest_committed() if marker.epoch == 0 and staged.newest_committed else 0
+        if newest > txn.epoch:  # the marker row is gone (deleted, truncated) but the log has a newer version
+            marker = replace(marker, epoch=newest)  # superseded: an older one is never published over it
         if marker.epoch >= txn.epoch:
             conn.rollback()
             verdict = ALREADY if marker.epoch == txn.epoch else SUPERSEDED

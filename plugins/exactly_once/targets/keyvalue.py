@@ -129,6 +129,7 @@ class RedisTarget(PublishTarget):
         try:
             client = self._client(ep)
             try:
+                self._refuse_evicting(client, [])
                 if not client.exists(self.owner_key()):
                     for key in client.scan_iter(match=f"{self.namespace}:_eo:marker:*", count=1000):
                         self._refuse_foreign(client.hgetall(key), owner, None)
@@ -208,10 +209,13 @@ class RedisTarget(PublishTarget):
         try:
             client = self._client(ep)
             try:
+                self._refuse_evicting(client, [self.owner_key(), self.marker_key(txn.interval),
+                                               self.keyset_key(txn.interval)])
                 if self.owner is not None:
                     self._refuse_foreign_claim(client.get(self.owner_key()), self.owner)
-                self._refuse_foreign(client.hgetall(self.marker_key(txn.interval)), self.owner, txn)
-                self._refuse_unknown_keys(client, txn, staged)
+                marker = client.hgetall(self.marker_key(txn.interval))
+                self._refuse_foreign(marker, self.owner, txn)
+                self._refuse_unknown_keys(client, txn, staged, marker)
             finally:
                 client.close()
         except redis.RedisError as exc:
@@ -219,17 +223,51 @@ class RedisTarget(PublishTarget):
                                          f"{redact(exc, *ep.secrets())[:500]}; nothing was decided, retry") from None
         self._values(staged)
 
-    def _refuse_unknown_keys(self, client: Any, txn: TxnRef, staged: StagedVersion) -> None:
+    def _refuse_evicting(self, client: Any, keys: list[str]) -> None:
+        """ConfigError if the server may drop our bookkeeping keys by itself: a ``maxmemory-policy`` that
+        evicts any key (``allkeys-*``), or a TTL on one of ``keys`` (a ``volatile-*`` policy evicts those,
+        and they expire anyway). Without its marker and key set a publish cannot tell the live version."""
+        policy = str(client.info("memory").get("maxmemory_policy", "noeviction"))
+        if policy.startswith("allkeys"):
+            raise ConfigError(f"{self.describe()}: the server's maxmemory-policy is {policy}: when full it evicts "
+                              "any key, the markers and key sets of exactly-once included, and then could not tell "
+                              "which version is live. Set `redis-cli config set maxmemory-policy noeviction` (and in "
+                              "redis.conf), or a volatile-* policy, or publish to a server that is not a cache; "
+                              "nothing was decided")
+        expiring = [k for k in keys if client.ttl(k) >= 0]
+        if expiring:
+            raise ConfigError(f"{self.describe()}: key(s) {expiring} have a TTL (EXPIRE): exactly-once's bookkeeping "
+                              "must not expire. Remove it (`redis-cli persist <key>`) and whatever sets it; nothing "
+                              "was decided")
+
+    def _gone(self, keyset: str, marker_epoch: int) -> str:
+        """Why a publish cannot go on when the interval's key set is gone while it holds data."""
+        return (f"the key set {keyset!r} of this interval is gone (evicted or deleted; marker at epoch "
+                f"{marker_epoch or 'gone too'}) while the namespace holds the interval's keys: exactly-once can no "
+                "longer tell the live version's keys from others', and a new version could leave stale keys "
+                f"beside it. Delete the interval's keys (redis-cli --scan --pattern '{_glob(self.namespace)}:<partition>:*'"
+                f" | xargs redis-cli unlink) and its marker (redis-cli unlink {keyset.replace(':_eo:keys:', ':_eo:marker:')}),"
+                " then reprocess the interval (eo reprocess <table-url> --interval <start>)")
+
+    def _interval_keys(self, client: Any, staged: StagedVersion) -> list[str]:
+        """The namespace's keys in the partitions of ``staged``: one SCAN of the namespace (O(keys in it))."""
+        parts = tuple(f"{self.namespace}:{p}:" for p in staged.partitions)
+        if not parts:
+            return []
+        return sorted(k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
+                                                                           count=1000)) if k.startswith(parts))
+
+    def _refuse_unknown_keys(self, client: Any, txn: TxnRef, staged: StagedVersion, marker: dict[bytes, bytes]
+                             ) -> None:
         """TargetSchemaError if a partition of ``staged`` holds keys this interval's versions never wrote
         (an old loader's, a manual SET): a publish replaces only the keys it knows (the interval's key
-        set), so they would stay beside every new version. One SCAN of the namespace (O(keys in it))."""
-        parts = {f"{self.namespace}:{p}:" for p in staged.partitions}
-        if not parts:
-            return
-        ours = {k.decode() for k in client.smembers(self.keyset_key(txn.interval))}
-        unknown = sorted(k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
-                                                                             count=1000))
-                         if k.startswith(tuple(parts)) and k not in ours)
+        set), so they would stay beside every new version - or if the key set itself is gone (evicted or
+        deleted) while the partitions hold keys (the real cause, not "an old loader's")."""
+        keyset = self.keyset_key(txn.interval)
+        ours = {k.decode() for k in client.smembers(keyset)}
+        unknown = [k for k in self._interval_keys(client, staged) if k not in ours]
+        if unknown and not ours and (int(marker.get(b"rows", 0)) or not marker.get(b"epoch")):
+            raise TargetSchemaError(self._gone(keyset, int(marker.get(b"epoch", 0))) + "; nothing was decided")
         if unknown:
             part = unknown[0][len(self.namespace) + 1:].rsplit(":", 1)[0]
             raise TargetSchemaError(
@@ -297,10 +335,18 @@ class RedisTarget(PublishTarget):
                     live = pipe.hgetall(marker)
                     self._refuse_foreign(live, self.owner, txn)  # never "already" on another owner's epoch
                     epoch = int(live.get(b"epoch", 0))
+                    if not epoch and staged.newest_committed and (newest := staged.newest_committed()) > txn.epoch:
+                        logger.warning("%s: the marker of %s is gone, but epoch %d is committed: superseded (an "
+                                       "older version is never published over it)", txn.name, txn.interval.token,
+                                       newest)
+                        return SUPERSEDED
                     if epoch >= txn.epoch:
                         verdict = ALREADY if epoch == txn.epoch else SUPERSEDED
                         logger.info("%s: %s (marker at epoch %d) in %s", txn.name, verdict, epoch, self.describe())
                         return verdict
+                    if not pipe.exists(keyset) and (int(live.get(b"rows", 0)) or (
+                            not epoch and self._interval_keys(pipe, staged))):
+                        raise TargetSchemaError(self._gone(keyset, epoch))  # stale keys could not be told
                     if values is None:
                         values = self._values(staged)
                     stale = sorted({k.decode() for k in pipe.smembers(keyset)} - values.keys())
