@@ -4,15 +4,24 @@ ends ABORTED, nothing is published, the interval is not stuck once the cause is 
 
 1. upsert: a staged NULL in a key column (a UNIQUE key treats NULLs as distinct) - refused;
 2. upsert on MariaDB: a second UNIQUE index besides the key (ON DUPLICATE KEY UPDATE matches any) -
-   refused; PostgreSQL's ON CONFLICT (key) raises on the other index, which the dry run refuses.
+   refused; PostgreSQL's ON CONFLICT (key) raises on the other index, which the dry run refuses;
+3. Redis evicting (allkeys-*) or expiring the bookkeeping, an operator deleting a marker (Redis, and the
+   commit table's row of a database): a late finisher never publishes an older version over a newer one
+   (superseded, by the log's newest committed epoch); a key set that is gone is refused with that cause;
+   an evicting server or a TTL on the bookkeeping is refused at begin / before the decision.
 """
 from __future__ import annotations
 
-import pyarrow as pa
+import subprocess
 
+import pyarrow as pa
+import pytest
+
+from eo_testing import free_port, wait_port
+from exactly_once.errors import ConfigError
 from protocol_helpers import make_rows, open_sink
 
-from .conftest import IV, PART
+from .conftest import IV, PART, redis_client
 from .test_target_breaks import only, refused_before_deciding
 
 
@@ -53,3 +62,97 @@ def test_upsert_with_another_unique_index_never_loses_a_row(world):
         db.run(f"DROP INDEX {db.q(world.name + '_v')} ON {db.q(world.name)}")  # what the error says to do
         world.commit(sink, IV, {PART: [[(2, "alpha"), (1, "beta")]]})
         assert world.read_rows() == world.rows({PART: [[(1, "beta"), (2, "alpha")]]})
+
+
+def forget_marker(world) -> None:
+    """An operator (or an evicting Redis) deletes the interval's marker: the commit table's row, the marker hash."""
+    if world.place.db is not None:
+        db = world.place.db
+        db.run(f"DELETE FROM {db.q('_eo_commits')} WHERE target = %s AND interval_token = %s", (world.name, IV.token))
+    else:
+        redis_client().delete(f"{world.name}:_eo:marker:{IV.token}")
+
+
+def test_a_late_finisher_never_publishes_over_a_newer_version_whose_marker_is_gone(world, monkeypatch):
+    only(world, "redis", "postgresql", "mysql", why="files and Delta keep no marker per interval to lose")
+    sink, other = world.sink(), world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 2, start=50)
+    t1 = sink.begin(IV)
+    world.stage(sink, t1, {PART: [old]})
+    sink.pre_commit(t1)
+
+    def newer_then_forgotten():  # epoch 2 begins, commits and publishes while epoch 1's publish stalls
+        world.commit(other, IV, {PART: [new]})
+        forget_marker(world)
+
+    state = world.during_publish(monkeypatch, t1, newer_then_forgotten)
+    result = sink.commit(t1)
+    monkeypatch.undo()
+    assert state["fired"] and set(result.partitions.values()) == {"superseded"}, result.partitions
+    assert world.read_rows() == world.rows({PART: [new]})  # epoch 2's rows, never epoch 1's again
+    again = make_rows("again", 2, start=70)
+    world.commit(world.sink(), IV, {PART: [again]})  # the next reprocess publishes (the marker is back)
+    assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_redis_refuses_with_the_real_cause_when_the_key_set_is_gone(world):
+    only(world, "redis", why="only Redis keeps a key set per interval")
+    sink, client = world.sink(), redis_client()
+    first, again = make_rows("a", 3), make_rows("b", 2, start=10)
+    world.commit(sink, IV, {PART: [first]})
+    client.delete(f"{world.name}:_eo:keys:{IV.token}")  # evicted, or an operator's clean-up
+    err = refused_before_deciding(world, sink, {PART: [again]})
+    assert "is gone (evicted or deleted" in str(err) and "did not write" not in str(err), err
+    assert world.read_rows() == world.rows({PART: [first]})
+    for key in [*client.scan_iter(f"{world.name}:{PART}:*"), f"{world.name}:_eo:marker:{IV.token}"]:
+        client.unlink(key)  # what the error says to do
+    world.commit(sink, IV, {PART: [again]})
+    assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_redis_refuses_a_server_that_may_evict_or_expire_the_bookkeeping(world, tmp_path):
+    only(world, "redis", why="only Redis is run as a cache that evicts keys")
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--appendonly", "no", "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru",
+                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_port(port)
+        url = f"redis://127.0.0.1:{port}/0"
+        cache = open_sink(world.log_url("p", "cache"), pipeline="p", sink="t", target={**world.spec, "url": url})
+        with pytest.raises(ConfigError, match="maxmemory-policy is allkeys-lru.*noeviction"):
+            cache.begin(IV)
+        assert cache.status(IV) == {}  # refused at begin: nothing began
+        import redis
+
+        redis.Redis.from_url(url).config_set("maxmemory-policy", "volatile-lru")  # what the error says
+        world.commit(cache, IV, {PART: [make_rows("a", 2)]})
+    finally:
+        server.terminate()
+        server.wait(10)
+    sink, client = world.sink(), redis_client()
+    world.commit(sink, IV, {PART: [make_rows("a", 2)]})
+    client.expire(f"{world.name}:_eo:marker:{IV.token}", 3600)  # under volatile-* it may be evicted; it expires
+    err = refused_before_deciding(world, sink, {PART: [make_rows("b", 2, start=10)]})
+    assert "have a TTL" in str(err) and "persist" in str(err), err
+    client.persist(f"{world.name}:_eo:marker:{IV.token}")
+    world.commit(sink, IV, {PART: [make_rows("b", 2, start=10)]})
+    assert world.read_rows() == world.rows({PART: [make_rows("b", 2, start=10)]})
+
+
+def test_delta_refuses_a_table_with_column_mapping(world):
+    only(world, "delta-local", "delta-s3", why="column mapping is a Delta table's")
+    from deltalake import DeltaTable, write_deltalake
+
+    target = world.sink().target
+    opts = target.options or None
+    theirs = pa.table({"k": pa.array([100], pa.int64()), "v": ["other"], "dt": ["2026-03-01"]})
+    write_deltalake(target.uri, theirs, partition_by=["dt"], configuration={"delta.columnMapping.mode": "name"},
+                    storage_options=opts)  # legacy protocol (2, 5): no writer_features list to judge
+    sink = world.sink()
+    err = refused_before_deciding(world, sink, {PART: [make_rows("a", 2)]})
+    assert "column mapping" in str(err) and "without it" in str(err), err
+    assert DeltaTable(target.uri, storage_options=opts).version() == 0  # nothing committed to the table
+    assert world.sink().recover(IV) == [] and world.log_problems(sink, IV) == []  # nothing stuck
