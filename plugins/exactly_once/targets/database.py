@@ -360,18 +360,19 @@ class DatabaseTarget(PublishTarget):
         file_cols, part_cols = self._staged_columns(staged)
         cols = self._table_columns(info, d, [*file_cols, *part_cols])
         table_sql = d.table(self.table)
+        parts = sorted(set(staged.partitions) | set(marker.partitions))
         if self.mode == "replace":
-            self._delete_previous(cur, d, info, txn.interval, sorted(set(staged.partitions) | set(marker.partitions)))
+            for where, params in self._interval_rows(d, info, txn.interval, parts):
+                cur.execute(f"DELETE FROM {table_sql} WHERE {where}", params)
         if not cols:
             return 0
         counted = [0]
         check = self.interval_column if self.mode == "replace" else None
         in_file = next((c for c in file_cols if check and (c == check or (
             d.case_insensitive_columns and c.lower() == check.lower()))), None)
-        unchecked = [bool(check) and in_file is None]
         keys = self._check_keys(info, d, cols) if self.mode == "upsert" else []
         batches = self._batches(staged, d, file_cols, part_cols, counted,
-                                (in_file, txn, unchecked) if in_file else None,
+                                (in_file, txn, [False]) if in_file else None,
                                 [c for c in file_cols if info.column(c, d.case_insensitive_columns) in keys])
         if self.mode == "replace":
             loaded = d.load(cur, table_sql, cols, batches)
@@ -381,23 +382,31 @@ class DatabaseTarget(PublishTarget):
             cur.execute(d.upsert_sql(table_sql, stage, cols, keys))
         if loaded != counted[0]:
             raise TargetSchemaError(f"{txn.name}: the database loaded {loaded} of {counted[0]} staged rows")
-        if unchecked[0]:  # the staged column is not a date/time: the database compares (see _check_inside)
-            self._check_inside(cur, d, info, txn, counted[0])
+        if self.mode == "replace":  # where the rows landed (a trigger may move them; see _check_landed)
+            self._check_landed(cur, d, info, txn, parts, counted[0])
         return counted[0]
 
-    def _check_inside(self, cur: Any, d: Dialect, info: TableInfo, txn: TxnRef, loaded: int) -> None:
-        """Fallback of :func:`.db_rows.refuse_outside` (an ``interval_column`` that is a partition key or not a date/time
-        in the staged files): the table's rows in the interval are at least the loaded ones. Counts every
-        writer's rows, so a concurrent writer's row can mask one of ours (docs/TARGETS.md, Known limits)."""
-        col = d.quote(self._table_columns(info, d, [self.interval_column or ""])[0])
-        cur.execute(f"SELECT count(*) FROM {d.table(self.table)} WHERE {col} >= %s AND {col} < %s",
-                    (self._ts(d, txn.interval.start), self._ts(d, txn.interval.end)))
-        inside = int(cur.fetchone()[0])
-        if inside < loaded:
+    def _check_landed(self, cur: Any, d: Dialect, info: TableInfo, txn: TxnRef, parts: list[str], loaded: int) -> None:
+        """replace: after the load, in its transaction, the rows the interval's delete matches must be exactly
+        the ``loaded`` ones. Fewer: some landed elsewhere (a trigger, default or generated column rewrote the
+        partition or interval column; an interval column outside the interval or NULL) and would double at
+        every reprocess, whose delete never matches them. More: rows not ours are in the interval. Counts
+        every writer's rows, so a concurrent writer's row can mask one of ours (docs/TARGETS.md, Known limits)."""
+        inside = 0
+        for where, params in self._interval_rows(d, info, txn.interval, parts):
+            cur.execute(f"SELECT count(*) FROM {d.table(self.table)} WHERE {where}", params)
+            inside += int(cur.fetchone()[0])
+        if inside != loaded:
+            by = f"{self.interval_column} in [{txn.interval.start.isoformat()}, {txn.interval.end.isoformat()})" \
+                if self.interval_column else f"the partition columns of {parts}"
             raise TargetSchemaError(
-                f"{txn.name}: {loaded - inside} of {loaded} staged row(s) have {self.interval_column} outside "
-                f"the interval [{txn.interval.start.isoformat()}, {txn.interval.end.isoformat()}) or NULL; a "
-                "reprocess replaces only the interval's rows, so they would double. Filter them in the job")
+                f"{txn.name}: after loading {loaded} row(s), {inside} row(s) of {self.table} have {by}, what a "
+                "reprocess deletes as the interval's. " + (
+                    f"{loaded - inside} landed outside the interval (or NULL): a trigger, default or generated "
+                    "column of the table rewrote the value, or the staged rows carry it; they would double at "
+                    "every reprocess. Drop the table's rewrite of that column, or filter the rows in the job"
+                    if inside < loaded else f"{inside - loaded} are not the staged rows (another writer inserting "
+                    "into the interval, a trigger adding rows): stop it, then run the interval again"))
 
     def _staged_columns(self, staged: StagedVersion) -> tuple[list[str], list[str]]:
         """(columns of the staged files, partition keys to add as columns), from the first file."""
@@ -437,18 +446,19 @@ class DatabaseTarget(PublishTarget):
         refuse_other_unique(d, info, self.table, keys)
         return keys
 
-    def _delete_previous(self, cur: Any, d: Dialect, info: TableInfo, interval: Interval, parts: list[str]) -> None:
-        table_sql = d.table(self.table)
+    def _interval_rows(self, d: Dialect, info: TableInfo, interval: Interval, parts: list[str]
+                       ) -> list[tuple[str, tuple[Any, ...]]]:
+        """replace: the WHERE clauses (with their parameters) of the interval's rows - its time range by
+        ``interval_column``, else one per partition of ``parts`` by its partition columns."""
         if self.interval_column:
-            col = self._table_columns(info, d, [self.interval_column])[0]
-            cur.execute(f"DELETE FROM {table_sql} WHERE {d.quote(col)} >= %s AND {d.quote(col)} < %s",
-                        (self._ts(d, interval.start), self._ts(d, interval.end)))
-            return
+            col = d.quote(self._table_columns(info, d, [self.interval_column])[0])
+            return [(f"{col} >= %s AND {col} < %s", (self._ts(d, interval.start), self._ts(d, interval.end)))]
+        out = []
         for part in parts:
             values = partition_values(part)
             cols = self._table_columns(info, d, list(values))
-            cur.execute(f"DELETE FROM {table_sql} WHERE " + " AND ".join(f"{d.quote(c)} = %s" for c in cols),
-                        tuple(values.values()))
+            out.append((" AND ".join(f"{d.quote(c)} = %s" for c in cols), tuple(values.values())))
+        return out
 
     def _batches(self, staged: StagedVersion, d: Dialect, file_cols: list[str], part_cols: list[str],
                  counted: list[int], check: tuple[str, TxnRef, list[bool]] | None = None,
