@@ -21,7 +21,7 @@ from eo_testing import free_port, wait_port
 from exactly_once.errors import ConfigError
 from protocol_helpers import make_rows, open_sink
 
-from .conftest import IV, PART, redis_client
+from .conftest import IV, IV2, PART, PART2, redis_client
 from .test_target_breaks import only, refused_before_deciding
 
 
@@ -156,3 +156,48 @@ def test_delta_refuses_a_table_with_column_mapping(world):
     assert "column mapping" in str(err) and "without it" in str(err), err
     assert DeltaTable(target.uri, storage_options=opts).version() == 0  # nothing committed to the table
     assert world.sink().recover(IV) == [] and world.log_problems(sink, IV) == []  # nothing stuck
+
+
+def test_rows_a_trigger_moves_out_of_the_interval_are_refused(world):
+    only(world, "postgresql", "mysql", why="only a database runs the table's triggers on our load")
+    db, t = world.place.db, world.name
+    first, again = make_rows("a", 2), make_rows("b", 3, start=10)
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [first]})
+    if world.kind == "postgresql":  # a DBA's "normalise dt" (stands in for a local business day)
+        db.run(f'CREATE FUNCTION "{t}_shift"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN '
+               "NEW.dt := NEW.dt + 1; RETURN NEW; END $$")
+        db.run(f'CREATE TRIGGER "{t}_shift" BEFORE INSERT ON "{t}" FOR EACH ROW EXECUTE FUNCTION "{t}_shift"()')
+    else:
+        db.run(f"CREATE TRIGGER `{t}_shift` BEFORE INSERT ON `{t}` FOR EACH ROW SET NEW.dt = NEW.dt + INTERVAL 1 DAY")
+    err = refused_before_deciding(world, sink, {PART: [again]})
+    assert "landed outside the interval" in str(err) and "trigger" in str(err), err
+    assert world.read_rows() == world.rows({PART: [first]})  # rolled back: nothing moved, nothing doubled
+    db.run(f"DROP TRIGGER {db.q(t + '_shift')}" + (f" ON {db.q(t)}" if world.kind == "postgresql" else ""))
+    world.commit(sink, IV, {PART: [again]})
+    assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_log_deleted_and_started_over_never_takes_the_old_versions_for_its_own(world):
+    only(world, "files-local", "files-s3", why="only the files targets name a live version by the log's txn name alone")
+    from exactly_once.errors import OwnershipError
+    from exactly_once.records.ownership import LOCATION_CLAIM
+
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("old", 2)]})  # the old log's e1 live in PART
+    world.commit(sink, IV2, {PART2: [make_rows("old", 2)]})
+    world.commit(sink, IV2, {PART2: [make_rows("old2", 2)]})  # and its e2 in PART2
+    sink.storage.remove_tree(sink.home)  # "start the pipeline over": rm -rf _exactly_once/<table>
+    with pytest.raises(OwnershipError, match="what it published there"):
+        world.sink().begin(IV)
+    sink.storage.remove_tree(sink.storage.join(sink.table, LOCATION_CLAIM))  # what the error says to do
+    fresh = world.sink()
+    new, new2 = make_rows("new", 3, start=20), make_rows("new", 2, start=40)
+    world.commit(fresh, IV, {PART: [new]})  # the new log's e1: same name as the old live one
+    world.commit(fresh, IV2, {PART2: [new2]})  # its e1 under the old log's e2
+    assert world.read_rows() == world.rows({PART: [new], PART2: [new2]})
+    again = make_rows("again", 2, start=60)
+    world.commit(fresh, IV, {PART: [again]})  # and the new log goes on
+    assert world.read_rows() == world.rows({PART: [again], PART2: [new2]})
+    assert world.log_problems(fresh, IV) == [] and world.log_problems(fresh, IV2) == []

@@ -59,7 +59,9 @@ def refuse_other_owner(where: str, holder: Owner, me: Owner) -> None:
         raise OwnershipError(
             f"{where} belongs to {holder.describe()}; {me.describe()} cannot publish there: nothing was "
             "decided. Give each pipeline its own target (table, namespace, prefix); if the other owner's log "
-            "was deleted on purpose, remove its claim at the target (docs/TARGETS.md, 'Ownership')")
+            "was deleted on purpose, remove its claim at the target and what it published there (partition links "
+            "or manifests, markers, rows: a deleted log's versions can be neither rolled back nor recovered), then "
+            "run the intervals again (docs/TARGETS.md, 'Ownership')")
 
 
 def owner_record(storage: Storage, home: str) -> dict[str, Any] | None:

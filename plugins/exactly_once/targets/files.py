@@ -135,8 +135,14 @@ class LocalFilesTarget(FilesTarget):
                 "committed, `eo recover` the table)")
 
     def _settled(self, txn: TxnRef, part: str, link: str) -> str | None:
-        """``already``/``superseded`` if the live version makes publishing ``txn`` moot, else None."""
+        """``already``/``superseded`` if the live version makes publishing ``txn`` moot, else None. Only a
+        link into this sink's own version store counts: one left by a deleted log (its store gone with it)
+        names versions of another log - even ``txn``'s own name - and is replaced, never taken for ours."""
         current = self.live_version(part)
+        if current is not None and not (os.path.isdir(link) and os.path.isdir(vdir := self._vdir(part, current))
+                                        and os.path.samefile(link, vdir)):
+            self._foreign_link(txn, link, current)
+            return None  # dangling, or into another store: not a version of this log
         if current == txn.name:
             return "already"
         if supersedes(current, txn.name):

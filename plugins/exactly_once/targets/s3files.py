@@ -53,8 +53,16 @@ class S3FilesTarget(FilesTarget):
         except FileNotFoundError:
             return None, None
 
+    def _ours(self, manifest: dict[str, Any] | None) -> bool:
+        """A live manifest this sink's log switched: its owner id is ours (a manifest of another log - one
+        deleted and started over - names versions that are not this log's, even with the same names).
+        A manifest written before manifests named their owner counts as ours."""
+        return bool(manifest) and manifest.get("owner", "?") in ("?", self.owner.id if self.owner else None)
+
     def _outcome_if_done(self, live: str, version: str) -> str | None:
         now, _ = self.read_manifest(live)
+        if not self._ours(now):
+            return None
         if now and now["version"] == version:
             return "already"
         if now and supersedes(now["version"], version):
@@ -73,7 +81,8 @@ class S3FilesTarget(FilesTarget):
             raise StorageError(f"s3://{live} is live with {current['version']}, a version of another "
                                "interval; a partition belongs to one interval (check the partitioning)")
         names = [published_name(version, f.name) for f in files]
-        present = {e.rel: e.size for e in self.storage.walk_files(live) if "/" not in e.rel}
+        present = {e.rel: e.size for e in self.storage.walk_files(live) if "/" not in e.rel} \
+            if self._ours(current) else {}  # another log's objects may share our names and sizes: copy all
         todo = [(staged.path(part, f.name), self.storage.join(live, n), f)
                 for f, n in zip(files, names) if present.get(n) != f.size]
         staged_sizes = {e.rel: e.size for e in self.storage.walk_files(staged.path(part))} if todo else {}
@@ -92,11 +101,11 @@ class S3FilesTarget(FilesTarget):
             if done:
                 return done
             raise
-        target = {"version": version, "files": [ManifestFile(n, f.size, f.rows, getattr(f, "sha256", None)).to_dict()
+        target = {"version": version, **({"owner": self.owner.id} if self.owner else {}), "files": [ManifestFile(n, f.size, f.rows, getattr(f, "sha256", None)).to_dict()
                                                 for f, n in zip(files, names)]}
         for _ in range(SWITCH_TRIES):
             now, etag = self.read_manifest(live)  # a newer version may have gone live while we copied
-            if now and supersedes(now["version"], version):
+            if self._ours(now) and supersedes(now["version"], version):
                 return "superseded"  # our copies stay for gc: another finisher may have made them live
             if now == target or self.storage.put_conditional(self.storage.join(live, MANIFEST),
                                                              to_json(target), if_match=etag):
