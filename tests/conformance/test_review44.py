@@ -13,6 +13,7 @@ ends ABORTED, nothing is published, the interval is not stuck once the cause is 
 from __future__ import annotations
 
 import subprocess
+from urllib.parse import quote
 
 import pyarrow as pa
 import pytest
@@ -21,7 +22,7 @@ from eo_testing import free_port, wait_port
 from exactly_once.errors import ConfigError
 from protocol_helpers import make_rows, open_sink
 
-from .conftest import IV, IV2, PART, PART2, redis_client
+from .conftest import IV, IV2, PART, PART2, ddl, redis_client
 from .test_target_breaks import only, refused_before_deciding
 
 
@@ -201,3 +202,56 @@ def test_a_log_deleted_and_started_over_never_takes_the_old_versions_for_its_own
     world.commit(fresh, IV, {PART: [again]})  # and the new log goes on
     assert world.read_rows() == world.rows({PART: [again], PART2: [new2]})
     assert world.log_problems(fresh, IV) == [] and world.log_problems(fresh, IV2) == []
+
+
+def test_a_schema_whose_name_needs_quoting_is_published_into(world):
+    """The table claim lives in the table's own schema (MariaDB: database) as the database names it: a
+    ``dw-prod`` is quoted, not refused as an unsafe name the user never gave."""
+    only(world, "postgresql", "mysql", why="only a database keeps a claims table in the table's schema")
+    db, schema = world.place.db, f"{world.name}-dw"
+    rows = make_rows("a", 2)
+    if world.kind == "mysql":
+        db.run(f"CREATE DATABASE `{schema}`")
+        db.run(ddl("mysql", world.name).replace(f"`{world.name}`", f"`{schema}`.`{world.name}`"))
+        spec = {**world.spec, "url": world.spec["url"].rsplit("/", 1)[0] + "/" + quote(schema)}
+    else:  # PostgreSQL: the unqualified table resolves by the search_path to a schema named so
+        db.run(f'CREATE SCHEMA "{schema}"')
+        db.run(ddl("postgresql", world.name).replace(f'"{world.name}"', f'"{schema}"."{world.name}"'))
+        dbname = db.run("SELECT current_database()")[0][0]
+        db.run(f'ALTER DATABASE "{dbname}" SET search_path = "{schema}"')
+        spec = world.spec
+    try:
+        sink = open_sink(world.log_url("p", "dw"), pipeline="p", sink="t", target=spec)
+        world.commit(sink, IV, {PART: [rows]})
+        world.commit(sink, IV, {PART: [rows]})  # a reprocess: replaced, not doubled
+        got = db.run(f"SELECT k, v FROM {db.q(schema)}.{db.q(world.name)} ORDER BY k")
+        assert [(int(k), v) for k, v in got] == rows
+        assert db.run(f"SELECT count(*) FROM {db.q(schema)}.{db.q('_eo_claims')}")[0][0] == 1  # claimed there
+    finally:
+        if world.kind == "mysql":
+            db.run(f"DROP DATABASE `{schema}`")
+        else:
+            db.run(f'ALTER DATABASE "{dbname}" RESET search_path')
+            db.run(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_the_same_server_under_another_host_name_is_the_same_table(world):
+    """A sink re-pointed at its server by another name (``localhost`` for ``127.0.0.1``; a DNS name, a
+    failover primary) goes on: the target itself holds the sink's claim. Another database holds none:
+    still refused."""
+    only(world, "postgresql", "mysql", "redis", why="only a server's target is bound by its host")
+    from exactly_once.errors import OwnershipError
+
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("a", 2)]})
+    url = world.spec["url"]
+    moved = open_sink(world.log_url("p", "t"), pipeline="p", sink="t",
+                      target={**world.spec, "url": url.replace("127.0.0.1", "localhost")})
+    again = make_rows("b", 3, start=10)
+    world.commit(moved, IV, {PART: [again]})
+    assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(moved, IV) == [] and world.leftovers() == []
+    other = url.rsplit("/", 1)[0] + {"postgresql": "/postgres", "mysql": "/test", "redis": "/1"}[world.kind]
+    elsewhere = open_sink(world.log_url("p", "t"), pipeline="p", sink="t", target={**world.spec, "url": other})
+    with pytest.raises(OwnershipError, match="holds no claim of this sink"):
+        elsewhere.begin(IV2)

@@ -410,7 +410,7 @@ class TwoPhaseCommitSink:
         """Bind the table and the target's location to this owner (OwnershipError: another owner holds one)."""
         if not self._bound:
             owner = bind_table(self.storage, self.home, self.table, self.pipeline, self.sink, self.table_format,
-                               self.target.binding())
+                               self.target.binding(), self.target.claimed_by)
             self.target = self.target.claim(owner)
             self._bound = True
 

@@ -86,7 +86,8 @@ def bound_target(storage: Storage, home: str, record: dict[str, Any]) -> dict[st
 
 
 def bind_table(storage: Storage, home: str, table: str, pipeline: str, sink: str,
-               table_format: str = "files", target: dict[str, Any] | None = None) -> Owner:
+               table_format: str = "files", target: dict[str, Any] | None = None,
+               claimed_by: Callable[[str], bool] | None = None) -> Owner:
     """Record ``pipeline``/``sink`` (the table format, a fresh owner id and the ``target`` binding
     ``{kind, location, spec}``) as the table's owner if it has none; refuse any other owner, a switch of
     the table's format, and a target at another location than the bound one. Returns the owner."""
@@ -109,11 +110,14 @@ def bind_table(storage: Storage, home: str, table: str, pipeline: str, sink: str
         if not owner.get("target"):  # a record written before targets were bound: bind it beside
             storage.create_exclusive(storage.join(home, "_target.json"), to_json(target))
         was = bound_target(storage, home, owner) or target
-        if _where(was, owner.get("home") or url) != _where(target, url):
+        moved = _where(was, owner.get("home") or url) != _where(target, url)
+        if moved and not (was.get("kind") == target.get("kind") and claimed_by and owner.get("owner_id")
+                          and claimed_by(owner["owner_id"])):  # the same table reached by another name
             raise OwnershipError(
                 f"{pipeline}/{sink} publishes to the {was.get('kind')} target {was.get('location')} (bound at "
                 f"its first run, {storage.url(home)}); it is now configured with the {target.get('kind')} "
-                f"target {target.get('location')}. A sink keeps its target: restore the configuration, or "
+                f"target {target.get('location')}, which holds no claim of this sink (another server or "
+                "database, or its claim was removed). A sink keeps its target: restore the configuration, or "
                 "give the new target its own pipeline table (a new log)")
         refuse_spec_change(was, target, f"{pipeline}/{sink}", storage.url(home))
     return Owner.of(owner, url)

@@ -147,6 +147,12 @@ class PublishTarget(ABC):
         """True if ``txn``'s version is what readers see (recovery: a live version is never aborted)."""
         return self.live_epoch(txn.interval) == txn.epoch
 
+    def claimed_by(self, owner_id: str) -> bool:
+        """True if the target itself holds the claim of owner ``owner_id`` (a database's claim row, a Redis
+        namespace's owner key): configured under another location (``localhost`` for ``127.0.0.1``, a
+        failover primary's name), it is still the table that owner bound. False where it keeps none."""
+        return False
+
     def live_version(self, partition: str) -> str | None:
         """The transaction name live in ``partition``, where the target tracks partitions (files)."""
         return None

@@ -35,8 +35,7 @@ from ..records.ownership import Owner
 from . import db_claims
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome, \
     partition_values
-from .db_retries import close_quietly as _close_quietly  # noqa: F401 - importable here as before
-from .db_retries import rollback_quietly as _rollback_quietly  # noqa: F401 - importable here as before
+from .db_retries import close_quietly as _close_quietly, rollback_quietly as _rollback_quietly  # noqa: F401
 from .db_retries import with_retries
 from .db_rows import refuse_null_keys, refuse_other_unique, refuse_outside, same_partition_value
 from .endpoint import Endpoint, resolve, same_database, where, without_password
@@ -170,6 +169,10 @@ class DatabaseTarget(PublishTarget):
 
         pinned = self._with_retries(f"claim {self.table} for {owner.pipeline}/{owner.sink}", body)
         return replace(self, owner=owner, pinned=pinned)
+
+    def claimed_by(self, owner_id: str) -> bool:
+        """This table's claim row in the commit table names ``owner_id`` (:meth:`PublishTarget.claimed_by`)."""
+        return self._with_retries("read the claim", lambda c: db_claims.holder(self.dialect, c, self) == owner_id)
 
     def resolved(self, cur: Any) -> str:
         """Where the table and the commit table resolve now: ``schema.table (markers in schema.table)``.
@@ -358,8 +361,7 @@ class DatabaseTarget(PublishTarget):
             raise TargetSchemaError(f"table {self.table} does not exist in {self.endpoint().describe()}; create it "
                                     f"(columns as the job writes them{', plus the partition keys' if self.partition_columns else ''})")
         file_cols, part_cols = self._staged_columns(staged)
-        cols = self._table_columns(info, d, [*file_cols, *part_cols])
-        table_sql = d.table(self.table)
+        cols, table_sql = self._table_columns(info, d, [*file_cols, *part_cols]), d.table(self.table)
         parts = sorted(set(staged.partitions) | set(marker.partitions))
         if self.mode == "replace":
             for where, params in self._interval_rows(d, info, txn.interval, parts):
@@ -396,9 +398,9 @@ class DatabaseTarget(PublishTarget):
         for where, params in self._interval_rows(d, info, txn.interval, parts):
             cur.execute(f"SELECT count(*) FROM {d.table(self.table)} WHERE {where}", params)
             inside += int(cur.fetchone()[0])
+        by = f"{self.interval_column} in [{txn.interval.start.isoformat()}, {txn.interval.end.isoformat()})" \
+            if self.interval_column else f"the partition columns of {parts}"
         if inside != loaded:
-            by = f"{self.interval_column} in [{txn.interval.start.isoformat()}, {txn.interval.end.isoformat()})" \
-                if self.interval_column else f"the partition columns of {parts}"
             raise TargetSchemaError(
                 f"{txn.name}: after loading {loaded} row(s), {inside} row(s) of {self.table} have {by}, what a "
                 "reprocess deletes as the interval's. " + (

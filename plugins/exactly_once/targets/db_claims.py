@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import OwnershipError, TargetSchemaError
 from ..ids import Interval
 from ..records.ownership import Owner, refuse_other_owner
-from .sql_dialects import Dialect
+from .sql_dialects import Dialect, Resolved
 
 CLAIM = "_owner"
 CLAIMS_TABLE = "_eo_claims"
@@ -98,10 +98,22 @@ def same_owner(owner: Owner | None, m_owner: str | None, m_pipeline: str | None,
     return (m_pipeline, m_sink) == names
 
 
+def holder(d: Dialect, conn: Any, target: Any) -> str | None:
+    """The owner id of ``target.table``'s claim row in ``target.commit_table`` (None: no commit table, no
+    claim, or one without an id)."""
+    cur = conn.cursor()
+    if d.table_info(cur, target.commit_table) is None:
+        return None
+    cur.execute(f"SELECT owner FROM {d.table(target.commit_table)} WHERE target = %s AND interval_token = %s",
+                (target.table, CLAIM))
+    row = cur.fetchone()
+    return row[0] if row else None
+
+
 def claims_table(d: Dialect, cur: Any, table: str) -> tuple[str, str]:
     """(``schema._eo_claims``, ``schema.table``): where ``table``'s table claim lives, and its key."""
     schema, name = d.identity(cur, table)
-    return f"{schema}.{CLAIMS_TABLE}", f"{schema}.{name}"
+    return Resolved(schema, CLAIMS_TABLE), f"{schema}.{name}"
 
 
 def claims_table_ddl(d: Dialect, claims: str) -> str:

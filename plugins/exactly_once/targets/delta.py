@@ -386,14 +386,12 @@ class DeltaTarget(LocationOwned, PublishTarget):
         publish would not be exact or would break the table's own rules:
 
         * re-partitioned: its files may mix several intervals' rows and cannot be removed whole;
-        * deletion vectors: a file's live rows are the file minus its vector, which a ``remove`` by path
-          does not name;
+        * deletion vectors: a ``remove`` by path does not name a file's vector (its live rows);
         * ``delta.appendOnly``: replacing the interval removes files;
         * ``delta.setTransactionRetentionDuration``: the ``txn`` marker would expire;
         * writer features delta-rs cannot commit to (rowTracking, domainMetadata, identityColumns, ...: not
           in ``WRITABLE_FEATURES``): its commit would be refused after the decision;
-        * CHECK constraints, invariants, generated columns: a commit of staged files (add actions) is not
-          checked against them, so rows breaking them would be published;
+        * CHECK constraints, invariants, generated columns: a commit of staged files is not checked by them;
         * column mapping (a mode but ``none``, or legacy writer protocol 5-6): readers want physical names.
         """
         keys = sorted({k for p in staged.partitions for k in partition_values(p)})
@@ -404,16 +402,14 @@ class DeltaTarget(LocationOwned, PublishTarget):
                         if {"delta.invariants", "delta.generationExpression"} & set(f.metadata or {}))
         problems = []
         if keys and sorted(meta.partition_columns) != keys:
-            problems.append(f"it is partitioned by {sorted(meta.partition_columns)}, {txn.name} by {keys} (so "
-                            "its files may mix several intervals' rows): restore the partitioning or write a "
-                            "new table")
-        protocol = dt.protocol()
+            problems.append(f"it is partitioned by {sorted(meta.partition_columns)}, {txn.name} by {keys} (so its "
+                            "files may mix several intervals' rows): restore the partitioning or write a new table")
+        protocol, mapping = dt.protocol(), str(config.get("delta.columnMapping.mode") or "none").lower()
         features = set(protocol.writer_features or ())
-        mapping = str(config.get("delta.columnMapping.mode") or "none").lower()
         if mapping != "none" or (protocol.writer_features is None and protocol.min_writer_version >= 5):
             problems.append(f"it uses column mapping (mode {mapping}, writer protocol {protocol.min_writer_version}): "
-                            "readers resolve physical column names the staged files do not carry. Publish into a "
-                            "table without it (a new one, or CREATE TABLE ... AS SELECT without the mode)")
+                            "readers resolve physical column names the staged files lack. Publish into a table "
+                            "without it (a new one, or CREATE TABLE ... AS SELECT without the mode)")
         if unknown := sorted(features - WRITABLE_FEATURES - {"deletionVectors"}):
             problems.append(f"it has the writer features {unknown}, which the Delta writer here (delta-rs) "
                             "cannot commit to: publish into a table without them")

@@ -142,6 +142,22 @@ class RedisTarget(PublishTarget):
                                          "nothing was decided, retry") from None
         return replace(self, owner=owner)
 
+    def claimed_by(self, owner_id: str) -> bool:
+        """The namespace's owner key names ``owner_id`` (see :meth:`PublishTarget.claimed_by`)."""
+        import redis
+
+        ep = self.endpoint()
+        try:
+            client = self._client(ep)
+            try:
+                raw = client.get(self.owner_key())
+            finally:
+                client.close()
+        except redis.RedisError as exc:
+            raise TargetUnavailableError(f"read the claim of {self.describe()}: {redact(exc, *ep.secrets())[:500]}; "
+                                         "nothing was decided, retry") from None
+        return bool(raw) and json.loads(raw).get("owner_id") == owner_id
+
     def _refuse_foreign_claim(self, raw: Any, owner: Owner) -> None:
         if raw:
             holder = json.loads(raw)

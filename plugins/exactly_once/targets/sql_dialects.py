@@ -48,8 +48,25 @@ class TableInfo:
         return None
 
 
+class Resolved(str):
+    """``schema.table`` as the database itself named it (:meth:`Dialect.identity`): not a name the user
+    gave, so not allow-listed - its parts are quoted with their quote characters escaped (a MariaDB database
+    ``dw-prod`` is a valid schema)."""
+
+    schema: str
+    name: str
+
+    def __new__(cls, schema: str, name: str) -> "Resolved":
+        out = super().__new__(cls, f"{schema}.{name}")
+        out.schema, out.name = schema, name
+        return out
+
+
 def split_table(name: str, what: str = "table") -> tuple[str | None, str]:
-    """``schema.table`` or ``table`` -> (schema or None, table), each part allow-listed."""
+    """``schema.table`` or ``table`` -> (schema or None, table), each part allow-listed (a
+    :class:`Resolved` name: its parts as the database gave them)."""
+    if isinstance(name, Resolved):
+        return name.schema, name.name
     parts = name.split(".") if isinstance(name, str) else [name]
     if len(parts) > 2:
         raise UnsafeIdentifierError(f"{what} {name!r}: expected table or schema.table")
@@ -70,6 +87,9 @@ class Dialect(ABC):
 
     def table(self, name: str) -> str:
         schema, table = split_table(name)
+        if isinstance(name, Resolved):  # the database's own names: quoted, the quote character doubled
+            q = self.quote_char
+            return ".".join(q + p.replace(q, q + q) + q for p in (schema, table))
         return ".".join(self.quote(p) for p in (schema, table) if p)
 
     def columns_sql(self, cols: Sequence[str]) -> str:
