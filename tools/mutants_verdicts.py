@@ -55,4 +55,11 @@ VERDICTS: dict[str, str] = {
     "targets/sql_dialects.py:-:NumberReplacer:756e18f471": OTHER_DIALECT,
     "targets/sql_dialects.py:-:NumberReplacer:c29479c0f4": OTHER_DIALECT,
     "targets/endpoint.py:describe:AddNot:c263fd91c2": MESSAGE,
+    "targets/database.py:_dry_run:ReplaceAndWithOr:fe672a3947":
+        ("harmless: the interval-overlap check runs on every dry run instead of an interval's first; it leaves "
+         "the interval itself out, so it finds exactly the clashes it found before"),
+    "targets/sql_dialects.py:column:AddNot:d3a70fb6a3":
+        ("harmless: an unknown staged column is then not caught by name but by the database in the dry run "
+         "(TargetSchemaError before the decision either way; test_refusals[unknown_column])"),
+    "targets/sql_dialects.py:-:NumberReplacer:69e2f33859": "equivalent: no MariaDB error has code 1 (nor 0)",
 }

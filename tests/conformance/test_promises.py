@@ -23,7 +23,7 @@ from exactly_once.errors import ExactlyOnceError, OwnershipError
 from exactly_once.targets.base import StagedVersion
 from protocol_helpers import CRASH_EXIT, make_rows, run_child
 
-from .conftest import IV, PART
+from .conftest import IV, PART, PIPELINE, SINK
 
 PART_B = "dt=2026-02-01"  # a second partition the interval owns (no other interval of the suite writes it)
 
@@ -84,6 +84,13 @@ def test_another_owners_marker_in_the_target_is_refused(world, at):
     sink = world.sink()
     old = make_rows("old", 3)
     t1 = world.commit(sink, IV, {PART: [old]})
+    if not world.keeps_copies:  # our marker names our owner id: a twin with our names and its own log is not it
+        from dataclasses import replace
+
+        from exactly_once.records.ownership import Owner
+
+        twin = replace(sink.target, owner=Owner("e" * 32, PIPELINE, SINK, "file:///elsewhere/_exactly_once/t"))
+        assert twin.live_epoch(IV) is None and not twin.is_live(t1, [PART])
     foreign_epoch = t1.epoch + (1 if at == "equal" else 5)  # "equal": the epoch our next begin takes
     world.foreign_marker(IV, foreign_epoch)
     bound, unbound = sink.target, world.sink().target  # as the owner publishes; as `eo status` reads
