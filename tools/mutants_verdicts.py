@@ -62,4 +62,13 @@ VERDICTS: dict[str, str] = {
         ("harmless: an unknown staged column is then not caught by name but by the database in the dry run "
          "(TargetSchemaError before the decision either way; test_refusals[unknown_column])"),
     "targets/sql_dialects.py:-:NumberReplacer:69e2f33859": "equivalent: no MariaDB error has code 1 (nor 0)",
+    # the protocol
+    "protocol/transaction.py:__init__:ReplaceBinaryOperator_Mul_Div:5d3beeba4f":
+        "equivalent: `*` or `/` in the signature - every caller passes pipeline, sink and the rest by keyword",
+    "protocol/transaction.py:begin:ReplaceOrWithAnd:018f08f4c4":
+        ("equivalent: begin records `meta: None` instead of `{}` when none is given; every reader of it "
+         "(txlog.EpochStatus, batch, pipeline) reads `.get('meta') or {}`"),
+    "protocol/transaction.py:_publish:NumberReplacer:f762221aae":
+        ("harmless: the file count reported for an already-published commit whose manifest gc compacted "
+         "(0 or -1); nothing decides on it"),
 }

@@ -79,6 +79,28 @@ def test_a_file_written_after_pre_commit_is_never_published(world):
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
+def test_a_staged_file_rewritten_after_pre_commit_is_never_published(world):
+    """A zombie rewrites a staged file after pre_commit, same size, other bytes: what commits is what
+    pre_commit sealed and the gate read (sha256 locally, the ETag on S3) - refused before the decision."""
+    sink = world.sink()
+    old, rows = make_rows("old", 2), make_rows("a", 3, start=10)
+    world.commit(sink, IV, {PART: [old]})
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [rows]})
+    sink.pre_commit(txn)
+    biggest = max(sink.storage.walk_files(sink.storage.join(sink.data_dir(txn), PART)), key=lambda e: e.size)
+    path = sink.storage.join(sink.data_dir(txn), PART, biggest.rel)
+    data = bytearray(sink.storage.read_bytes(path))
+    data[len(data) // 2] ^= 0xFF  # one byte flipped: the same size
+    with sink.storage.open(path, "wb") as f:
+        f.write(bytes(data))
+    with pytest.raises(ExactlyOnceError):
+        sink.commit(txn)
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED
+    assert world.read_rows() == world.rows({PART: [old]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
 @pytest.mark.parametrize("at", ["equal", "newer"], ids=["foreign-at-our-epoch", "foreign-newer"])
 def test_another_owners_marker_in_the_target_is_refused(world, at):
     sink = world.sink()
