@@ -62,6 +62,15 @@ VERDICTS: dict[str, str] = {
         ("harmless: an unknown staged column is then not caught by name but by the database in the dry run "
          "(TargetSchemaError before the decision either way; test_refusals[unknown_column])"),
     "targets/sql_dialects.py:-:NumberReplacer:69e2f33859": "equivalent: no MariaDB error has code 1 (nor 0)",
+    # Delta
+    "targets/delta.py:__init__:ReplaceBinaryOperator_Mul_Div:0ec54f40c1":
+        "equivalent: `*` or `/` in the signature - every caller passes pipeline and sink by keyword",
+    "targets/delta.py:interval_files:NumberReplacer:a7aa41b667":
+        "equivalent: the first element of split('/', 1) and of split('/', 2) is the same",
+    "targets/delta.py:publish:NumberReplacer:3455f2421b":
+        ("harmless: the first attempt re-reads the snapshot it already has and the second reuses the one it "
+         "lost with, so that attempt loses again and the third re-reads: one wasted try of COMMIT_TRIES, and an "
+         "attempt never commits on a snapshot older than the one it judged"),
     # the protocol
     "protocol/transaction.py:__init__:ReplaceBinaryOperator_Mul_Div:5d3beeba4f":
         "equivalent: `*` or `/` in the signature - every caller passes pipeline, sink and the rest by keyword",
