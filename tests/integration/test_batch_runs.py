@@ -69,7 +69,7 @@ class Begin(PublishLineage):
         stage_batch_write(url, self.setup.options())
 
     def defer(self, *, trigger: Any, method_name: str, timeout: Any = None) -> None:
-        self.deferred = trigger  # what a waiting run's begin hands Airflow's triggerer
+        self.deferred, self.deferral_timeout = trigger, timeout  # what a waiting run's begin hands Airflow
         raise TaskDeferred(trigger=trigger, method_name=method_name, timeout=timeout)
 
     def get_flat_relatives(self, upstream: bool = False) -> list[Any]:
@@ -294,6 +294,7 @@ def test_a_waiting_run_is_deferred_until_the_batch_commits_its_day(setup, monkey
     between the batch's commits), and the resumed begin finishes at once on the batch's version. Its
     arguments name the table and the batch, never a credential."""
     monkeypatch.setenv("EO_BATCH_WAIT_POLL_SECONDS", "0.05")
+    monkeypatch.setenv("EO_RESUME_SETTLE_SECONDS", "0")  # when it looks; its settle time: the next test
     begin, sink = Begin(setup), sink_of(setup)
     assert claim_intervals(sink, IVS, "b-live", {"host": {"run_id": "r-host"}}, stale_after=300) == IVS
     assert begin.run(DAYS[1]) == "waits"
@@ -314,6 +315,65 @@ def test_a_waiting_run_is_deferred_until_the_batch_commits_its_day(setup, monkey
     assert out.ok and [o["status"] for o in out.result] == ["committed"] * 3, out
     assert seen[0] is None  # day 1 of the batch committed, not ours
     assert seen[1] == {"interval": IVS[1].token, "why": f"committed {sink.committed(IVS[1])[0].name}"}, seen
+    assert begin.run(DAYS[1]).startswith("finished: published e1") and begin.writes == 0
+    assert epochs(setup) == {d: {1: "COMMITTED"} for d in DAYS}
+
+
+def test_a_waiting_run_never_resumes_within_the_settle_time_of_its_deferral(setup, monkeypatch):
+    """Issue 48 (a 30-day backfill reported a run FAILED although its day was published): Airflow's scheduler
+    fails a task as killed externally ("the executor reported ... success, but the task instance's state
+    attribute is queued") when the executor's event for the process that deferred reaches it after the task
+    was queued again for the same try - both processes have the same key (3.1.8: any such state; 3.3: queued).
+    Forced here at the two resumes that did it: the batch publishes the day right after the run deferred, and
+    a deferral that timed out while the batch was still live, resumed, deferred again and was fired at once.
+    Each trigger holds its event until EO_RESUME_SETTLE_SECONDS after its deferral; the deferral's timeout is
+    no shorter than EO_BATCH_STALE_SECONDS (a live batch's write is not cut short). And no settle time where
+    the batch published the day between the run's look and its deferral: it does not defer, it finishes."""
+    import asyncio
+    import time
+
+    from exactly_once.airflow.triggers import BatchWaitTrigger
+
+    monkeypatch.setenv("EO_BATCH_WAIT_POLL_SECONDS", "0.05")
+    monkeypatch.setenv("EO_RESUME_SETTLE_SECONDS", "0.6")
+    begin, sink = Begin(setup), sink_of(setup)
+    assert claim_intervals(sink, IVS, "b-live", {"host": {"run_id": "r-host"}}, stale_after=300) == IVS
+    deferred = time.time()
+    assert begin.run(DAYS[1]) == "waits"  # day 2's run defers while the batch writes
+    first = begin.deferred
+    assert deferred + 0.6 <= first.not_before <= time.time() + 0.6
+    assert begin.deferral_timeout.total_seconds() == 300  # EO_BATCH_STALE_SECONDS: the batch is over by then
+    monkeypatch.setenv("EO_BATCH_POKE_SECONDS", "0.2")
+    again = time.time()  # the deferral timed out, the batch still live: begin looks again and defers again
+    assert begin.run(DAYS[1]) == "waits"
+    second = begin.deferred
+    assert again + 0.6 <= second.not_before and begin.deferral_timeout.total_seconds() == 0.6  # never sooner
+
+    real, raced = batching.published, []
+
+    def then_the_batch_commits(run, *args, **kwargs):  # the batch publishes every day right after a run looked
+        found = real(run, *args, **kwargs)
+        if run.interval == IVS[2] and not raced:
+            raced.append(batch_task(setup, DAYS, "b-live", child=False))
+        return found
+
+    monkeypatch.setattr(batching, "published", then_the_batch_commits)
+    begin.deferred = None
+    assert begin.run(DAYS[2]).startswith("finished: published e1") and begin.deferred is None  # no deferral
+    assert raced[0].ok and [o["status"] for o in raced[0].result] == ["committed"] * 3, raced
+
+    async def fired(trigger: BatchWaitTrigger) -> tuple[Any, float]:
+        async for event in trigger.run():  # as the triggerer rebuilds it from its serialized form
+            return event.payload, time.time()
+        raise AssertionError("no event")
+
+    for trigger in (first, second):  # the day is published: each fires on its first look, held till not_before
+        path, kwargs = trigger.serialize()
+        assert kwargs["not_before"] == trigger.not_before
+        held = BatchWaitTrigger(**{**kwargs, "not_before": time.time() + 0.3})  # still ahead (these passed)
+        payload, at = asyncio.run(fired(held))
+        assert payload == {"interval": IVS[1].token, "why": f"committed {sink.committed(IVS[1])[0].name}"}
+        assert at >= held.not_before
     assert begin.run(DAYS[1]).startswith("finished: published e1") and begin.writes == 0
     assert epochs(setup) == {d: {1: "COMMITTED"} for d in DAYS}
 

@@ -10,7 +10,8 @@ when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last i
    interval: the runs of a backfill with ``--max-active-runs`` above 1 finish behind its gate);
 2. a live batch holds its interval - it waits: the task is deferred to Airflow's triggerer (its worker slot
    freed, no task start while it waits), which looks every ``EO_BATCH_WAIT_POLL_SECONDS`` (default 1) and
-   resumes it once the batch published the interval or is over (:func:`wait`);
+   resumes it once the batch published the interval or is over, no sooner than ``EO_RESUME_SETTLE_SECONDS``
+   after it deferred (:func:`wait_over`);
 3. otherwise it **hosts** a batch: it claims (write-once records, :func:`exactly_once.protocol.batch.claim_intervals`)
    its interval and the following ones - those with a DAG run of their own queued or running (a
    backfill), or up to the range's end - at most ``max_batch``, and runs :class:`~exactly_once.protocol.batch.BatchRun`
@@ -30,9 +31,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from datetime import timedelta
 from typing import Any, Sequence
 
+from .. import settings
 from ..protocol import liveness
 from ..protocol.batch import (BatchRun, Outcome, batch_live, batch_of, claim_intervals, holder, hosted_intervals,
                               is_done, mark_done)
@@ -49,9 +52,11 @@ ACTIVE = ["queued", "running"]
 
 
 def poke_seconds() -> float:
-    """The longest a waiting run's begin stays deferred before it looks again itself (the triggerer's look
-    ends the wait first; without a triggerer this is how often the run looks)."""
-    return float(os.environ.get("EO_BATCH_POKE_SECONDS") or 60)
+    """``EO_BATCH_POKE_SECONDS``: the longest a waiting run's begin stays deferred before it looks again itself
+    (the triggerer's look ends the wait first; without a triggerer this is how often the run looks). Default
+    :func:`stale_seconds`: the trigger fires by then anyway unless the batch is alive, so a long batch's write
+    is not cut short by a task start and a new deferral per minute."""
+    return float(os.environ.get("EO_BATCH_POKE_SECONDS") or stale_seconds())
 
 
 def poll_seconds() -> float:
@@ -92,17 +97,21 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     own, sink = run.interval, run.sink
     bid = batch_id(context, own)
     alone = bid if mode(operator, context) == "range" else None  # a range run: only its own batch's versions
-    held = holder(sink, own)
-    by = held[1]["batch"] if held is not None else None
-    if not (by == bid and not is_done(sink, bid)):  # else: a retry of this run's host resumes its batch first
+    for looks in (True, True, False):  # a wait found over before deferring decides again (bounded: then it defers)
+        held = holder(sink, own)
+        by = held[1]["batch"] if held is not None else None
+        if by == bid and not is_done(sink, bid):  # a retry of this run's host resumes its batch first
+            break
         live = by is not None and by != bid and batch_live(sink, by, stale_seconds())
-        found = published(run, held, reprocess, own=alone)
+        now = sink.committed(own)  # the one look the decision and the wait's "seen" are made of
+        found = published(run, held, reprocess, own=alone, now=now)
         if found is not None and alone is not None and batch_of(found[1]) != bid:
             found = None  # a range is a request for its whole range: committed before, its first day is skipped
         if found is not None and (not live or batch_of(found[1]) == by):  # a live batch commits interval
             finish_at_once(operator, run, context, found)  # by interval: no need to wait for its end
-        if live:
-            wait(operator, run, by)  # type: ignore[arg-type]
+        seen = now[0].name if now is not None and now[1].published else None
+        if not (live and wait_over(operator, run, by, seen, look=looks)):  # type: ignore[arg-type]
+            break
     if by is not None and by != bid and alone is None and failed_in(run, by):
         return  # the batch tried it and it failed: as a single run it shows why (gate, report) and retries
     # (a range run is a new request for its whole range - `make backfill`'s resume after a fix: it batches again)
@@ -118,37 +127,48 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
         finish_at_once(operator, run, context, found)
 
 
-def wait(operator: Any, run: IntervalRun, by: str) -> None:
+def wait_over(operator: Any, run: IntervalRun, by: str, seen: str | None, look: bool = True) -> bool:
     """Case 2: defer the run's ``begin`` to :class:`~exactly_once.airflow.triggers.BatchWaitTrigger` - its worker
     slot is freed, and the triggerer looks every ``EO_BATCH_WAIT_POLL_SECONDS`` - until the interval is published
-    anew or batch ``by`` is over; then begin resumes and decides again. The deferral times out after
-    ``EO_BATCH_POKE_SECONDS`` (the scheduler's own check): begin then looks again itself, so a deployment
-    without a triggerer still goes on, only later. Raises Airflow's TaskDeferred."""
+    anew (another version than ``seen``, the one the run decided on) or batch ``by`` is over; then begin resumes
+    and decides again. Raises Airflow's TaskDeferred; returns True, without deferring, if the trigger's own look
+    (with ``look``) says the wait is over already (the batch published the day since the run looked): decide
+    again now - no settle time on that path.
+
+    The trigger fires no sooner than ``EO_RESUME_SETTLE_SECONDS`` after deferring: Airflow's scheduler fails a
+    task as killed externally when the executor's event for the process that deferred arrives after the task
+    was queued again for the same try (see :class:`~exactly_once.airflow.triggers.PredecessorWaitTrigger`). The
+    deferral times out after :func:`poke_seconds` (never sooner than the settle time): begin then looks again
+    itself - and defers again while the batch is live - so a deployment without a triggerer still goes on."""
     from .triggers import BatchWaitTrigger  # noqa: PLC0415
 
-    now = run.sink.committed(run.interval)
-    seen = now[0].name if now is not None and now[1].published else None
+    cfg, settle = run.config, settings.resume_settle_seconds()
+    args = dict(table=cfg.table_url, pipeline=cfg.pipeline, sink=cfg.sink, interval=run.interval.token, batch=by,
+                seen=seen, stale_after=stale_seconds(), poll=poll_seconds(), table_format=cfg.table_format,
+                conn_id=cfg.storage_conn_id)
+    over = BatchWaitTrigger(**args).look(run.sink) if look else None  # type: ignore[arg-type]
+    if over is not None:
+        log.info("%s: %s since the run looked: deciding again", run.interval, over["why"])
+        return True
     log.info("%s is in batch %s, still running: waiting for it (deferred to the triggerer)", run.interval, by)
-    trigger = BatchWaitTrigger(table=run.config.table_url, pipeline=run.config.pipeline, sink=run.config.sink,
-                               interval=run.interval.token, batch=by, seen=seen,
-                               stale_after=stale_seconds(), poll=poll_seconds(),
-                               table_format=run.config.table_format, conn_id=run.config.storage_conn_id)
-    operator.defer(trigger=trigger, method_name=RESUME, timeout=timedelta(seconds=poke_seconds()))
+    trigger = BatchWaitTrigger(**args, not_before=time.time() + settle)  # type: ignore[arg-type]
+    operator.defer(trigger=trigger, method_name=RESUME, timeout=timedelta(seconds=max(poke_seconds(), settle)))
+    return False  # not reached: defer raises
 
 
 RESUME = "after_batch_wait"  # the BeginOperator method a waiting run resumes in
 
 
 def published(run: IntervalRun, held: tuple[int, dict[str, Any]] | None, reprocess: bool,
-              own: str | None = None) -> tuple[Any, Any] | None:
+              own: str | None = None, now: Any = ...) -> tuple[Any, Any] | None:
     """The run's interval's committed ``(txn, status)`` if the run is done with it: committed (a backfill
     skips it), or - for a reprocess - committed by the batch that holds it, from the inputs as they are now
     (with ``own``, a run's own batch: only by that batch). Else None. (The holder may be the batch of an
     EARLIER backfill, done: its claim stays the newest until this backfill's host claims the interval, and
     runs of a backfill start together - a run that looks first must not take that old version for its
     reprocess when files landed or changed since. Inputs unchanged, it cannot tell: see the README,
-    "Backfills".)"""
-    found = run.sink.committed(run.interval)
+    "Backfills".) ``now``: the interval's committed ``(txn, status)`` if the caller looked already."""
+    found = run.sink.committed(run.interval) if now is ... else now
     if found is None or not found[1].published:
         return None
     if not reprocess:

@@ -15,6 +15,8 @@ table's URL and the storage connection's id, never credentials (the triggerer re
 task does). A look that fails (storage unreachable, a connection the triggerer cannot resolve) is logged and
 the wait goes on: the deferral's timeout (``EO_BATCH_POKE_SECONDS``) then makes the task look itself, and fail
 with the error if it meets it too - firing at once would only start the task and defer it again, in a loop.
+Neither trigger fires sooner than ``not_before`` (``EO_RESUME_SETTLE_SECONDS`` after its task deferred), and
+neither deferral times out sooner: see :class:`PredecessorWaitTrigger`.
 """
 from __future__ import annotations
 
@@ -77,21 +79,24 @@ class _TableWait(BaseTrigger):
 
 class BatchWaitTrigger(_TableWait):
     """Fire when ``interval`` of the table at ``table`` is published anew (its newest committed txn, published,
-    is another than ``seen``) or batch ``batch`` is no longer live; look every ``poll`` seconds."""
+    is another than ``seen``) or batch ``batch`` is no longer live; look every ``poll`` seconds; fire not before
+    ``not_before`` (epoch seconds: the deferral plus ``EO_RESUME_SETTLE_SECONDS``, as
+    :class:`PredecessorWaitTrigger`; 0 in a trigger serialized before it existed)."""
 
     def __init__(self, *, table: str, pipeline: str, sink: str, interval: str, batch: str, seen: str | None,
                  stale_after: float, poll: float = 1.0, table_format: str = "files",
-                 conn_id: str | None = None) -> None:
+                 conn_id: str | None = None, not_before: float = 0.0) -> None:
         super().__init__()
         self.table, self.pipeline, self.sink, self.table_format = table, pipeline, sink, table_format
         self.interval, self.batch, self.seen = interval, batch, seen
         self.stale_after, self.poll, self.conn_id = float(stale_after), float(poll), conn_id
+        self.not_before = float(not_before)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"table": self.table, "pipeline": self.pipeline, "sink": self.sink, "interval": self.interval,
                  "batch": self.batch, "seen": self.seen, "stale_after": self.stale_after, "poll": self.poll,
-                 "table_format": self.table_format, "conn_id": self.conn_id})
+                 "table_format": self.table_format, "conn_id": self.conn_id, "not_before": self.not_before})
 
     def look(self, sink: Any) -> dict[str, Any] | None:
         """One look: the event to fire, or None while the wait goes on."""
