@@ -540,7 +540,7 @@ def test_the_write_job_reads_and_writes_s3_with_the_connections_options_and_neve
     s3, _ = s3_connection_only(days)
     s3 = s3.replace(suite=None)  # no quality gate: the other test validates on S3 (GX costs ~5 s a day here)
     secret = json.loads(os.environ["AIRFLOW_CONN_EO_S3_ONLY"])["password"]
-    monkeypatch.setenv("EO_STORAGE_CONN_ID", "eo_s3_only")
+    monkeypatch.delenv("EO_STORAGE_CONN_ID", raising=False)  # the pipeline's own connection, as the group hands it
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")  # the venv's spark-submit
     if way == "connect":
         monkeypatch.setenv("EO_SPARK_REMOTE", request.getfixturevalue("spark_connect"))
@@ -569,7 +569,7 @@ def test_the_write_job_reads_and_writes_s3_with_the_connections_options_and_neve
             assert began.ok, began
             xcom = {"txn": began.result["txn"], "spec": began.result["spec"]}
             ran = WriteOperator(task_id="write", application=application, conn_id="eo_no_such_spark",
-                                env_vars=spark_env(), application_args=["--spec", xcom["spec"]]
+                                env_vars=spark_env(), storage_conn_id=s3.conn_id, application_args=["--spec", xcom["spec"]]
                                 ).execute({"ti": SimpleNamespace(try_number=1)})
             assert ran["spark"] == ("connect" if way == "connect" else "submit"), ran
             for phase in ("pre_commit", "validate", "commit", "abort"):

@@ -9,11 +9,13 @@ tests/integration/test_spark_cluster.py.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -130,3 +132,43 @@ def test_standalone_cluster_deploy_mode_is_refused_with_the_way_out(monkeypatch,
     with pytest.raises(ConfigError, match="client mode only.*deploy-mode to client"):
         submit_command(monkeypatch, tmp_path, {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077,
                                                "extra": {"deploy-mode": "cluster"}})
+
+
+@pytest.mark.parametrize("worker_env", [None, "another_pipelines_s3"])
+def test_the_write_task_hands_the_job_its_pipelines_storage_connection(monkeypatch, worker_env):
+    """The write task gives spark-submit the options of ``PipelineConfig.storage_conn_id`` (as every other
+    task of the group reads storage), whatever the worker's ``EO_STORAGE_CONN_ID`` says: unset, or naming
+    another pipeline's connection. Before, it read that variable only: no (or the wrong) credentials."""
+    from datetime import datetime, timezone
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk import DAG, CronDataIntervalTimetable
+
+    from exactly_once.airflow import exactly_once_group
+    from exactly_once.job.options import OPTIONS_ENV
+    from exactly_once.protocol.config import PipelineConfig
+    from exactly_once.protocol.layout import Source
+
+    def conn(secret: str) -> str:
+        return json.dumps({"conn_type": "aws", "login": "k", "password": secret,
+                           "extra": {"endpoint_url": "http://127.0.0.1:1"}})
+
+    monkeypatch.setenv("AIRFLOW_CONN_PIPELINES_S3", conn("ours"))
+    monkeypatch.setenv("AIRFLOW_CONN_ANOTHER_PIPELINES_S3", conn("theirs"))
+    if worker_env:
+        monkeypatch.setenv("EO_STORAGE_CONN_ID", worker_env)
+    else:
+        monkeypatch.delenv("EO_STORAGE_CONN_ID", raising=False)
+    cfg = PipelineConfig(pipeline="conn_dag", sink="t", root="/tmp/eo-unused", application=APP,
+                         sources=Source("s", format="csv", path="{start:%Y-%m-%d}"), partitions="day={start:%Y-%m-%d}",
+                         storage_conn_id="pipelines_s3")
+    with DAG("conn_dag", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=datetime(2024, 1, 1, tzinfo=timezone.utc)) as dag:
+        exactly_once_group(cfg, group_id="t")
+    write = dag.task_dict["t.write"]
+    handed: list[str | None] = []
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: handed.append(os.environ.get(OPTIONS_ENV)))
+    monkeypatch.setattr(write, "_prepare_submit", lambda: None)
+    monkeypatch.setattr(write, "application_args", ["--spec", "file:///nonexistent/spec.json"])
+    write.execute({"ti": SimpleNamespace(try_number=1)})
+    assert len(handed) == 1 and json.loads(handed[0] or "{}").get("secret") == "ours", handed
+    assert OPTIONS_ENV not in os.environ  # restored after the job

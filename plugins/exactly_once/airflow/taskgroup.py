@@ -130,6 +130,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         write = WriteOperator(
             task_id="write", application=config.application, conn_id=spark_conn_id,
             name=f"{config.pipeline}-{config.sink}", conf=conf, env_vars=spark_env(),
+            storage_conn_id=config.storage_conn_id,
             application_args=["--spec", f"{{{{ ti.xcom_pull(task_ids='{begin_id}')['spec'] }}}}",
                               *config.application_args], **retry)
         pre_commit = PreCommitOperator(task_id="pre_commit", **common)

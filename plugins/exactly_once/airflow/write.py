@@ -41,7 +41,6 @@ from typing import Any, Callable, Iterator
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from .. import settings
 from ..contracts import JobSpec
 from ..errors import ConfigError, ExactlyOnceError
 from ..ids import TxnRef
@@ -249,11 +248,18 @@ def interrupt_dead_writes(run: IntervalRun, txn: TxnRef, remote: str, attempts: 
 
 
 class WriteOperator(SparkSubmitOperator):
-    """The group's write task: spark-submit, or a Spark Connect client (module docstring)."""
+    """The group's write task: spark-submit, or a Spark Connect client (module docstring). The job reads
+    its spec and writes its counts with the options of ``storage_conn_id`` - the pipeline's
+    ``PipelineConfig.storage_conn_id``, as every other task of the group uses it (never the worker's
+    ``EO_STORAGE_CONN_ID``, which may be unset or name another pipeline's connection)."""
+
+    def __init__(self, *, storage_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.storage_conn_id = storage_conn_id
 
     def execute(self, context: Any) -> Any:
         args = list(self.application_args or [])
-        options = storage_options(settings.storage_conn_id())
+        options = storage_options(self.storage_conn_id)
         with young_heap(), write_heartbeat(args, options):  # the job is alive
             return self._run(args, context, options)
 
