@@ -173,17 +173,20 @@ def cmd_run_interval(args: argparse.Namespace) -> int:
 
 
 def date_interval(dag_id: str, day: str) -> tuple[str, dict[str, Any]]:
-    """``DATE=`` of ``make run-interval``: the daily UTC interval starting at ``day`` (the contract), or on a
-    schedule in another time zone the one interval that starts on that local date; refused (SystemExit,
-    saying to give ``START=``) when the schedule has none or several intervals on that date."""
+    """``DATE=`` of ``make run-interval``: the one interval that starts on ``day`` in the schedule's time
+    zone (as ``make backfill`` reads a date) - on a UTC schedule the daily UTC interval starting at ``day``
+    (the contract); refused (SystemExit, saying to give ``START=``) when the schedule has none or several
+    intervals on that date. The UTC day is never taken on another time zone's schedule: west of UTC an
+    interval starting at 00:00Z starts on the local day before (in winter only, for a local-time cron)."""
     from exactly_once.errors import LayoutError
-    from exactly_once.protocol.timetables import interval_starting_at, intervals_of_day, zone
+    from exactly_once.protocol.timetables import interval_starting_at, intervals_of_day, local_midnight, zone
     from tools.localrun import load_dag
 
     timetable = load_dag(dag_id).timetable
     utc_day = Interval.daily(day)
     try:
-        if interval_starting_at(timetable, utc_day.start) == utc_day:
+        if local_midnight(timetable, utc_day.start.date()) == utc_day.start \
+                and interval_starting_at(timetable, utc_day.start) == utc_day:
             return f"[{day}, +1 day)", {"day": day}
         ivs = intervals_of_day(timetable, date.fromisoformat(day))
     except LayoutError as exc:

@@ -162,6 +162,11 @@ def test_date_resolves_to_the_local_dates_interval_or_refuses_never_a_neighbour(
         date_interval("berlin_hourly", "2026-03-29")
     dag(CronDataIntervalTimetable("0 0 * * *", timezone="UTC"))
     assert date_interval("pv_pipeline", "2026-03-28")[1] == {"day": "2026-03-28"}
+    # West of UTC, after the business day: 19:00 EST is 00:00Z in winter, so the UTC day's interval exists and
+    # starts on the local day before; DATE is still the local date's interval (as make backfill reads it)
+    dag(CronDataIntervalTimetable("0 19 * * *", timezone="America/New_York"))
+    assert date_interval("ny_daily", "2026-01-10")[1] == {"start": utc(2026, 1, 11), "end": utc(2026, 1, 12)}
+    assert date_interval("ny_daily", "2026-07-10")[1] == {"start": utc(2026, 7, 10, 23), "end": utc(2026, 7, 11, 23)}
 
 
 def airflow_chain(timetable, earliest: datetime, until: datetime) -> list[Interval]:
