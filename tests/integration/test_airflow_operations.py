@@ -135,11 +135,14 @@ class Pipeline:
         return self.states(dr)
 
     def _lineage_of(self, task_id: str, result: Any) -> None:
-        """What the OpenLineage provider would get from the task that ran (its operator's answer)."""
-        task = getattr(getattr(result, "ti", None), "task", None)
+        """What the OpenLineage provider would get from the task that ran (its operator's answer): the
+        COMPLETE event's, or the FAIL event's for a try that failed (up for retry or not), given the try."""
+        ti = getattr(result, "ti", None)
+        task = getattr(ti, "task", None)
         if task is None or not hasattr(task, "get_openlineage_facets_on_complete"):
             return
-        facets = task.get_openlineage_facets_on_complete(None)
+        failed = str(getattr(ti.state, "value", ti.state)) in ("failed", "up_for_retry")
+        facets = (task.get_openlineage_facets_on_failure if failed else task.get_openlineage_facets_on_complete)(ti)
         versions = [o.facets["version"].datasetVersion for o in facets.outputs]
         if versions:
             self.lineage.append((task_id, versions))

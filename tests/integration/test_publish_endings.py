@@ -203,6 +203,31 @@ def test_a_decided_publish_whose_commit_died_is_finished_and_announced_once_by_w
     assert len(live) == 3 and set(live) <= set(events) and events == lineage, (live, events, lineage)
 
 
+@pytest.mark.parametrize("way", ["single", "backfill"])
+def test_a_try_failing_after_it_announced_is_announced_once_by_its_retry(pipe, way, monkeypatch):
+    """The task that publishes (commit; a batch's host, begin) announces, then its try fails (its note's XCom
+    push: the execution API did not answer). Airflow drops that try's asset event; its FAIL event must not
+    carry the version's lineage, since the retry re-announces both: one asset event and one lineage output
+    per version. (Before, the FAIL event reported it too: the version's output twice.)"""
+    from exactly_once.airflow import endings
+
+    real, failed = endings.leave_note, []
+
+    def flaky(operator: Any, context: Any) -> None:
+        if operator.phase == ("commit" if way == "single" else "begin") and not failed:
+            failed.append(context["ti"].task_id)
+            raise ConnectionError("the execution API did not answer")
+        real(operator, context)
+
+    monkeypatch.setattr(endings, "leave_note", flaky)
+    months = MONTHS[:1] if way == "single" else MONTHS[:2]  # a gate (~8 s) a month in a single run
+    runs = pipe.run(way, months)
+    live = pipe.versions()
+    assert failed and len(live) == len(months) and {pipe.run_state(dr) for dr in runs} == {"success"}
+    assert pipe.tries(runs[0], failed[0].removeprefix("t.")) == 2
+    assert announced(pipe) == (live, live), pipe.lineage
+
+
 @pytest.mark.parametrize("way", ["backfill", "range"])
 def test_a_range_or_backfill_starting_at_a_committed_month_runs_the_rest(pipe, way):
     """January is committed (its scheduled run announced it). A range run from January to March - the

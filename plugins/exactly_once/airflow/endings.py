@@ -49,10 +49,10 @@ class Ending:
     announced: bool
 
 
-def start_try(operator: Any) -> None:
+def start_try(operator: Any, context: Any = None) -> None:
     """At the start of every task try: nothing ended yet (a retry in the same process reports only its own)."""
     operator._eo_endings, operator._eo_note = [], None
-    operator.forget_published()
+    operator.forget_published((context or {}).get("ti"))
 
 
 def endings(operator: Any) -> list[Ending]:
@@ -128,7 +128,9 @@ def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]
         how = ""
     done.append(Ending(run.interval, version, summary, how, announce))
     if announce:
-        operator.published(run, summary)  # its lineage, even should the task fail after this
+        # its lineage, even should the task fail after this (unless a retry re-announces it: finished_before)
+        operator.published(run, summary, retried=(st.records.get("published") or {}).get("by") == identity(context)
+                           if st is not None else False)
         _asset_event(operator, context, run, summary)
         log.info("%s: %s is live%s: asset event and lineage recorded", context["ti"].task_id, version, how)
     return announce

@@ -144,25 +144,39 @@ class PublishLineage:
     """Mixin of the phase operators: remember what this task instance published, hand it to the
     OpenLineage provider when it asks (module docstring)."""
 
-    _eo_published: list[tuple[Any, dict[str, Any]]]
+    _eo_published: list[tuple[Any, dict[str, Any], bool]]
 
-    def forget_published(self) -> None:
-        """At the start of every attempt: a retry in the same process reports only its own publishes."""
+    def forget_published(self, ti: Any = None) -> None:
+        """At the start of every attempt: a retry in the same process reports only its own publishes.
+        ``ti``: this try's task instance - whether a retry follows should it fail (Airflow's own rule), for
+        a provider that asks without the task instance's state."""
         self._eo_published = []
+        self._eo_retry_follows = int(getattr(ti, "try_number", 0) or 0) <= int(getattr(ti, "max_tries", 0) or 0)
 
-    def published(self, run: Any, summary: dict[str, Any]) -> None:
-        self._eo_published = [*getattr(self, "_eo_published", []), (run, summary)]
+    def published(self, run: Any, summary: dict[str, Any], *, retried: bool = False) -> None:
+        """This try announced ``summary``'s version; ``retried``: a retry of this task re-announces it
+        (it finished the publish: :func:`~exactly_once.airflow.endings.finished_before`)."""
+        self._eo_published = [*getattr(self, "_eo_published", []), (run, summary, retried)]
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self._lineage(getattr(self, "_eo_published", []))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A try that announced a version and then failed (its note, its XCom): its FAIL event reports the
+        version unless the task is up for a retry that re-announces it - the retry's event then carries it
+        with the asset event Airflow dropped from this try, so each version is in one event. The last try
+        (failed, no retry) reports all it announced."""
+        state = getattr(task_instance, "state", None)
+        retry = str(getattr(state, "value", state)) == "up_for_retry" if state is not None \
+            else bool(getattr(self, "_eo_retry_follows", False))
+        return self._lineage([p for p in getattr(self, "_eo_published", []) if not (retry and p[2])])
+
+    @staticmethod
+    def _lineage(published: list[tuple[Any, dict[str, Any], bool]]) -> Any:
         facts = []
-        for run, summary in getattr(self, "_eo_published", []):
+        for run, summary, _ in published:
             try:
                 facts.append(publish_facts(run, summary))
             except Exception:  # noqa: BLE001 - lineage never fails a publish that happened
                 log.warning("no lineage for %s: its log could not be read", summary.get("version"), exc_info=True)
         return operator_lineage(facts)
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
-        """A task that published and then failed (its note, its XCom) still reports the publish: a retry
-        finds the version committed and publishes nothing."""
-        return self.get_openlineage_facets_on_complete(task_instance)

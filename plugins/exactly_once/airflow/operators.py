@@ -98,7 +98,7 @@ class PhaseOperator(PublishLineage, BaseOperator):
 
     def _execute(self, context: Any) -> Any:
         run = None
-        endings.start_try(self)
+        endings.start_try(self, context)
         try:
             run = self.run_for(context)
             endings.sign(context, run.sink)
