@@ -24,7 +24,7 @@ from fault_helpers import Driver, Setup, leftovers, sink_of, visible_rows
 
 import exactly_once.protocol.batch as batch_mod
 import exactly_once.protocol.pipeline as pipeline_mod
-from exactly_once.airflow import batching
+from exactly_once.airflow import batching, endings
 from exactly_once.airflow.compat import AirflowRescheduleException, DownstreamTasksSkipped, TaskDeferred
 from exactly_once.airflow.lineage import PublishLineage
 from exactly_once.airflow.notes import NOTE_KEY
@@ -76,7 +76,8 @@ class Begin(PublishLineage):
         return []
 
     def run(self, day: str, active: set[str] = frozenset(DAYS), *, try_number: int = 1, reprocess: bool = False,
-            conf: dict[str, Any] | None = None, run_type: str = "backfill", by: str | None = None) -> str:
+            conf: dict[str, Any] | None = None, run_type: str = "backfill", by: str | None = None,
+            clears: int = 0) -> str:
         """One try of ``day``'s begin (its backfill's runs of ``active`` queued or running): what it did."""
         pushed: dict[str, Any] = {}
         ti = SimpleNamespace(run_id=f"{run_type}__{day}", try_number=try_number, dag_id=self.dag_id,
@@ -85,8 +86,9 @@ class Begin(PublishLineage):
                                  d.date().isoformat() in active for d in logical_dates))
         ctx = {"ti": ti, "outlet_events": {}, "data_interval_start": Interval.daily(day).start,
                "data_interval_end": Interval.daily(day).end, "dag_run": SimpleNamespace(
-            run_id=ti.run_id, conf=conf or {}, clear_number=0, logical_date=Interval.daily(day).start,
+            run_id=ti.run_id, conf=conf or {}, clear_number=clears, logical_date=Interval.daily(day).start,
             run_type=run_type, triggering_user_name=by)}
+        endings.start_try(self, ctx)  # as BeginOperator.execute does: a try reports only its own endings
         if batching.mode(self, ctx) is None:  # as BeginOperator.call asks first
             return "went on alone"
         try:
@@ -259,20 +261,27 @@ def test_a_one_task_reprocess_records_who_asked_it_and_why(setup):
     """A reprocess asked of a ``one_task`` pipeline (the table page, ``eo reprocess``) is published by its begin
     as a batch of one: its version records who triggered it, what and why, as the begin task records them -
     the table page and ``eo history`` show "reprocess by alice because ..." (the batch's provenance had the
-    task ids only)."""
+    task ids only). A batch of one is a single run: a reprocess with the inputs unchanged (a fixed job)
+    publishes a new version, its note naming that one only, and a clear of the scheduled run goes on through
+    the phase tasks, which replay it as a new version (before, both found the day "published by the batch
+    that holds it" and finished at once: nothing recomputed)."""
     from exactly_once.ops.inspection import interval_view
 
     begin = Begin(setup, one_task=True)
     assert begin.run(DAYS[0], run_type="scheduled").startswith("finished: published e1")
+    fixed = begin.run(DAYS[0], run_type="manual", reprocess=True, conf={"reprocess": True})
+    assert fixed.startswith("finished: published e2") and "e1" not in fixed, fixed
+    assert begin.run(DAYS[0], run_type="scheduled", clears=1) == "went on alone"
+    assert epochs(setup)[DAYS[0]] == {1: "COMMITTED", 2: "COMMITTED"} and begin.writes == 2
     late = Path(setup.root) / "landing" / "app_logs" / f"dt={DAYS[0]}" / "hour=23" / "late.jsonl"
     late.parent.mkdir(parents=True, exist_ok=True)
     late.write_text(json.dumps({"app_id": "app_late", "user_id": "u1", "ts": f"{DAYS[0]}T23:30:00Z",
                                 "event_id": "late-1", "event": "page_view"}) + "\n")
     conf = {"reprocess": True, "sinks": ["app_pv"], "eo_action": "reprocess", "eo_reason": "late files\nfrom the feed"}
-    done = begin.run(DAYS[0], run_type="manual", reprocess=True, conf=conf, by="alice")
-    assert done.startswith("finished:") and "published e2: 6 rows" in done, done   # the late file taken in
-    e2 = interval_view(sink_of(setup), IVS[0], with_recover=False).epochs[-1]
-    assert (e2.epoch, e2.action, e2.by, e2.asked_reason) == (2, "reprocess", "alice", "late files from the feed")
+    done = begin.run(DAYS[0], run_type="manual", reprocess=True, conf=conf, by="alice", clears=1)
+    assert done.startswith("finished:") and "published e3: 6 rows" in done, done   # the late file taken in
+    e3 = interval_view(sink_of(setup), IVS[0], with_recover=False).epochs[-1]
+    assert (e3.epoch, e3.action, e3.by, e3.asked_reason) == (3, "reprocess", "alice", "late files from the feed")
 
 
 def test_a_one_task_run_whose_gate_fails_goes_on_through_the_phase_tasks(setup):

@@ -95,8 +95,9 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
     DownstreamTasksSkipped when it finished at once, Airflow's TaskDeferred while it waits. A range run
     whose own interval is committed already still hosts the rest of its range first."""
     own, sink = run.interval, run.sink
-    bid = batch_id(context, own)
-    alone = bid if mode(operator, context) == "range" else None  # a range run: only its own batch's versions
+    bid, how = batch_id(context, own), mode(operator, context)
+    alone = bid if how == "range" else None  # a range run: only its own batch's versions
+    mine = bid if how in ("range", "single") else None  # a range or a batch of one: a new request of its own
     for looks in (True, True, False):  # a wait found over before deferring decides again (bounded: then it defers)
         held = holder(sink, own)
         by = held[1]["batch"] if held is not None else None
@@ -104,8 +105,10 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
             break
         live = by is not None and by != bid and batch_live(sink, by, stale_seconds())
         now = sink.committed(own)  # the one look the decision and the wait's "seen" are made of
-        found = published(run, held, reprocess, own=alone, now=now)
-        if found is not None and alone is not None and batch_of(found[1]) != bid:
+        found = published(run, held, reprocess, own=mine, now=now)
+        if found is not None and mine is not None and batch_of(found[1]) != bid:
+            if how == "single":  # a batch of one is a single run: its clear (or a new run) replays the frozen
+                return  # inputs as a new version, through the phase tasks - as without one_task
             found = None  # a range is a request for its whole range: committed before, its first day is skipped
         if found is not None and (not live or batch_of(found[1]) == by):  # a live batch commits interval
             finish_at_once(operator, run, context, found)  # by interval: no need to wait for its end
@@ -122,7 +125,7 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
             return  # the single begin waits for the predecessor (or fails) as it always does
     intervals = candidates(operator, run, context)
     host(operator, run, context, intervals, reprocess=reprocess)
-    found = published(run, holder(sink, own), reprocess, own=alone)
+    found = published(run, holder(sink, own), reprocess, own=mine)
     if found is not None:
         finish_at_once(operator, run, context, found)
 
