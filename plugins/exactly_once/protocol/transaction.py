@@ -421,10 +421,6 @@ class TwoPhaseCommitSink:
     def _newest_epoch(self, interval: Interval) -> int:
         return max(self.log.statuses(interval), default=0)
 
-    def _newest_committed(self, interval: Interval) -> int:
-        """The interval's newest COMMITTED epoch in the log now (0: none)."""
-        return max((e for e, s in self.log.statuses(interval).items() if s.state is State.COMMITTED), default=0)
-
     def _refuse_if_fenced(self, txn: TxnRef) -> None:
         newest = self._newest_epoch(txn.interval)
         if newest > txn.epoch:
@@ -463,8 +459,9 @@ class TwoPhaseCommitSink:
                 for part in other.published_partitions:
                     parts.setdefault(part, ())  # no longer produced: publish an empty version of it
         try:
-            results = self.target.publish(txn, StagedVersion.on(self.storage, self.sealed_dir(txn), parts, partial(
-                self._newest_committed, txn.interval)))
+            results = self.target.publish(txn, StagedVersion.on(
+                self.storage, self.sealed_dir(txn), parts, partial(self.log.newest_committed, txn.interval),
+                partial(self.log.committed_files, txn.interval)))
         except (TargetSchemaError, ConfigError) as exc:  # the target changed since its check: the way out
             raise refused_after_decision(txn, self.target, self.storage.url(self.table), exc) from exc
         retire_staging(self, txn, manifest)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ids import Interval, TxnRef
-from .manifest import Manifest
+from .manifest import Manifest, ManifestFile
 from ..storage import Storage, to_json
 
 KINDS = ("open", "pre_committed", "validated", "intent", "outcome", "published")
@@ -158,6 +158,18 @@ class TxLog:
 
     def status(self, interval: Interval, epoch: int) -> EpochStatus:
         return self.statuses(interval).get(epoch, EpochStatus(epoch))
+
+    def newest_committed(self, interval: Interval) -> int:
+        """The interval's newest COMMITTED epoch in the log now (0: none)."""
+        return max((e for e, s in self.statuses(interval).items() if s.state is State.COMMITTED), default=0)
+
+    def committed_files(self, interval: Interval, epoch: int, partition: str) -> tuple[ManifestFile, ...] | None:
+        """The files ``partition`` has in the manifest of ``interval``'s ``epoch`` if it is COMMITTED (``()``:
+        a partition it does not produce), else None (not committed, or its manifest compacted away)."""
+        st = self.status(interval, epoch)
+        if st.state is not State.COMMITTED or st.manifest is None:
+            return None
+        return tuple(st.manifest.partitions.get(partition, ()))
 
     def intervals(self) -> list[Interval]:
         """Every interval with at least one record, oldest first."""

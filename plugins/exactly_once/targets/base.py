@@ -43,6 +43,11 @@ class StagedVersion:
     # the log's newest COMMITTED epoch of the interval, read when called (the protocol sets it): a target
     # whose marker is gone (evicted, deleted) asks it before publishing, so it never replaces a newer version
     newest_committed: Callable[[], int] | None = field(default=None, repr=False, compare=False)
+    # ``(epoch, partition)`` -> that partition's files in the log's manifest of the interval's epoch if it
+    # is COMMITTED, else None (the protocol sets it): a target tells its own old markers (written before
+    # they named their owner) from another log's by what they list
+    committed_files: Callable[[int, str], tuple[StagedFile, ...] | None] | None = \
+        field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for part, files in self.partitions.items():
@@ -60,10 +65,16 @@ class StagedVersion:
 
     @classmethod
     def on(cls, storage: Any, root: str, partitions: Mapping[str, tuple[StagedFile, ...]],
-           newest_committed: Callable[[], int] | None = None) -> "StagedVersion":
+           newest_committed: Callable[[], int] | None = None,
+           committed_files: Callable[[int, str], tuple[StagedFile, ...] | None] | None = None) -> "StagedVersion":
         """The version whose files are ``<root>/<partition>/<name>`` on ``storage`` (the sealed staging)."""
         return cls(partitions, lambda part, name: storage.open(storage.join(root, part, name), "rb"), root,
-                   newest_committed)
+                   newest_committed, committed_files)
+
+    def newer_committed(self, epoch: int) -> bool:
+        """True if the log now holds a COMMITTED epoch newer than ``epoch`` (asked where the target's own
+        marker - a database row, a manifest, a partition link - is gone: never publish an older version)."""
+        return self.newest_committed is not None and self.newest_committed() > epoch
 
     def path(self, partition: str, name: str | None = None) -> str:
         """Storage path of a staged partition dir or file (targets that move or copy files)."""

@@ -89,13 +89,13 @@ class LocalFilesTarget(FilesTarget):
                            files: tuple[ManifestFile, ...]) -> str:
         version, link = txn.name, self.storage.join(self.table, part)
         with partition_lock(self._lock(part)):
-            done = self._settled(txn, part, link)
+            done = self._settled(txn, staged, part, link)
             if done:
                 return done
             vdir = self._vdir(part, version)
             self._fill(txn, staged, part, files, vdir)
             failpoints.failpoint("commit.mid_publish")
-            done = self._settled(txn, part, link)  # re-read once more right before the switch
+            done = self._settled(txn, staged, part, link)  # re-read once more right before the switch
             if done:
                 return done
             os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
@@ -134,22 +134,26 @@ class LocalFilesTarget(FilesTarget):
                 "table (its rows are not this pipeline's), then re-run the interval (or, if already "
                 "committed, `eo recover` the table)")
 
-    def _settled(self, txn: TxnRef, part: str, link: str) -> str | None:
+    def _settled(self, txn: TxnRef, staged: StagedVersion, part: str, link: str) -> str | None:
         """``already``/``superseded`` if the live version makes publishing ``txn`` moot, else None. Only a
         link into this sink's own version store counts: one left by a deleted log (its store gone with it)
-        names versions of another log - even ``txn``'s own name - and is replaced, never taken for ours."""
+        names versions of another log - even ``txn``'s own name - and is replaced, never taken for ours.
+        Without a link of ours (removed by an operator, never made: a partition the newer version does
+        not have), ``superseded`` if the log has a newer COMMITTED epoch: an older version never goes live."""
         current = self.live_version(part)
         if current is not None and not (os.path.isdir(link) and os.path.isdir(vdir := self._vdir(part, current))
                                         and os.path.samefile(link, vdir)):
             self._foreign_link(txn, link, current)
-            return None  # dangling, or into another store: not a version of this log
+            current = None  # dangling, or into another store: not a version of this log
+        if current is None:
+            if os.path.lexists(link) and not os.path.islink(link):
+                raise StorageError(self._not_ours(link))
+            return "superseded" if staged.newer_committed(txn.epoch) else None
         if current == txn.name:
             return "already"
         if supersedes(current, txn.name):
             return "superseded"
         self._foreign_link(txn, link, current)
-        if os.path.lexists(link) and not os.path.islink(link):
-            raise StorageError(self._not_ours(link))
         return None
 
     def _fill(self, txn: TxnRef, staged: StagedVersion, part: str, files: tuple[ManifestFile, ...], vdir: str) -> None:

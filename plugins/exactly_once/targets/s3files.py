@@ -53,19 +53,33 @@ class S3FilesTarget(FilesTarget):
         except FileNotFoundError:
             return None, None
 
-    def _ours(self, manifest: dict[str, Any] | None) -> bool:
+    def _ours(self, manifest: dict[str, Any] | None, txn: TxnRef, staged: StagedVersion, part: str) -> bool:
         """A live manifest this sink's log switched: its owner id is ours (a manifest of another log - one
-        deleted and started over - names versions that are not this log's, even with the same names).
-        A manifest written before manifests named their owner counts as ours."""
-        return bool(manifest) and manifest.get("owner", "?") in ("?", self.owner.id if self.owner else None)
+        deleted and started over - names versions that are not this log's, even with the same names). One
+        written before manifests named their owner is ours only if the log has its version COMMITTED with
+        the same files (names, sizes, and sha256 where both record it)."""
+        if not manifest:
+            return False
+        if "owner" in manifest:
+            return manifest["owner"] == (self.owner.id if self.owner else None)
+        parsed = parse_txn_name(manifest.get("version", ""))
+        if parsed is None or parsed[0] != txn.interval.token or staged.committed_files is None:
+            return False
+        logged = staged.committed_files(parsed[1], part)
+        if logged is None:
+            return False
+        want = {published_name(manifest["version"], f.name): (f.size, f.sha256) for f in logged}
+        live = {f["name"]: (f["size"], f.get("sha256")) for f in manifest.get("files", [])}
+        return want.keys() == live.keys() and all(
+            live[n][0] == size and (sha is None or live[n][1] in (None, sha)) for n, (size, sha) in want.items())
 
-    def _outcome_if_done(self, live: str, version: str) -> str | None:
+    def _outcome_if_done(self, live: str, txn: TxnRef, staged: StagedVersion, part: str) -> str | None:
         now, _ = self.read_manifest(live)
-        if not self._ours(now):
+        if not self._ours(now, txn, staged, part):
             return None
-        if now and now["version"] == version:
+        if now and now["version"] == txn.name:
             return "already"
-        if now and supersedes(now["version"], version):
+        if now and supersedes(now["version"], txn.name):
             return "superseded"
         return None
 
@@ -73,7 +87,7 @@ class S3FilesTarget(FilesTarget):
                            files: tuple[ManifestFile, ...]) -> str:
         version, live = txn.name, self.storage.join(self.table, part)
         current, _ = self.read_manifest(live)
-        done = self._outcome_if_done(live, version) if current else None
+        done = self._outcome_if_done(live, txn, staged, part) if current else None
         if done:
             return done
         parsed = parse_txn_name(current["version"]) if current else None
@@ -82,12 +96,12 @@ class S3FilesTarget(FilesTarget):
                                "interval; a partition belongs to one interval (check the partitioning)")
         names = [published_name(version, f.name) for f in files]
         present = {e.rel: e.size for e in self.storage.walk_files(live) if "/" not in e.rel} \
-            if self._ours(current) else {}  # another log's objects may share our names and sizes: copy all
+            if self._ours(current, txn, staged, part) else {}  # another log's objects may share our names and sizes: copy all
         todo = [(staged.path(part, f.name), self.storage.join(live, n), f)
                 for f, n in zip(files, names) if present.get(n) != f.size]
         staged_sizes = {e.rel: e.size for e in self.storage.walk_files(staged.path(part))} if todo else {}
         if any(staged_sizes.get(f.name) != f.size for _, _, f in todo):
-            done = self._outcome_if_done(live, version)  # another finisher completed it meanwhile?
+            done = self._outcome_if_done(live, txn, staged, part)  # another finisher completed it meanwhile?
             if done:
                 return done
             raise StorageError(f"staged files of {version} in {part} are missing or altered")
@@ -97,7 +111,7 @@ class S3FilesTarget(FilesTarget):
             failpoints.failpoint("commit.mid_publish")  # some files copied, manifest not switched: its readers see the old
             self.storage.copy_files([(s, d) for s, d, _ in todo[half:]])
         except FileNotFoundError:  # staging moved away: another finisher completed this publish
-            done = self._outcome_if_done(live, version)
+            done = self._outcome_if_done(live, txn, staged, part)
             if done:
                 return done
             raise
@@ -105,8 +119,11 @@ class S3FilesTarget(FilesTarget):
                                                 for f, n in zip(files, names)]}
         for _ in range(SWITCH_TRIES):
             now, etag = self.read_manifest(live)  # a newer version may have gone live while we copied
-            if self._ours(now) and supersedes(now["version"], version):
+            ours = self._ours(now, txn, staged, part)
+            if ours and supersedes(now["version"], version):  # type: ignore[index]
                 return "superseded"  # our copies stay for gc: another finisher may have made them live
+            if not ours and staged.newer_committed(txn.epoch):
+                return "superseded"  # the manifest is gone (expired, deleted): never an older version back
             if now == target or self.storage.put_conditional(self.storage.join(live, MANIFEST),
                                                              to_json(target), if_match=etag):
                 break
