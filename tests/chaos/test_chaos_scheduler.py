@@ -131,8 +131,9 @@ class HostKilledWhileRunsWait(ChaosRun):
     def _deployment(self, settings: dict[str, str]) -> Any:
         return super()._deployment({**settings, "EO_FAILPOINTS": "batch.between_commits=hang:once",
                                     "EO_FAILPOINTS_STATE": str(self.out / "failpoints"),
-                                    "EO_BATCH_WAIT_POLL_SECONDS": "0.5", "EO_PREDECESSOR_POKE_SECONDS": "2",
-                                    "EO_BATCH_POKE_SECONDS": "600"})  # only the trigger may end a wait
+                                    "EO_BATCH_WAIT_POLL_SECONDS": "0.5", "EO_PREDECESSOR_POKE_SECONDS": "600",
+                                    "EO_BATCH_POKE_SECONDS": "600"})  # only a trigger may end a wait (a run
+        # that looked before the host claimed its day waits for its predecessor first: no timeout there either)
 
     def _tick(self) -> None:
         if self.kills or not (self.out / "failpoints" / "batch.between_commits").exists():
