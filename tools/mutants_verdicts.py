@@ -77,6 +77,10 @@ VERDICTS: dict[str, str] = {
     "protocol/transaction.py:begin:ReplaceOrWithAnd:018f08f4c4":
         ("equivalent: begin records `meta: None` instead of `{}` when none is given; every reader of it "
          "(txlog.EpochStatus, batch, pipeline) reads `.get('meta') or {}`"),
+    "protocol/decisions.py:known_status:ReplaceOrWithAnd:48147de9a1":
+        ("equivalent: the two differ only for an epoch whose log has records but neither `open` nor `outcome`; "
+         "`open` is an epoch's first record and gc's compaction keeps the outcome, so no such epoch exists "
+         "(an unknown epoch, no records at all, is refused either way: test_promises)"),
     "protocol/transaction.py:_publish:NumberReplacer:f762221aae":
         ("harmless: the file count reported for an already-published commit whose manifest gc compacted "
          "(0 or -1); nothing decides on it"),

@@ -101,6 +101,26 @@ def test_a_staged_file_rewritten_after_pre_commit_is_never_published(world):
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
+def test_recovery_claims_the_verdict_of_the_attempt_it_commits_and_unknown_epochs_are_refused(world):
+    """Recovery commits an ungated pre-committed attempt only after recording a passing verdict on it, so
+    a validation still running cannot record a failure on a committed version; a commit of an epoch begin
+    never allocated is refused and publishes nothing."""
+    from exactly_once.errors import TransactionStateError
+
+    sink = world.sink()
+    rows = make_rows("a", 3)
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [rows]})
+    sink.pre_commit(txn)
+    world.sink().recover(IV)  # another process: the next begin, `eo recover`
+    assert sink.status(IV)[txn.epoch].state is State.COMMITTED
+    assert sink.record_validation(txn, False, {"late": True}) is True  # the claimed verdict stands
+    with pytest.raises(TransactionStateError):
+        sink.commit(sink.ref(IV, txn.epoch + 7))
+    assert world.read_rows() == world.rows({PART: [rows]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
 @pytest.mark.parametrize("at", ["equal", "newer"], ids=["foreign-at-our-epoch", "foreign-newer"])
 def test_another_owners_marker_in_the_target_is_refused(world, at):
     sink = world.sink()
