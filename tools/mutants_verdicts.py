@@ -81,6 +81,9 @@ VERDICTS: dict[str, str] = {
         ("equivalent: the two differ only for an epoch whose log has records but neither `open` nor `outcome`; "
          "`open` is an epoch's first record and gc's compaction keeps the outcome, so no such epoch exists "
          "(an unknown epoch, no records at all, is refused either way: test_promises)"),
+    "protocol/staging.py:retire_staging:NumberReplacer:389a66886e":
+        ("harmless: after a Delta publish an empty directory (`state/`) may stay in the version's directory of "
+         "the table: no file in it, invisible to Delta readers and VACUUM"),
     "protocol/transaction.py:_publish:NumberReplacer:f762221aae":
         ("harmless: the file count reported for an already-published commit whose manifest gc compacted "
          "(0 or -1); nothing decides on it"),
