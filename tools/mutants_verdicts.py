@@ -71,6 +71,10 @@ VERDICTS: dict[str, str] = {
         ("harmless: the first attempt re-reads the snapshot it already has and the second reuses the one it "
          "lost with, so that attempt loses again and the third re-reads: one wasted try of COMMIT_TRIES, and an "
          "attempt never commits on a snapshot older than the one it judged"),
+    "targets/delta.py:-:NumberReplacer:d1be69042f": TUNING,
+    "targets/delta.py:-:NumberReplacer:7735498a97": TUNING,
+    "targets/delta.py:check_schema:NumberReplacer:4cd77d8131":
+        "equivalent: the schema converted has exactly one field, so fields[0] and fields[-1] are the same",
     # the protocol
     "protocol/transaction.py:__init__:ReplaceBinaryOperator_Mul_Div:5d3beeba4f":
         "equivalent: `*` or `/` in the signature - every caller passes pipeline, sink and the rest by keyword",
