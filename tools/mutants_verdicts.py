@@ -33,6 +33,22 @@ VERDICTS: dict[str, str] = {
     "targets/base.py:__post_init__:ZeroIterationForLoop:85dcfdbaf5": VALIDATION,
     "targets/base.py:__post_init__:ReplaceOrWithAnd:bf88dc99ff": VALIDATION,
     "targets/base.py:__post_init__:ReplaceOrWithAnd:d82deb57cb": VALIDATION,
+    # files (S3)
+    "targets/s3files.py:_publish_partition:ReplaceUnaryOperator_Delete_Not:0e6b7388a0":
+        "harmless: only the label a publish that copied nothing reports (published / already); the switch is the same",
+    "targets/s3files.py:_publish_partition:ReplaceOrWithAnd:9ba2d002f6":
+        "harmless: only the label a publish that copied nothing reports (published / already); the switch is the same",
+    "targets/s3files.py:_outcome_if_done:AddNot:fceac43fad":
+        ("harmless: the early 'already' is skipped; the conditional switch loop re-reads the manifest and ends "
+         "the same (already, or superseded) after copying what is already there"),
+    "targets/s3files.py:_outcome_if_done:AddNot:9816ae47cb":
+        ("harmless: the early 'superseded' is skipped; the switch loop re-reads the manifest and returns "
+         "superseded before switching - the copies stay for gc, as for any late finisher"),
+    "targets/s3files.py:_publish_partition:NumberReplacer:9afcd7e5fc":
+        "equivalent: where the copies are split around the commit.mid_publish failpoint (a test hook)",
+    "targets/s3files.py:sweep:ReplaceAndWithOr:40b6fa3002":
+        ("equivalent: a candidate is a file of a garbage version, never the live one, so it is never in the "
+         "live manifest either: both conditions are true for every candidate"),
     # Redis
     "targets/keyvalue.py:_glob:AddNot:716f36df8b":
         ("equivalent: the namespace is an identifier ([A-Za-z0-9_]) - no glob character to escape; the partition "
