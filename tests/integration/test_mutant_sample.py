@@ -45,7 +45,7 @@ SAMPLE = {
         "targets/keyvalue.py", "                    pipe.hset(marker, mapping=", "                    client.hset(marker, mapping=",
         [PROMISES, "-k", "crash_mid_publish and redis"]),
     "redis: keys the protocol did not write kept": (
-        "targets/keyvalue.py", "                self._refuse_unknown_keys(client, txn, staged)\n", "",
+        "targets/keyvalue.py", "                self._refuse_unknown_keys(client, txn, staged, marker)\n", "",
         [BREAKS, "-k", "did_not_write"]),
     "protocol: a partition the new version drops is not emptied": (
         "protocol/transaction.py", "                    parts.setdefault(part, ())", "                    pass",
