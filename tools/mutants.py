@@ -52,8 +52,8 @@ DB_FILES = ["targets/database.py", "targets/db_claims.py", "targets/db_retries.p
 ROWS: dict[str, tuple[list[str], list[str]]] = {
     "files-local": (["targets/files.py", "targets/base.py"], ["files-local"]),
     "files-s3": (["targets/s3files.py", "targets/base.py"], ["files-s3"]),
-    "delta-local": (["targets/delta.py", "targets/base.py"], ["delta-local"]),
-    "delta-s3": (["targets/delta.py", "targets/base.py"], ["delta-s3"]),
+    "delta-local": (["targets/delta.py", "targets/delta_checks.py", "targets/base.py"], ["delta-local"]),
+    "delta-s3": (["targets/delta.py", "targets/delta_checks.py", "targets/base.py"], ["delta-s3"]),
     "postgresql": (DB_FILES, ["postgresql"]),
     "mysql": (DB_FILES, ["mysql"]),
     "redis": (["targets/keyvalue.py", "targets/endpoint.py", "targets/base.py"], ["redis"]),

@@ -295,6 +295,21 @@ def test_an_expired_txn_marker_is_judged_by_the_live_files(tmp_path, case):
     assert sink.target.live_epoch(IV) == t2.epoch
 
 
+def test_an_expired_marker_and_no_live_files_never_let_an_older_version_back(tmp_path):
+    """Review 44, second round: the marker expired (as above) and another engine deleted the interval's rows,
+    so nothing in the table names e2 any more: a late finisher of e1 asks the log's newest committed epoch
+    and is superseded (it committed e1 again)."""
+    sink = delta_sink(str(tmp_path / "t"))
+    t1 = commit_version(sink, IV, {PART: [make_rows("a", 3)]})
+    published_days_ago(sink, IV, {PART: [make_rows("b", 2, start=10)]})
+    expire_markers(sink)
+    engine(sink).delete(f"dt = '{PART.split('=', 1)[1]}'")
+    version = engine(sink).version()
+    late = StagedVersion({PART: ()}, lambda *x: None, newest_committed=lambda: sink.log.newest_committed(IV))
+    assert sink.target.publish(t1, late) == {PART: "superseded"}
+    assert engine(sink).version() == version and rows(sink) == []
+
+
 def test_a_reprocess_after_an_optimize_of_a_partition_value_with_reserved_characters_replaces_it(tmp_path):
     """The log holds paths URI-encoded (the other engine's compacted file of ``ts=...T00:00+00:00`` lands
     under ``%253A``...); a remove must name the decoded path, or delta-rs encodes it again and the remove

@@ -133,16 +133,15 @@ class DatabaseTarget(PublishTarget):
         spec["key_columns"] = list(self.key_columns)
         if self.url:
             spec["url"] = without_password(self.url)
-        try:  # where the names resolve now (search_path): a sink keeps it, like the rest of its spec
-            spec["resolved"] = with_retries(self.endpoint(), 0, self.describe, f"resolve {self.table}",
-                                            lambda conn: self.resolved(conn.cursor()), logger)
+        try:  # where the names resolve now (search_path), in which database: a sink keeps both, like its spec
+            spec.update(with_retries(self.endpoint(), 0, self.describe, f"resolve {self.table}",
+                                     lambda conn: db_claims.whereabouts(self, conn), logger))
         except TargetUnavailableError:  # unreachable (the claim that follows a bind says so): not compared
             pass
         return {"kind": "database", "spec": spec, "location": f"{ep.dialect}://{ep.host}:{ep.port}/"
                 f"{ep.database or ''} table {self.table} (markers in {self.commit_table})",
                 "tunable": ["conn_id", "url", "retries", "batch_rows", "create_sql"],  # may change after binding
-                "hints": {"resolved": "The names resolve elsewhere now: did the search_path change? Restore the "
-                          "search_path the sink was bound with (ALTER ROLE/DATABASE ... SET search_path)"}}
+                "hints": db_claims.BINDING_HINTS}
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], url: str | None = None) -> "DatabaseTarget":
@@ -372,7 +371,7 @@ class DatabaseTarget(PublishTarget):
         check = self.interval_column if self.mode == "replace" else None
         in_file = next((c for c in file_cols if check and (c == check or (
             d.case_insensitive_columns and c.lower() == check.lower()))), None)
-        keys = self._check_keys(info, d, cols) if self.mode == "upsert" else []
+        keys = self._check_keys(info, d, cols, cur) if self.mode == "upsert" else []
         batches = self._batches(staged, d, file_cols, part_cols, counted,
                                 (in_file, txn, [False]) if in_file else None,
                                 [c for c in file_cols if info.column(c, d.case_insensitive_columns) in keys])
@@ -394,10 +393,10 @@ class DatabaseTarget(PublishTarget):
         partition or interval column; an interval column outside the interval or NULL) and would double at
         every reprocess, whose delete never matches them. More: rows not ours are in the interval. Counts
         every writer's rows, so a concurrent writer's row can mask one of ours (docs/TARGETS.md, Known limits)."""
-        inside = 0
-        for where, params in self._interval_rows(d, info, txn.interval, parts):
-            cur.execute(f"SELECT count(*) FROM {d.table(self.table)} WHERE {where}", params)
-            inside += int(cur.fetchone()[0])
+        clauses = self._interval_rows(d, info, txn.interval, parts)  # one OR: a row two spellings of a value
+        cur.execute(f"SELECT count(*) FROM {d.table(self.table)} WHERE " + " OR ".join(  # match (EU/eu, 3/03)
+            f"({w})" for w, _ in clauses), tuple(p for _, ps in clauses for p in ps))  # is counted once
+        inside = int(cur.fetchone()[0])
         by = f"{self.interval_column} in [{txn.interval.start.isoformat()}, {txn.interval.end.isoformat()})" \
             if self.interval_column else f"the partition columns of {parts}"
         if inside != loaded:
@@ -436,7 +435,7 @@ class DatabaseTarget(PublishTarget):
                                     f"or drop them from the job's output{hint}; nothing was published")
         return [check_identifier(c, "column") for c in out]
 
-    def _check_keys(self, info: TableInfo, d: Dialect, cols: Sequence[str]) -> list[str]:
+    def _check_keys(self, info: TableInfo, d: Dialect, cols: Sequence[str], cur: Any) -> list[str]:
         keys = self._table_columns(info, d, self.key_columns)
         absent = [k for k in keys if k not in cols]
         if absent:
@@ -445,7 +444,7 @@ class DatabaseTarget(PublishTarget):
             raise TargetSchemaError(f"upsert into {self.table} needs a PRIMARY KEY or UNIQUE index on exactly "
                                     f"{list(keys)}; create one (CREATE UNIQUE INDEX ... ON {self.table} ({', '.join(keys)}))"
                                     f" - without it duplicates would be inserted; nothing was published")
-        refuse_other_unique(d, info, self.table, keys)
+        refuse_other_unique(d, cur, info, self.table, keys, cols)
         return keys
 
     def _interval_rows(self, d: Dialect, info: TableInfo, interval: Interval, parts: list[str]

@@ -28,6 +28,35 @@ CLAIMS_TABLE = "_eo_claims"
 OWNER_COLUMNS = ("owner", "owner_home")
 
 
+BINDING_HINTS = {  # what to do when a binding's spec key differs (records.ownership.refuse_spec_change)
+    "resolved": "The names resolve elsewhere now: did the search_path change? Restore the search_path the sink "
+                "was bound with (ALTER ROLE/DATABASE ... SET search_path)",
+    "database": "That is another database than the one the sink was bound to, though it holds this sink's claim: a "
+                "copy (CREATE DATABASE ... TEMPLATE, a restored backup or dump, a clone of the server), whose rows "
+                "and markers are not what the log published. Point the connection back at the bound database",
+}
+
+
+def whereabouts(target: Any, conn: Any) -> dict[str, str]:
+    """What a binding records of where a database target publishes: ``resolved`` (the names as the database
+    resolves them, :meth:`DatabaseTarget.resolved`) and ``database``, the database's own identity - the same
+    under any host name and on a physical replica promoted by a failover, another in a copy of it
+    (PostgreSQL: the cluster's system identifier, the database's oid and name; MySQL: ``@@server_uuid`` and
+    the schema; MariaDB, which has no server identity: ``-`` and the schema)."""
+    cur = conn.cursor()
+    found = {"resolved": target.resolved(cur)}
+    if target.dialect.name == "postgresql":
+        cur.execute("SELECT (SELECT system_identifier FROM pg_control_system())::text, oid::text, datname "
+                    "FROM pg_database WHERE datname = current_database()")
+        found["database"] = "/".join(cur.fetchone())
+        return found
+    cur.execute("SHOW VARIABLES LIKE 'server_uuid'")  # no row on MariaDB
+    server = (cur.fetchone() or (None, "-"))[1]
+    cur.execute("SELECT DATABASE()")
+    found["database"] = f"{server}/{cur.fetchone()[0]}"
+    return found
+
+
 def ensure_owner_columns(d: Dialect, conn: Any, cur: Any, commit_table: str) -> None:
     """Add the owner columns to a commit table created before they existed (a concurrent adder may win)."""
     info = d.table_info(cur, commit_table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import TargetSchemaError
 from ..ids import TxnRef
@@ -72,18 +72,31 @@ def refuse_null_keys(batch: pa.RecordBatch, keys: Sequence[str], where: str) -> 
                 "value in the job (e.g. coalesce to a sentinel) or filter them out")
 
 
-def refuse_other_unique(d: "Dialect", info: "TableInfo", table: str, keys: Sequence[str]) -> None:
+def refuse_other_unique(d: "Dialect", cur: Any, info: "TableInfo", table: str, keys: Sequence[str],
+                        cols: Sequence[str]) -> None:
     """Upsert on MySQL/MariaDB: TargetSchemaError if ``table`` has a UNIQUE index other than the key (or
-    one containing it). ``ON DUPLICATE KEY UPDATE`` updates the row matching ANY unique index, so a staged
-    row with a new key whose other unique value an existing row holds would overwrite that row and be
-    lost, silently. (PostgreSQL's ``ON CONFLICT (key)`` raises on another index's conflict instead: the
-    dry run refuses it.)"""
+    one containing it) that a loaded row can collide on. ``ON DUPLICATE KEY UPDATE`` updates the row
+    matching ANY unique index, so a staged row with a new key whose other unique value an existing row
+    holds would overwrite that row and be lost, silently. An index is harmless when one of its columns is
+    not loaded (``cols``) and gets a fresh value (AUTO_INCREMENT: a surrogate primary key) or NULL (a
+    nullable column without default; NULLs are distinct); a DEFAULT, the implicit one of a NOT NULL column,
+    or a generated column may collide.
+    (PostgreSQL's ``ON CONFLICT (key)`` raises on another index's conflict instead: the dry run refuses it.)"""
     if not d.upsert_matches_any_unique:
         return
-    others = sorted(sorted(k) for k in info.unique_keys if not k >= frozenset(keys))
+    others = [k for k in info.unique_keys if not k >= frozenset(keys)]
+    if others:
+        cur.execute("SELECT COLUMN_NAME, COLUMN_DEFAULT, EXTRA, IS_NULLABLE FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", d.identity(cur, table))
+        fresh = {name.lower() for name, default, extra, nullable in cur.fetchall()
+                 if "auto_increment" in (extra or "").lower() or nullable == "YES" and (
+                     default is None or str(default).upper() == "NULL") and "generated" not in (extra or "").lower()}
+        loaded = {c.lower() for c in cols}
+        others = [k for k in others if not any(c.lower() not in loaded and c.lower() in fresh for c in k)]
     if others:
         raise TargetSchemaError(
-            f"upsert into {table}: the table has UNIQUE index(es) on {others} besides the key {list(keys)}; "
-            "MariaDB/MySQL's ON DUPLICATE KEY UPDATE would update the row matching any of them, so a staged row "
-            "could silently overwrite another row and be lost. Drop those indexes (ALTER TABLE ... DROP INDEX), "
-            "make the key the only unique one, or publish with mode='replace'")
+            f"upsert into {table}: the table has UNIQUE index(es) on {sorted(sorted(k) for k in others)} besides "
+            f"the key {list(keys)}, over columns the load fills; MariaDB/MySQL's ON DUPLICATE KEY UPDATE would "
+            "update the row matching any of them, so a staged row could silently overwrite another row and be "
+            "lost. Drop those indexes (ALTER TABLE ... DROP INDEX), make the key the only unique one, or "
+            "publish with mode='replace'")

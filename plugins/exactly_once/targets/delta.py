@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import failpoints
+from . import delta_checks
 from ..errors import StorageError, TargetSchemaError
 from ..ids import Interval, TxnRef, parse_txn_name
 from ..storage import Storage
@@ -183,7 +184,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         self.check_owner()  # another owner's app transaction at our epoch is never "already"
         app = self.txn_application(txn.interval)
         dt = self.snapshot()
-        done = self._settled(dt, txn)
+        done = self._settled(dt, txn, staged)
         if done:
             return outcome(staged.partitions, done)
         base = self._in_table(txn, staged)
@@ -191,7 +192,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         schema = self.staged_schema(txn, staged, base)
         for attempt in range(COMMIT_TRIES):
             dt = dt if attempt == 0 else self.snapshot()  # a lost race re-reads the table
-            done = self._settled(dt, txn)
+            done = self._settled(dt, txn, staged)
             if done:
                 break
             if self._commit(dt, app, txn, staged, schema, base):
@@ -203,9 +204,11 @@ class DeltaTarget(LocationOwned, PublishTarget):
         # finisher of this epoch published it): its files go only through gc's sweep, after the grace
         return outcome(staged.partitions, done)
 
-    def _settled(self, dt: Any, txn: TxnRef) -> str | None:
+    def _settled(self, dt: Any, txn: TxnRef, staged: StagedVersion) -> str | None:
         live = self._live_epoch(dt, txn.interval)
-        if live is None or live < txn.epoch:
+        if live is None:  # marker expired and no live file of ours: never an older version over the log's newest
+            return SUPERSEDED if staged.newer_committed(txn.epoch) else None
+        if live < txn.epoch:
             return None
         return ALREADY if live == txn.epoch else SUPERSEDED
 
@@ -252,10 +255,10 @@ class DeltaTarget(LocationOwned, PublishTarget):
         if dt is None and schema is None and not staged.partitions:
             return  # an empty version and no table yet: nothing to check, nothing to create (see _commit)
         dt = dt or self._create(staged, schema)
-        if self._settled(dt, txn) is None:
+        if self._settled(dt, txn, staged) is None:
             self.check_schema(dt, schema, txn)
             self.check_layout(dt, staged, txn)
-            self.check_not_null(dt, staged, txn)
+            delta_checks.check_not_null(dt, staged, txn, self.describe())
 
     def _create(self, staged: StagedVersion, schema: pa.Schema | None) -> Any:
         """Create the table, without files, with ``schema`` (partition keys as strings if None); a
@@ -444,7 +447,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         table = pa.schema(dt.schema().to_arrow())
         if staged is None:
             return table
-        self.clashes(table, staged, txn)
+        delta_checks.clashes(table, staged, txn, self.describe())
         new = [f for f in staged if f.name not in table.names]
         if new:
             dt.alter.add_columns([Field(f.name, Schema.from_arrow(pa.schema([f])).fields[0].type, nullable=True)
@@ -453,38 +456,6 @@ class DeltaTarget(LocationOwned, PublishTarget):
             dt.update_incremental()
             table = pa.schema(dt.schema().to_arrow())
         return table
-
-    def check_not_null(self, dt: Any, staged: StagedVersion, txn: TxnRef) -> None:
-        """TargetSchemaError if the table declares a column NOT NULL (another engine made it) and a staged
-        file lacks it or holds nulls in it (Parquet footer statistics; a file without them is refused too):
-        a commit of add actions is not checked against it. Reads footers only for tables with such columns."""
-        keys = dt.metadata().partition_columns
-        required = [f.name for f in dt.schema().fields if not f.nullable and f.name not in keys]
-        bad: list[str] = []
-        for part, f in staged.files() if required else ():
-            with staged.open(part, f.name) as fh:
-                meta = pq.ParquetFile(fh).metadata
-            cols = {meta.row_group(0).column(j).path_in_schema: j for j in range(meta.num_columns)} \
-                if meta.num_row_groups else {}
-            for name in required:
-                j = cols.get(name)
-                stats = [meta.row_group(g).column(j).statistics for g in range(meta.num_row_groups)] \
-                    if j is not None else []
-                if meta.num_rows and (j is None or any(st is None or not st.has_null_count or st.null_count
-                                                       for st in stats)):
-                    bad.append(f"{part}/{f.name}: {name}")
-        if bad:
-            raise TargetSchemaError(f"{txn.name} does not fit {self.describe()}: the table declares NOT NULL "
-                                    f"columns that staged files lack or hold nulls in ({'; '.join(bad[:5])}). "
-                                    "Nothing was published; fill the columns in the job, or drop NOT NULL")
-
-    def clashes(self, table: pa.Schema, staged: pa.Schema | None, txn: TxnRef) -> None:
-        """TargetSchemaError if a staged column's type differs from the table's."""
-        clash = [f"{f.name}: table {table.field(f.name).type}, staged {f.type}" for f in staged or ()
-                 if f.name in table.names and table.field(f.name).type != f.type]
-        if clash:
-            raise TargetSchemaError(f"{txn.name} does not fit {self.describe()}: {'; '.join(clash)}. Nothing "
-                                    "was published; cast the columns in the job, or write a new table")
 
     # ------------------------------------------------------------------ gc
     def sweep(self, garbage: Callable[[str], bool]) -> list[str]:
