@@ -19,7 +19,8 @@ from typing import Any
 
 from .errors import UnsafeIdentifierError
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+NAME_MAX = 128
 _PART_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PART_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]{0,127}")
 _TOKEN_FMT = "%Y%m%dT%H%M%SZ"
@@ -27,10 +28,15 @@ FIRST_YEAR = 1000  # four-digit years: the tokens sort in time order, strftime p
 _TXN = re.compile(r"([0-9]{8}T[0-9]{6}Z_[0-9]{8}T[0-9]{6}Z)\.e([0-9]{6,})")
 
 
-def check_name(value: str, what: str = "identifier") -> str:
-    """Return ``value`` if it is a safe name for a path segment, else raise UnsafeIdentifierError."""
+def check_name(value: str, what: str = "identifier", max_len: int = NAME_MAX) -> str:
+    """Return ``value`` if it is a safe name for a path segment, else raise UnsafeIdentifierError.
+
+    ``max_len`` is 128 for a name a user gives; a composed name (``<pipeline>.<txn>``, ~170) passes a larger one,
+    still within a file name's 255 bytes."""
     if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value:
         raise UnsafeIdentifierError(f"unsafe {what} {value!r}: allowed are letters, digits, '_', '.', '-'")
+    if len(value) > max_len:
+        raise UnsafeIdentifierError(f"unsafe {what} {value!r}: at most {max_len} characters, not {len(value)}")
     return value
 
 

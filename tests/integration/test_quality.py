@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REQUIRE, ROOT
 
+from exactly_once.errors import UnsafeIdentifierError
 from exactly_once.quality import ValidationOutcome, validate_staged
 
 SUITE = str(ROOT / "expectations" / "app_pv.json")
@@ -161,6 +162,17 @@ def test_broken_interval_fails_with_one_line_per_expectation(tmp_path, case):
     assert os.path.isfile(outcome.report_path)  # the page of the first failed suite
     failed = [name for name, s in outcome.summary["suites"].items() if not s["success"]]
     assert outcome.report_path == outcome.summary["suites"][failed[0]]["report"]
+
+
+def test_the_longest_pipeline_names_runs_are_validated_and_reported(tmp_path):
+    """A pipeline (DAG id) of 128 characters - the most a name may have - gives a 170-character run name
+    (``<pipeline>.<txn>``): validated and on the index, not refused as unsafe (it was, and every run failed)."""
+    run_name = f"{'p' * 128}.20130101T000000Z_20130201T000000Z.e000001"
+    outcome = run(tmp_path, name="long", run_name=run_name)
+    assert outcome.passed, outcome.failures
+    assert run_name in (tmp_path / "reports" / "index.html").read_text()
+    with pytest.raises(UnsafeIdentifierError, match="at most 200"):
+        run(tmp_path, name="longer", run_name="p" * 201)
 
 
 def test_malformed_threshold_is_configurable(tmp_path):

@@ -115,7 +115,7 @@ def validate_staged(*, suite_path: str | None, staging_dir: str, partitions: Seq
       (``rows_written_gap``).
     """
     t0, cpu0 = time.perf_counter(), time.process_time()
-    check_name(run_name, "run name")
+    check_name(run_name, "run name", max_len=200)  # <pipeline (<= 128)>.<txn (41)>
     check_name(table, "table name")
     for p in partitions:
         check_partition(p)
