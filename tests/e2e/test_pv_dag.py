@@ -36,7 +36,7 @@ def assert_report_links() -> None:
     "Exactly-once report" tab: the plugin's report page inside Airflow's UI (followed in Chromium by
     tests/integration/test_airflow_ui.py)."""
     rows = _db("select x.value, r.run_id from xcom x join dag_run r on r.id = x.dag_run_id "
-               "where x.key = '_link_ReportLink' and x.task_id = 'app_pv.validate'")
+               "where x.key = '_link_ReportLink' and x.task_id = 'app_pv.validate' and r.dag_id = 'pv_pipeline'")
     assert rows, "no report link"
     for value, run_id in rows:
         assert json.loads(value) == f"/dags/pv_pipeline/runs/{quote(run_id, safe='')}/plugin/eo-run-report"
@@ -51,7 +51,7 @@ def notes_by_day() -> dict[str, str | None]:
 
 
 def latest_asset_extras(n: int) -> list[dict]:
-    rows = _db(f"select extra from asset_event order by id desc limit {int(n)}")
+    rows = _db(f"select extra from asset_event where source_dag_id = 'pv_pipeline' order by id desc limit {int(n)}")
     return [json.loads(extra) for (extra,) in reversed(rows)]
 
 
