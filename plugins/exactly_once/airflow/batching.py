@@ -3,7 +3,7 @@
 A run of a pipeline with ``max_batch > 1`` (:class:`~exactly_once.protocol.config.PipelineConfig`) batches when it
 is a **backfill run** (``run_type`` backfill: Airflow's backfill dialog, ``airflow backfill create``) or
 when its conf asks for a **range**: ``{"eo_batch": {"end": "<start of the last interval, ISO-8601>"}}``
-(``make backfill``, or a trigger). Its ``begin`` task then, before beginning its own interval:
+(a trigger through the REST API or ``airflow dags trigger``). Its ``begin`` task then, before beginning its own interval:
 
 1. its interval is committed already (a backfill skips it; ``conf.reprocess`` replaces it) - the run
    finishes at once, also while the batch that committed it is still running (it commits interval by
@@ -117,7 +117,7 @@ def before_begin(operator: Any, run: IntervalRun, context: Any, *, reprocess: bo
             break
     if by is not None and by != bid and alone is None and failed_in(run, by):
         return  # the batch tried it and it failed: as a single run it shows why (gate, report) and retries
-    # (a range run is a new request for its whole range - `make backfill`'s resume after a fix: it batches again)
+    # (a range run is a new request for its whole range - a resume after a fix: it batches again)
     if run.config.stateful:
         try:
             run.predecessor()
@@ -277,7 +277,7 @@ def host(operator: Any, run: IntervalRun, context: Any, intervals: Sequence[Inte
 def others_active(operator: Any, context: Any, starts: list[Any]) -> int:
     """How many queued or running DAG runs of the DAG, other than this run, have one of ``starts`` as their
     logical date. (A manual run covering ``[d, d+1)`` has the logical date d+1 under a data-interval
-    timetable - ``make backfill``'s range runs: it must not count as the next interval's own run.)"""
+    timetable - a range run: it must not count as the next interval's own run.)"""
     if not starts:
         return 0
     n = context["ti"].get_dr_count(dag_id=operator.dag_id, logical_dates=starts, states=ACTIVE)
