@@ -134,8 +134,8 @@ class PhaseOperator(PublishLineage, BaseOperator):
 def sinks_asked(context: Any, conf: dict[str, Any]) -> list[str] | None:
     """``conf.sinks``: the sinks whose exactly-once groups this run is for (the table page's reprocess and
     re-run-stale name the table's sink); the other groups of the DAG skip. None (no ``sinks``): every
-    group runs - a trigger whose conf names no sinks (``airflow dags trigger``, ``airflow dags test``). A malformed value, or one naming no group of
-    the DAG, fails the run at once."""
+    group runs - a trigger whose conf names no sinks (``airflow dags trigger``, ``airflow dags test``). A
+    malformed value, or one naming no group of the DAG, fails the run at once."""
     sinks = conf.get("sinks")
     if sinks is None:
         return None
@@ -155,8 +155,8 @@ def may_reprocess(context: Any, dag_id: str, asked: str = "reprocess") -> None:
     page asks for: a triggering user who is an Airflow login must be allowed to edit the DAG
     (``owners.user_may_edit``, as ``eo_rollback`` checks; with the DAG's team, ``dag_run.team_name``, under
     multi_team). A run without a triggering user (scheduled, a backfill) is not asked by anyone and
-    passes; so does one whose user is no login (``airflow dags test`` or ``airflow dags trigger``): it was made from a shell with the metadata DB at hand, which no API
-    permission governs. (Airflow does not give a task the run's ``triggered_by``, which would tell a
+    passes; so does one whose user is no login (``airflow dags test`` or ``airflow dags trigger``): it was
+    made from a shell with the metadata DB at hand, which no API permission governs. (Airflow does not give a task the run's ``triggered_by``, which would tell a
     shell's run from a REST one; the user's name is what there is.) ``asked``: what the conf asks
     (``reprocess``, or the ``eo_action`` rollback / recover: the same right)."""
     from .owners import UNKNOWN_TEAM, known_user, user_may_edit
