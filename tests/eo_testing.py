@@ -10,11 +10,26 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
 REQUIRE = os.environ.get("EO_REQUIRE_SERVICES") == "1"
 _ROOT = Path(__file__).resolve().parents[1]
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def berlin_hour(iv) -> str:
+    """A partition callable: the interval's local date and hour in Berlin - the repeated 02:00 of the autumn
+    change is one partition for two intervals."""
+    s = iv.start.astimezone(BERLIN)
+    return f"dt={s:%Y-%m-%d}/hour={s:%H}"
+
+
+def berlin_hour_offset(iv) -> str:
+    """:func:`berlin_hour` with the UTC offset: the repeated 02:00 is two partitions."""
+    s = iv.start.astimezone(BERLIN)
+    return f"dt={s:%Y-%m-%d}/hour={s:%H%z}"
 
 
 def need(condition: bool, reason: str) -> None:

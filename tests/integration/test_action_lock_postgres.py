@@ -11,7 +11,6 @@ the ORM of this process is pointed at it and back.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from datetime import datetime, timezone
@@ -19,6 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from airflow_helpers import metadata_db
 from eo_testing import need
 from target_helpers import db_name, fresh_database, pg_connect, reachable
 from ui_server import commit_day
@@ -37,44 +37,36 @@ def pg_meta(tmp_path_factory) -> Iterator[dict[str, Any]]:
 
     from test_interval_runs import config
 
-    key = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
-    old = os.environ.get(key)
     databases = fresh_database("postgresql")
     url = next(databases)
-    os.environ[key] = url.replace("postgresql://", "postgresql+psycopg2://", 1)
-    settings.configure_vars()
-    settings.reconfigure_orm()
     try:
-        db.initdb()
-        from airflow.dag_processing.bundles.manager import DagBundlesManager
-        from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-        from airflow.sdk import DAG, CronDataIntervalTimetable
-        from airflow.serialization.serialized_objects import LazyDeserializedDAG
+        with metadata_db(url.replace("postgresql://", "postgresql+psycopg2://", 1)):
+            try:
+                db.initdb()
+                from airflow.dag_processing.bundles.manager import DagBundlesManager
+                from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+                from airflow.sdk import DAG, CronDataIntervalTimetable
+                from airflow.serialization.serialized_objects import LazyDeserializedDAG
 
-        from exactly_once.airflow import exactly_once_group
+                from exactly_once.airflow import exactly_once_group
 
-        root = tmp_path_factory.mktemp("lock")
-        cfg = config(root, pipeline=DAG_ID, sink=SINK, partitions="dt={start:%Y-%m-%d}")
-        with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-                 start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
-            exactly_once_group(cfg)
-        s = settings.NonScopedSession()
-        DagBundlesManager().sync_bundles_to_db(session=s)
-        s.commit()
-        update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
-                                         session=s)
-        s.commit()
-        s.close()
-        commit_day(cfg.sink_handle(), "2026-01-01", "run-d1", "s1")
-        yield {"config": cfg, "db": db_name(url)}
+                root = tmp_path_factory.mktemp("lock")
+                cfg = config(root, pipeline=DAG_ID, sink=SINK, partitions="dt={start:%Y-%m-%d}")
+                with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+                         start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
+                    exactly_once_group(cfg)
+                s = settings.NonScopedSession()
+                DagBundlesManager().sync_bundles_to_db(session=s)
+                s.commit()
+                update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None,
+                                                 set(), session=s)
+                s.commit()
+                s.close()
+                commit_day(cfg.sink_handle(), "2026-01-01", "run-d1", "s1")
+                yield {"config": cfg, "db": db_name(url)}
+            finally:
+                settings.dispose_orm()
     finally:
-        settings.dispose_orm()
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
-        settings.configure_vars()
-        settings.reconfigure_orm()
         next(databases, None)  # drops the database
 
 

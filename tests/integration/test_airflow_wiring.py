@@ -1,6 +1,7 @@
 """The Airflow wiring (exactly_once.airflow): nested task groups, several sinks per DAG, refusals at DAG
-build time, and the abort teardown when begin handed no transaction on. No JVM: operators are executed
-with the context Airflow would give them."""
+build time (schedules, partitions, suites), the heap the phase tasks run with, and the write's default Spark
+connection. No JVM: operators are executed with the context Airflow would give them (``wiring_helpers``);
+the phase tasks' own behaviour is ``test_airflow_phase_tasks``'s."""
 from __future__ import annotations
 
 import os
@@ -13,29 +14,13 @@ import pytest
 from airflow.sdk import DAG, CronDataIntervalTimetable, CronTriggerTimetable, TaskGroup
 
 from exactly_once.airflow import exactly_once_group
-from exactly_once.airflow.operators import AbortOperator, BeginOperator, PhaseOperator
+from exactly_once.airflow.operators import BeginOperator, PhaseOperator
 from exactly_once.protocol.config import PipelineConfig
 from exactly_once.errors import FailpointError, LayoutError
 from exactly_once.ids import Interval
-from exactly_once.protocol.layout import Source
 from exactly_once.records.txlog import State
-
-START = datetime(2013, 1, 1, tzinfo=timezone.utc)
-HOURLY = "dt={start:%Y-%m-%d}/hour={start:%H}"
-
-
-def config(root: Any, sink: str = "t", partitions: str = HOURLY, **kw: Any) -> PipelineConfig:
-    """A pipeline of the DAG being built (its pipeline is the DAG id), else of ``daily`` (the DAG the tests
-    build for a config made first)."""
-    from airflow.sdk.definitions._internal.contextmanager import DagContext
-
-    kw.setdefault("sources", Source("s", format="csv"))
-    kw.setdefault("pipeline", getattr(DagContext.get_current(), "dag_id", "daily"))
-    return PipelineConfig(sink=sink, root=str(root), application="/job.py", partitions=partitions, **kw)
-
-
-def hourly_dag(dag_id: str) -> DAG:
-    return DAG(dag_id, schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"), start_date=START)
+from eo_testing import berlin_hour, berlin_hour_offset
+from wiring_helpers import START, begun_daily_with_output, config, context, hourly_dag, one_csv_day
 
 
 def test_nested_groups_pull_the_transaction_by_the_real_task_id(tmp_path):
@@ -103,17 +88,8 @@ def test_the_dag_build_check_covers_a_whole_year_and_names_the_collision(tmp_pat
     repeats a value - not "add finer fields". (Before, the check saw the first 48 intervals and the days
     around each daylight-saving change: the holiday passed, and failed at its run's pre_commit.)"""
     from datetime import date, timedelta
-    from zoneinfo import ZoneInfo
 
-    berlin, jan = ZoneInfo("Europe/Berlin"), datetime(2026, 1, 1, tzinfo=timezone.utc)
-
-    def local_hour(iv: Interval) -> str:
-        s = iv.start.astimezone(berlin)
-        return f"dt={s:%Y-%m-%d}/hour={s:%H}"
-
-    def local_hour_offset(iv: Interval) -> str:
-        s = iv.start.astimezone(berlin)
-        return f"dt={s:%Y-%m-%d}/hour={s:%H%z}"
+    jan = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
     def business_day(iv: Interval) -> str:
         day = iv.start.date()
@@ -123,9 +99,9 @@ def test_the_dag_build_check_covers_a_whole_year_and_names_the_collision(tmp_pat
     with pytest.raises(LayoutError, match=r"local time 2026-10-25 02:00 \(Europe/Berlin\), which occurs twice.*"
                                           r"put the UTC offset in the partition"), \
             DAG("berlin_hourly", schedule=hourly_berlin, start_date=jan):
-        exactly_once_group(config(tmp_path, partitions=local_hour))
+        exactly_once_group(config(tmp_path, partitions=berlin_hour))
     with DAG("berlin_hourly_ok", schedule=hourly_berlin, start_date=jan):
-        exactly_once_group(config(tmp_path, partitions=local_hour_offset))
+        exactly_once_group(config(tmp_path, partitions=berlin_hour_offset))
     with pytest.raises(LayoutError, match=r"2026-10-02T.*2026-10-03T.*would both own partition dt=2026-10-02: .*"
                                           r"gives the same partition to two intervals 1 day, 0:00:00 apart, after "
                                           r"telling the earlier ones apart"), \
@@ -151,297 +127,6 @@ def test_a_task_process_checks_only_the_first_interval_of_the_schedule(tmp_path,
             exactly_once_group(config(tmp_path))
     with pytest.raises(LayoutError, match="would both own partition"), hourly_dag("daily_parts"):
         exactly_once_group(config(tmp_path, partitions="dt={start:%Y-%m-%d}"))
-
-
-class FakeTI:
-    """What the operators use of a task instance: identity and XCom."""
-
-    def __init__(self, run_id: str, xcom: dict[str, Any] | None = None) -> None:
-        self.run_id, self.try_number, self.dag_id, self.task_id = run_id, 1, "d", "t.begin"
-        self.xcom = xcom or {}
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_pull(self, task_ids: str, key: str = "return_value") -> Any:
-        return self.xcom.get(task_ids) if key == "return_value" else self.pushed.get(key)  # another key: its own
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-    def get_task_states(self, dag_id: str, task_ids: list[str], run_ids: list[str]) -> dict[str, Any]:
-        return {run_id: {t: "success" for t in task_ids} for run_id in run_ids}  # what ran before this task
-
-
-def context(run_id: str, iv: Interval, conf: dict[str, Any] | None = None, **xcom: Any) -> dict[str, Any]:
-    return {"ti": FakeTI(run_id, xcom), "data_interval_start": iv.start, "data_interval_end": iv.end,
-            "dag_run": SimpleNamespace(conf=conf or {})}
-
-
-def one_csv_day(tmp_path: Any) -> tuple[PipelineConfig, Interval, BeginOperator]:
-    """A daily pipeline with one landing file for 2013-01-01: ``(config, interval, its begin operator)``."""
-    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
-    landing.mkdir(parents=True)
-    (landing / "a.csv").write_text("x\n1\n")
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", sources=Source("s", format="csv", allow_empty=True))
-    return cfg, Interval.daily("2013-01-01"), BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
-
-
-def test_teardown_aborts_the_epoch_its_own_failed_begin_opened_and_no_other(tmp_path, monkeypatch):
-    cfg, iv, begin = one_csv_day(tmp_path)
-    abort = AbortOperator(task_id="abort", config=cfg, begin_task_id="t.begin")
-    # run A's begin opens epoch 1, then dies before returning it (no XCom)
-    monkeypatch.setenv("EO_FAILPOINTS", "begin.after=error")
-    with pytest.raises(FailpointError):
-        begin.execute(context("run_A", iv))
-    monkeypatch.delenv("EO_FAILPOINTS")
-    sink = cfg.sink_handle()
-    assert sink.status(iv)[1].state is State.OPEN
-    staging = sink.staging_dir(sink.ref(iv, 1))
-    assert os.path.isdir(staging)
-    # another run's teardown (no XCom either) leaves run A's attempt alone ...
-    assert abort.execute(context("run_B", iv)) == "nothing to abort"
-    assert sink.status(iv)[1].state is State.OPEN
-    # ... run A's own teardown finds it in the log and aborts it: nothing OPEN, no staging left
-    assert abort.execute(context("run_A", iv)) == [f"{sink.ref(iv, 1).name}: ABORTED"]
-    assert sink.status(iv)[1].state is State.ABORTED and not os.path.exists(staging)
-
-
-def test_a_reprocess_trigger_that_lost_inputs_fails_at_once_and_allow_shrinking_lets_it_through(tmp_path):
-    """Issue 13 case 1 through the begin task: conf {"reprocess": true} over a landing folder that lost
-    a file the committed version read fails without retries and says how to proceed; adding
-    "allow_shrinking": true (what the error advises) begins the reprocess."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from exactly_once.ids import TxnRef
-
-    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
-    landing.mkdir(parents=True)
-    for name in ("a.csv", "b.csv"):
-        (landing / name).write_text("x\n1\n")
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}")
-    iv = Interval.daily("2013-01-01")
-    begin = BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
-    sink = cfg.sink_handle()
-    txn = TxnRef.from_dict(begin.execute(context("scheduled", iv))["txn"])
-    out = os.path.join(sink.data_dir(txn), "dt=2013-01-01")
-    os.makedirs(out)
-    pq.write_table(pa.table({"x": [1, 1]}), os.path.join(out, "part-0.parquet"))
-    sink.pre_commit(txn)
-    sink.record_validation(txn, True, {})
-    sink.commit(txn)
-    (landing / "a.csv").unlink()
-    with pytest.raises(AirflowFailException, match=r"InputsShrankError.*dt=2013-01-01/a.csv.*"
-                       r"`eo reprocess \S+/warehouse/t --interval 2013-01-01T00:00:00\+00:00 --allow-shrinking`"):
-        begin.execute(context("manual__reprocess", iv, conf={"reprocess": True}))
-    assert sorted(sink.status(iv)) == [1]
-    began = begin.execute(context("manual__reprocess2", iv, conf={"reprocess": True, "allow_shrinking": True}))
-    meta = sink.status(iv)[TxnRef.from_dict(began["txn"]).epoch].records["open"]["meta"]
-    assert meta["dropped_inputs"] == ["s:dt=2013-01-01/a.csv"] and began["inputs"] == 1
-
-
-def test_a_stateful_begin_waits_while_its_predecessors_run_is_running_and_only_then(tmp_path, monkeypatch):
-    """Issue 13 case 4: the runs of a parallel backfill start together. Day 2's begin defers to the triggerer
-    (no retry used, nothing written; not a reschedule, which Airflow may count as a try) while day 1's run is
-    queued or running: its trigger fires once day 1 is committed, never sooner than EO_RESUME_SETTLE_SECONDS
-    after deferring, and the deferral times out after EO_PREDECESSOR_POKE_SECONDS (begin looks itself). It
-    fails with a clear error EO_PREDECESSOR_TIMEOUT_SECONDS after the try first waited, at once (no retries)
-    when day 1's run has finished without a commit or does not exist, and begins on day 1's committed state
-    once it is there - resumed by the trigger or by the deferral's timeout."""
-    import asyncio
-    import time
-    from datetime import timedelta
-
-    from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
-
-    from exactly_once.airflow.operators import WAIT_SINCE
-    from exactly_once.airflow.triggers import PredecessorWaitTrigger
-    from exactly_once.ids import TxnRef
-
-    for day in ("2013-01-01", "2013-01-02"):
-        folder = tmp_path / "landing" / "s" / f"dt={day}"
-        folder.mkdir(parents=True)
-        (folder / "a.csv").write_text("x\n1\n")
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", stateful=True, start=START)
-    day1, day2 = Interval.daily("2013-01-01"), Interval.daily("2013-01-02")
-    begin = BeginOperator(task_id="begin", config=cfg, begin_task_id="t.begin")
-    sink = cfg.sink_handle()
-    monkeypatch.setenv("EO_PREDECESSOR_POKE_SECONDS", "60")
-    monkeypatch.setenv("EO_PREDECESSOR_TIMEOUT_SECONDS", "3600")
-    monkeypatch.setenv("EO_RESUME_SETTLE_SECONDS", "45")
-
-    def ctx(prev_state: str | None, since: float | None = None) -> dict[str, Any]:
-        c = context("backfill__day2", day2)
-        c["ti"].get_previous_dagrun = lambda state=None: None if prev_state is None else SimpleNamespace(
-            state=prev_state, data_interval_end=day2.start)
-        if since is not None:
-            c["ti"].pushed[WAIT_SINCE] = since  # an earlier part of this try waited already
-        return c
-
-    for state in ("queued", "running"):
-        c, before = ctx(state), time.time()
-        with pytest.raises(TaskDeferred) as waiting:
-            begin.execute(c)
-        trigger = waiting.value.trigger
-        assert isinstance(trigger, PredecessorWaitTrigger) and waiting.value.method_name == "after_predecessor_wait"
-        assert waiting.value.timeout == timedelta(seconds=60)
-        assert trigger.ends_at == day2.start.isoformat() and before + 45 <= trigger.not_before <= time.time() + 45
-        assert before <= c["ti"].pushed[WAIT_SINCE] <= time.time()
-    monkeypatch.setenv("EO_RESUME_SETTLE_SECONDS", "90")  # the deferral's timeout never resumes it sooner either
-    c = ctx("running", since=time.time() - 100)
-    with pytest.raises(TaskDeferred) as waiting:
-        begin.execute(c)
-    assert waiting.value.timeout == timedelta(seconds=90)
-    assert c["ti"].pushed[WAIT_SINCE] < time.time() - 99   # the try's first wait counts, not this look
-    assert sink.status(day2) == {}  # nothing was written while waiting
-    with pytest.raises(AirflowFailException, match=r"PredecessorPendingError.*run that interval first.*waited 35\d\d s"):
-        begin.execute(ctx("running", since=time.time() - 3590))
-    final = r"PredecessorPendingError.*run that interval first"  # at once, no retry: nothing could commit it
-    with pytest.raises(AirflowFailException, match=final):  # day 1's run is over and committed nothing
-        begin.execute(ctx("failed"))
-    with pytest.raises(AirflowFailException, match=final):  # no run of day 1 at all
-        begin.execute(ctx(None))
-    # the trigger (as the triggerer rebuilds it from its serialized form) waits while day 1 is not committed
-    path, kwargs = trigger.serialize()
-    assert path == "exactly_once.airflow.triggers.PredecessorWaitTrigger"
-    rebuilt = PredecessorWaitTrigger(**{**kwargs, "not_before": time.time() + 0.3})
-    assert rebuilt.look(rebuilt.open_sink()) is None
-    # day 1 commits; the trigger fires, not before not_before; day 2 begins on its state
-    first = TxnRef.from_dict(begin.execute(context("day1", day1))["txn"])
-    assert rebuilt.look(rebuilt.open_sink()) is None  # day 1 began, not committed
-    out = os.path.join(sink.data_dir(first), "dt=2013-01-01")
-    os.makedirs(out)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    pq.write_table(pa.table({"x": [1]}), os.path.join(out, "part-0.parquet"))
-    sink.pre_commit(first)
-    sink.record_validation(first, True, {})
-    sink.commit(first)
-
-    async def first_event():
-        async for event in rebuilt.run():
-            return event.payload, time.time()
-
-    payload, fired = asyncio.run(first_event())
-    assert payload == {"interval": day2.token, "why": f"its predecessor {day1.token} is committed"}
-    assert fired >= rebuilt.not_before
-    began = begin.after_predecessor_wait(ctx("running"), payload)
-    assert sink.status(day2)[TxnRef.from_dict(began["txn"]).epoch].reads == first
-    # a deferral that timed out (no triggerer) looks again, and goes on as well
-    again = begin.resume_execution("__fail__", {"error": "Trigger timeout"}, ctx("running"))
-    assert sink.status(day2)[TxnRef.from_dict(again["txn"]).epoch].reads == first
-
-
-def _commit_first_version(begin: BeginOperator, sink: Any, iv: Interval, run_id: str) -> Any:
-    """begin through the operator, then a stand-in write and the protocol's pre_commit/verdict/commit."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from exactly_once.ids import TxnRef
-
-    txn = TxnRef.from_dict(begin.execute(context(run_id, iv))["txn"])
-    out = os.path.join(sink.data_dir(txn), f"dt={iv.day}")
-    os.makedirs(out)
-    pq.write_table(pa.table({"x": [1, 2]}), os.path.join(out, "part-0.parquet"))
-    sink.pre_commit(txn)
-    sink.record_validation(txn, True, {})
-    sink.commit(txn)
-    return txn
-
-
-@pytest.mark.parametrize("committed_before", [True, False])
-def test_clearing_the_commit_task_reports_the_truth_and_never_retries(tmp_path, committed_before):
-    """Issue 13 case 2: Airflow's own clear (DAG.partial_subset) of the commit task also re-runs its
-    setup (begin: a new, empty attempt) and teardown (abort). Commit then sees an attempt that never
-    wrote: if the interval is committed and live it succeeds saying so (nothing published twice, the
-    teardown aborts the empty attempt); if nothing is committed it fails at once - no retries - naming
-    the task to clear instead. Either way the live data is what it was and nothing is left staged."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from exactly_once.ids import TxnRef
-
-    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
-    landing.mkdir(parents=True)
-    (landing / "a.csv").write_text("x\n1\n")
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}")
-    with DAG("daily", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=START) as dag:
-        exactly_once_group(cfg)
-    iv, sink = Interval.daily("2013-01-01"), cfg.sink_handle()
-    first = _commit_first_version(dag.task_dict["t.begin"], sink, iv, "scheduled") if committed_before else None
-    cleared = dag.partial_subset(task_ids=["t.commit"], include_downstream=True, include_upstream=False)
-    assert sorted(cleared.task_dict) == ["t.abort", "t.begin", "t.commit"]  # what "Clear" re-runs
-    began = cleared.task_dict["t.begin"].execute(context("scheduled", iv))
-    again = TxnRef.from_dict(began["txn"])
-    ctx = context("scheduled", iv, **{"t.begin": began})
-    if committed_before:
-        result = cleared.task_dict["t.commit"].execute(ctx)
-        assert result == {"version": first.name, "already_committed": True, "attempt": again.name}
-    else:
-        with pytest.raises(AirflowFailException, match="CommitWithoutWriteError.*clear the write task"):
-            cleared.task_dict["t.commit"].execute(ctx)
-    cleared.task_dict["t.abort"].execute(ctx)
-    statuses = sink.status(iv)
-    assert statuses[again.epoch].state is State.ABORTED
-    assert sink.live_version("dt=2013-01-01") == (first.name if first else None)
-    assert not os.path.exists(sink.staging_dir(again))
-
-
-def begun_daily_with_output(tmp_path, cfg: PipelineConfig, run_id: str, xs: list[int]):
-    """A daily DAG of ``cfg`` whose begin task ran for 2013-01-01 (one landing file), with one Parquet
-    file of column ``x`` = ``xs`` staged as the write's output: ``(iv, sink, tasks, began, txn)``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from exactly_once.ids import TxnRef
-
-    landing = tmp_path / "landing" / "s" / "dt=2013-01-01"
-    landing.mkdir(parents=True)
-    (landing / "a.csv").write_text("x\n1\n")
-    with DAG("daily", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=START) as dag:
-        exactly_once_group(cfg)
-    iv, sink, tasks = Interval.daily("2013-01-01"), cfg.sink_handle(), dag.task_dict
-    began = tasks["t.begin"].execute(context(run_id, iv))
-    txn = TxnRef.from_dict(began["txn"])
-    out = os.path.join(sink.data_dir(txn), "dt=2013-01-01")
-    os.makedirs(out)
-    pq.write_table(pa.table({"x": xs}), os.path.join(out, "part-0.parquet"))
-    return iv, sink, tasks, began, txn
-
-
-@pytest.mark.parametrize("finisher", ["t.abort", "t.begin"])
-def test_a_publish_finished_by_the_teardown_or_the_next_begin_still_gets_its_asset_event_and_summary(
-        tmp_path, monkeypatch, finisher):
-    """Issue 13 case 3: the commit task decided COMMITTED and died before publishing (every try, or
-    "Mark failed"). Whoever finishes the publish - the run's teardown, or the next run's begin - emits the
-    table's asset event (through its AssetAlias outlet, with the commit's extra), leaves the run note
-    and writes the run summary; a teardown with nothing to finish emits nothing."""
-    from airflow.sdk import Asset
-    from airflow.sdk.execution_time.context import OutletEventAccessors
-
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", reports=str(tmp_path / "reports"))
-    iv, sink, tasks, began, txn = begun_daily_with_output(tmp_path, cfg, "scheduled", [1, 2])
-    sink.pre_commit(txn)
-    sink.record_validation(txn, True, {})
-    monkeypatch.setenv("EO_FAILPOINTS", "commit.before_publish=error")
-    with pytest.raises(FailpointError):  # decided, then died: nothing live, no event from commit
-        tasks["t.commit"].execute(context("scheduled", iv, **{"t.begin": began}))
-    monkeypatch.delenv("EO_FAILPOINTS")
-    assert sink.status(iv)[txn.epoch].state is State.COMMITTED and sink.live_version("dt=2013-01-01") is None
-    ctx = context("scheduled", iv, **{"t.begin": began}) if finisher == "t.abort" else context("next", iv)
-    ctx["outlet_events"] = events = OutletEventAccessors()
-    ctx["ti"].task_id = finisher
-    tasks[finisher].execute(ctx)
-    assert sink.live_version("dt=2013-01-01") == txn.name
-    [alias] = tasks[finisher].outlets
-    [event] = events[alias].asset_alias_events
-    assert event.dest_asset_key.uri == Asset(uri=f"file://{cfg.table_url}").uri
-    assert event.extra["version"] == txn.name and event.extra["rows"] == 2
-    assert ctx["ti"].pushed["eo_note"] == f"published e1: 2 rows, 1 file (publish finished by {finisher})"
-    assert (tmp_path / "reports" / "runs" / "daily" / f"{txn.name}.json").is_file()
-    quiet = context("scheduled", iv, **{"t.begin": began})
-    quiet["outlet_events"] = nothing = OutletEventAccessors()
-    tasks["t.abort"].execute(quiet)  # already published: nothing to announce
-    assert nothing[alias].asset_alias_events == [] and "eo_note" not in quiet["ti"].pushed
 
 
 def _suite_file(path: Any, expectations: list[dict[str, Any]]) -> str:
@@ -481,36 +166,6 @@ def test_a_suite_broken_after_the_dag_was_built_fails_validate_at_once_and_ends_
         tasks["t.validate"].execute(context("run", iv, **{"t.begin": began}))
     assert sink.status(iv)[txn.epoch].state is State.ABORTED
     assert not os.path.exists(sink.staging_dir(txn))
-
-
-@pytest.mark.parametrize("wrote, skipped", [
-    ({"spark": "connect", "attempt": 1}, True), ({"spark": "submit", "attempt": 1}, True),
-    ({"spark": "connect", "attempt": 2}, False),  # an earlier, dead try's queries may still run: abort interrupts
-    (None, False)])                               # the write left no XCom (marked success, an older version)
-def test_commit_skips_the_teardown_only_when_the_first_write_try_wrote_what_it_published(tmp_path, wrote, skipped):
-    """After a publish, the teardown's only work is interrupting Spark Connect queries of dead write tries.
-    When the write's first try wrote (its XCom says so), commit skips the teardown (no task start; the
-    summary is still its XCom); otherwise the teardown runs."""
-    from airflow.sdk.execution_time.context import OutletEventAccessors
-
-    from exactly_once.airflow.compat import DownstreamTasksSkipped
-
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", reports=str(tmp_path / "reports"))
-    iv, sink, tasks, began, txn = begun_daily_with_output(tmp_path, cfg, "scheduled", [1, 2])
-    sink.pre_commit(txn)
-    sink.record_validation(txn, True, {})
-    ctx = context("scheduled", iv, **{"t.begin": began, "t.write": wrote})
-    ctx["outlet_events"] = OutletEventAccessors()
-    if skipped:
-        with pytest.raises(DownstreamTasksSkipped) as raised:
-            tasks["t.commit"].execute(ctx)
-        assert raised.value.tasks == ["t.abort"]
-        summary = ctx["ti"].pushed["return_value"]
-    else:
-        summary = tasks["t.commit"].execute(ctx)
-        assert "return_value" not in ctx["ti"].pushed  # Airflow pushes what execute returns
-    assert summary["version"] == txn.name and sink.live_version("dt=2013-01-01") == txn.name
-    assert not os.path.exists(sink.staging_dir(txn))  # nothing the teardown would have removed
 
 
 def test_young_heap_collects_only_what_the_block_made_and_leaves_the_heap_as_it_found_it():
@@ -570,25 +225,6 @@ def test_every_phase_task_runs_with_the_heap_it_started_with_frozen(tmp_path, mo
     write = WriteOperator(task_id="write", application="/job.py", application_args=["--spec", began["spec"]])
     assert write.execute(context("run_B", iv)) == {"ran": ["--spec", began["spec"]]}
     assert seen.pop("write") > 1000 and gc.get_freeze_count() == 0
-
-
-def test_commit_keeps_the_teardown_when_airflow_cannot_say_the_task_states(tmp_path):
-    """An Airflow whose task instance cannot query task states (or a failing query): the teardown runs."""
-    from airflow.sdk.execution_time.context import OutletEventAccessors
-
-    cfg = config(tmp_path, partitions="dt={start:%Y-%m-%d}", reports=str(tmp_path / "reports"))
-    iv, sink, tasks, began, txn = begun_daily_with_output(tmp_path, cfg, "scheduled", [1, 2])
-    sink.pre_commit(txn)
-    sink.record_validation(txn, True, {})
-    ctx = context("scheduled", iv, **{"t.begin": began, "t.write": {"spark": "submit", "attempt": 1}})
-    ctx["outlet_events"] = OutletEventAccessors()
-
-    def unavailable(**_: Any) -> Any:
-        raise AttributeError("'RuntimeTaskInstance' object has no attribute 'get_task_states'")
-
-    ctx["ti"].get_task_states = unavailable
-    assert tasks["t.commit"].execute(ctx)["version"] == txn.name  # published, no skip raised
-    assert sink.live_version("dt=2013-01-01") == txn.name
 
 
 def test_without_a_spark_connection_the_write_submits_to_local_and_says_so(monkeypatch, caplog):

@@ -1,10 +1,10 @@
 """Issue 46: one way a publish ends, whoever ends it - a single run, a batched backfill, a range run.
 
 Each test runs the same months of a monthly pipeline three ways through Airflow's own code on a real
-metadata DB (the driver of ``test_airflow_operations``: the Task SDK's in-process runner, real XCom, outlets
-and asset events; only the write job is a stand-in, also for a batch): ``single`` - one scheduled run per
-month; ``backfill`` - ``airflow backfill create`` over the months (batched: the first run's begin hosts one
-batch, every run finishes at once); ``range`` - one manual run with conf ``{"eo_batch": {"end": ...}}``
+metadata DB (``airflow_helpers``' driver, as in ``test_airflow_operations``: the Task SDK's in-process runner,
+real XCom, outlets and asset events; only the write job is a stand-in, also for a batch): ``single`` - one
+scheduled run per month; ``backfill`` - ``airflow backfill create`` over the months (batched: the first run's
+begin hosts one batch, every run finishes at once); ``range`` - one manual run with conf ``{"eo_batch": {"end": ...}}``
 (``make backfill``'s way, or a REST trigger). Every way must end each publish the same: one asset event and
 one OpenLineage output per version that went live, a note on the run that published it, a run summary.
 """
@@ -22,7 +22,7 @@ from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
 from exactly_once.contracts import BatchSpec
 from exactly_once.storage import storage_for
-from test_airflow_operations import Pipeline, session  # noqa: F401 - the module's metadata DB fixture
+from airflow_helpers import Pipeline, session  # noqa: F401 - the module's metadata DB fixture
 from test_interval_runs import land, month, write
 
 pytestmark = pytest.mark.airflow
@@ -40,8 +40,8 @@ def stand_in_batch(url: str, attempt: int) -> None:
 class Endings(Pipeline):
     """The monthly pipeline batched (max_batch 4): its begin's batch write is the stand-in."""
 
-    def __init__(self, session: Any, root: Path, dag_id: str) -> None:
-        super().__init__(session, root, dag_id, max_batch=4)
+    def __init__(self, session: Any, root: Path, dag_id: str, **cfg: Any) -> None:
+        super().__init__(session, root, dag_id, **{"max_batch": 4, **cfg})
         self.dag.task_dict["t.begin"].write_batch = stand_in_batch
 
     def events(self) -> list[dict[str, Any]]:
@@ -277,6 +277,18 @@ SPRING = [date(2026, 3, 27) + timedelta(days=d) for d in range(4)]   # .., ends 
 AUTUMN = [date(2026, 10, 24) + timedelta(days=d) for d in range(2)]  # the 25 h day, a 24 h day
 
 
+def in_berlin(cron: str, layout: Any) -> dict[str, Any]:
+    """The settings of a pipeline whose DAG runs on ``cron`` in Berlin time, its inputs landed and its table
+    partitioned by ``layout`` (a function of the interval)."""
+    from airflow.sdk import CronDataIntervalTimetable
+
+    from exactly_once.protocol.layout import Source
+
+    return {"schedule": CronDataIntervalTimetable(cron, timezone="Europe/Berlin"),
+            "start_date": datetime(2026, 1, 1, tzinfo=timezone.utc),
+            "sources": Source("s", format="csv", path=layout), "partitions": layout}
+
+
 def local_day(iv: Any) -> str:
     """The interval's local date in Berlin: its partition, and its landing folder."""
     return f"dt={iv.start.astimezone(BERLIN):%Y-%m-%d}"
@@ -286,15 +298,7 @@ class BerlinDaily(Endings):
     """A daily DAG at 02:00 Berlin time, partitioned and landed by the local date, batched."""
 
     def __init__(self, session: Any, root: Path, dag_id: str) -> None:
-        from airflow.sdk import CronDataIntervalTimetable
-
-        from exactly_once.protocol.layout import Source
-
-        Pipeline.__init__(self, session, root, dag_id, max_batch=4,
-                          schedule=CronDataIntervalTimetable("0 2 * * *", timezone="Europe/Berlin"),
-                          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-                          sources=Source("s", format="csv", path=local_day), partitions=local_day)
-        self.dag.task_dict["t.begin"].write_batch = stand_in_batch
+        super().__init__(session, root, dag_id, **in_berlin("0 2 * * *", local_day))
 
     def intervals(self, days: list[date]) -> list[Any]:
         from exactly_once.protocol.timetables import intervals_of_day
@@ -377,15 +381,7 @@ class BerlinHourly(Endings):
     """An hourly DAG in Berlin time, partitioned and landed by local date and hour (with the offset), batched."""
 
     def __init__(self, session: Any, root: Path, dag_id: str) -> None:
-        from airflow.sdk import CronDataIntervalTimetable
-
-        from exactly_once.protocol.layout import Source
-
-        Pipeline.__init__(self, session, root, dag_id, max_batch=8,
-                          schedule=CronDataIntervalTimetable("0 * * * *", timezone="Europe/Berlin"),
-                          start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
-                          sources=Source("s", format="csv", path=local_hour), partitions=local_hour)
-        self.dag.task_dict["t.begin"].write_batch = stand_in_batch
+        super().__init__(session, root, dag_id, max_batch=8, **in_berlin("0 * * * *", local_hour))
 
 
 @pytest.mark.parametrize("way", ["backfill", "range"])

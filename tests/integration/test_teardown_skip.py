@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from test_airflow_operations import Pipeline, session  # noqa: F401 - the module's metadata DB fixture
+from airflow_helpers import Pipeline, session  # noqa: F401 - the module's metadata DB fixture
 from test_interval_runs import land, month
 
 from exactly_once.protocol.pipeline import IntervalRun

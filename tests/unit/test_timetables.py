@@ -16,6 +16,7 @@ from exactly_once.errors import LayoutError
 from exactly_once.ids import Interval
 from exactly_once.protocol import timetables as tt
 from exactly_once.protocol.layout import Partitions
+from eo_testing import berlin_hour, berlin_hour_offset
 
 UTC, BERLIN = timezone.utc, ZoneInfo("Europe/Berlin")
 DAILY = CronDataIntervalTimetable("0 2 * * *", timezone="Europe/Berlin")
@@ -84,19 +85,11 @@ def test_a_timetable_without_real_intervals_is_refused_with_the_way_out(monkeypa
 def test_the_repeated_local_hour_is_refused_naming_it_and_the_utc_offset_tells_it_apart():
     """An hourly local-time DAG partitioned by local date and hour: the fall-back hour 02 occurs twice. The
     refusal says so and what to add (the UTC offset); with it the same day passes."""
-    def local_hour(iv: Interval) -> str:
-        s = iv.start.astimezone(BERLIN)
-        return f"dt={s:%Y-%m-%d}/hour={s:%H}"
-
-    def with_offset(iv: Interval) -> str:
-        s = iv.start.astimezone(BERLIN)
-        return f"dt={s:%Y-%m-%d}/hour={s:%H%z}"
-
     ivs = tt.intervals_of_day(HOURLY, AUTUMN)
     with pytest.raises(LayoutError, match=r"local time 2026-10-25 02:00 .*occurs twice.*\+0200 and \+0100.*UTC "
                                           r"offset in the partition"):
-        Partitions(local_hour).check_distinct(ivs, zone=BERLIN)
-    Partitions(with_offset).check_distinct(ivs, zone=BERLIN)
+        Partitions(berlin_hour).check_distinct(ivs, zone=BERLIN)
+    Partitions(berlin_hour_offset).check_distinct(ivs, zone=BERLIN)
     with pytest.raises(LayoutError, match="cannot express intervals of this length"):  # not a DST collision
         Partitions("dt={start:%Y-%m-%d}").check_distinct(ivs, zone=BERLIN)
 

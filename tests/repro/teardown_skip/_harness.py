@@ -1,7 +1,7 @@
 """Shared harness of the teardown-skip reproducers (commit 9843cca).
 
-It reuses tests/integration/test_airflow_operations.py's ``Pipeline``: the exactly-once group of a monthly
-pipeline in a fresh SQLite metadata DB, its task instances run through the Task SDK's in-process runner
+It reuses tests/airflow_helpers.py's ``Pipeline`` (the driver of test_airflow_operations): the exactly-once
+group of a monthly pipeline in a fresh SQLite metadata DB, its task instances run through the Task SDK's in-process runner
 (real XCom, real DownstreamTasksSkipped -> skip-downstream API, real asset events). Only the write task is a
 stand-in (the pyarrow job), and - unlike the test module's stand-in - it pushes the XCom the real
 WriteOperator returns (``{"spark": "submit", "attempt": <try_number>}``), so commit's teardown_idle sees
@@ -30,7 +30,7 @@ import exactly_once  # noqa: E402
 
 assert str(exactly_once.__file__).startswith(str(ROOT)), exactly_once.__file__
 
-from test_airflow_operations import Pipeline as _Pipeline  # noqa: E402
+from airflow_helpers import Pipeline as _Pipeline  # noqa: E402
 from test_interval_runs import land, month  # noqa: E402,F401
 
 _SESSION = None
