@@ -70,7 +70,7 @@ def test_eo_rollback_and_the_airflow_operator(tmp_path, capsys):
     assert_exact_version(sink, PART, v1, sink.ref(IV, 3))
     op = RollbackOperator(task_id="rollback", table_url=url, interval_start="2026-01-01", to_version="e2")
     with pytest.raises(AirflowFailException, match="no DAG of the DAGs folder declares the table"):
-        op.execute({})  # a table no DAG declares: refused (tests/integration/test_airflow_actions.py)
+        op.execute({})  # a table no DAG declares: refused (tests/integration/table_actions/test_airflow_actions.py)
     assert_exact_version(sink, PART, v1, sink.ref(IV, 3))
     assert find_interval(sink, "2026-01-01T00:00:00+00:00") == IV
     assert [parse_version(v) for v in ("e2", "2", "e000002", sink.ref(IV, 2).name)] == [2, 2, 2, 2]
@@ -119,7 +119,7 @@ def test_a_rolled_back_dependent_interval_keeps_its_lineage(tmp_path):
 
 def _rollback_task(monkeypatch, url: str, run_id: str, try_number: int, to: str = "e1") -> dict:
     """eo_rollback's task for DAG run ``run_id`` triggered by admin, as a worker runs it (the owner lookup
-    patched to the table: tests/integration/test_airflow_actions.py covers it)."""
+    patched to the table: tests/integration/table_actions/test_airflow_actions.py covers it)."""
     from types import SimpleNamespace
 
     from exactly_once.airflow import rollback as task
