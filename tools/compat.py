@@ -64,7 +64,9 @@ CORNERS = (
     Corner("job-pyspark-4.1", "job", ("pyspark==4.1.3", "pyarrow", "fsspec")),
 )
 
-DAG = '''\
+# The imports of a user's DAG file for any corner (tools/compat_user.py's too): the timetable from where that
+# Airflow has it.
+DAG_IMPORTS = '''\
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -79,7 +81,9 @@ from exactly_once import settings
 from exactly_once.airflow import exactly_once_group
 from exactly_once.protocol.config import PipelineConfig
 from exactly_once.protocol.layout import Source
+'''
 
+DAG = DAG_IMPORTS + '''
 ORDERS = PipelineConfig(
     pipeline="orders_daily", sink="store_revenue", **settings.from_env(),
     sources=Source("orders", format="csv", options={"header": "true"}, path="{start:%Y/%m/%d}"),

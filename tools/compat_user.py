@@ -33,27 +33,14 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from tools.compat import DAG_IMPORTS
+
 DAG_ID, SINK = "yearly_totals", "station_totals"
 YEARS = {1952: [("a", 5.0), ("b", 1.0)], 1953: [("a", 7.0)], 1954: [("b", 2.0), ("a", 1.0)]}
 LATE = {1953: [("b", 10.0)]}
 USERS = {"admin": ("admin", "compat-admin-pw"), "editor": ("user", "compat-editor-pw")}
 
-DAG = '''\
-import os
-from datetime import datetime, timezone
-from pathlib import Path
-
-from airflow.sdk import DAG
-
-try:
-    from airflow.sdk import CronDataIntervalTimetable          # Airflow 3.2+
-except ImportError:
-    from airflow.timetables.interval import CronDataIntervalTimetable  # Airflow 3.1
-
-from exactly_once import settings
-from exactly_once.airflow import exactly_once_group
-from exactly_once.protocol.config import PipelineConfig
-from exactly_once.protocol.layout import Source
+DAG = "import os\n" + DAG_IMPORTS + '''\
 from exactly_once.targets import DatabaseTarget
 
 TOTALS = PipelineConfig(
