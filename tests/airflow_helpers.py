@@ -11,7 +11,6 @@ reproducers; ``test_action_lock_postgres`` uses :func:`metadata_db` for its Post
 from __future__ import annotations
 
 import json
-import os
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,20 +31,16 @@ def metadata_db(url: str) -> Iterator[None]:
     for the block, then back at the one it used before."""
     from airflow import settings
 
-    key = "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"
-    old = os.environ.get(key)
-    os.environ[key] = url
-    settings.configure_vars()
-    settings.reconfigure_orm()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", url)
         settings.configure_vars()
         settings.reconfigure_orm()
+        try:
+            yield
+        finally:
+            env.undo()  # the variable as it was (unset if it was)
+            settings.configure_vars()
+            settings.reconfigure_orm()
 
 
 @pytest.fixture(scope="module")
