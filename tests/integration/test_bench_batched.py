@@ -36,6 +36,9 @@ def test_batched_section_under_the_scheduler(tmp_path):
     [range_host] = one["batch"]  # the range run's begin hosted both days: one Spark job
     assert range_host["parsed"] and range_host["intervals"] == 2 and range_host["job_reported"] > 0, range_host
     assert one["span"]["runs"] == 1 and one["wall_seconds"] > 0
+    for name, d in sec["deployments"].items():  # issue 46: each published version announced once, batched or ranged
+        told = d["announcements"]
+        assert told["each_once"] and told["asset_events"] == told["lineage_outputs"] == d["intervals"] == 2, (name, told)
     dep = sec["deployments"]["year"]
     assert dep["checks"]["ours_vs_naive"]["equal"] and dep["checks"]["ours_vs_naive"]["rows"] > 0, dep["checks"]
     assert dep["warmup_seconds"] > 0
