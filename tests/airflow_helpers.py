@@ -65,7 +65,7 @@ class Pipeline:
     that runs its task instances the way the scheduler would."""
 
     def __init__(self, session: Any, root: Path, dag_id: str, *, schedule: Any = None, start_date: Any = None,
-                 **cfg: Any) -> None:
+                 retries: dict[str, int] | None = None, **cfg: Any) -> None:
         from airflow.dag_processing.collection import update_dag_parsing_results_in_db
         from airflow.models.serialized_dag import SerializedDagModel
         from airflow.sdk import DAG, CronDataIntervalTimetable
@@ -79,6 +79,8 @@ class Pipeline:
                  start_date=start_date or datetime(2013, 1, 1, tzinfo=UTC), catchup=False, max_active_runs=1) as dag:
             # one retry, at once: a final error must fail on its first try, a retryable one is retried
             exactly_once_group(self.cfg, group_id="t", retries=1, retry_delay_seconds=0)
+        for task_id, n in (retries or {}).items():  # a task's own retries (``{"t.commit": 0}``)
+            dag.task_dict[task_id].retries = n
         self.dag = dag
         update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
                                          session=session)

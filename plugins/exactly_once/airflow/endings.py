@@ -20,8 +20,23 @@ Who announces a version, so that each is announced once whatever raced (docs/LIN
   (only for intervals with no DAG run of their own queued or running).
 
 A task that finds a version published before it ran (and not by a batch) notes it and announces nothing.
-A worker killed after a publish and before Airflow recorded its task's events loses them (no later task
-knows they are missing): the one gap, as for any Airflow outlet.
+
+Airflow records a task's asset events only with its success, and the OpenLineage provider sends nothing
+for a killed process. So a finisher that did not succeed is covered by whoever comes next, from the
+``published`` record's ``by`` (:func:`identity`, written by :func:`sign`):
+
+* its retry (a later try of the same task instance, same clear): :func:`finished_before`;
+* after its last try, the group's teardown, which runs after commit in any state:
+  :func:`lost_by_others` - every version of the run's interval that another task instance of this DAG run
+  and clear finished and whose state is not success (commit killed, ``kill -9`` / ``os._exit``, after its
+  record). A commit that succeeded announced; an earlier clear's versions are not this run's; when the
+  states cannot be read the teardown announces nothing (a duplicate event restarts every consumer). The
+  commit's FAIL event leaves those versions to the teardown (``PublishLineage.teardown_adopts``).
+
+What is left: a finisher and then its teardown both lost on their last tries (or the teardown cannot
+read the states), a worker killed between the teardown's skip (``CommitOperator.teardown_idle``) and its
+commit's success, and a finisher killed after Airflow recorded its success but before the provider sent
+its lineage: no later task knows those events are missing.
 """
 from __future__ import annotations
 
@@ -84,6 +99,58 @@ def finished_before(operator: Any, run: IntervalRun, context: Any) -> list[dict[
             if st.published and (st.records.get("published") or {}).get("by") == me]
 
 
+def lost_by_others(run: IntervalRun, context: Any) -> list[tuple[dict[str, Any], str]]:
+    """The teardown's part (module docstring): the publishes of ``run``'s interval that another task instance
+    of this DAG run, within this clear of it, finished (its identity is their ``published`` record's ``by``)
+    and that ended in a state other than success - its events were dropped or never sent (a commit killed
+    on its last try after the record). Returns ``(run summary, how)`` for each, for :func:`ended`.
+
+    A version a task that *succeeded* finished was announced by it (Airflow recorded its events with its
+    success); one finished in an earlier clear of the run, or by another run, is not this run's to
+    announce (a later clear re-runs things: it announces nothing twice); a batch's versions have their own
+    claim (:func:`~exactly_once.protocol.batch.claim_announcement`). When the tasks' states cannot be read
+    (an Airflow without the query, the API not answering) nothing is announced and a warning names the
+    versions: a second asset event would start every consumer DAG a second time for one version, which is
+    the duplicate this library exists to prevent, while a missing one is the gap as it was before and is
+    visible (the run's note, the table page); so "don't" is the safer side."""
+    ti, me = context["ti"], identity(context)
+    prefix, clear = f"{ti.dag_id}/{ti.run_id}/", "#" + me.rsplit("#", 1)[1]
+    found: dict[int, tuple[str, str, Any]] = {}
+    for epoch, st in sorted(run.sink.status(run.interval).items()):
+        by = (st.records.get("published") or {}).get("by") if st.published else None
+        if not isinstance(by, str) or by == me or not by.startswith(prefix) or not by.endswith(clear) or batch_of(st):
+            continue
+        task_id, _, index = by[len(prefix):-len(clear)].rpartition("/")
+        found[epoch] = (task_id, task_id if index in ("", "-1") else f"{task_id}_{index}", st)
+    if not found:
+        return []
+    try:
+        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=sorted({t for t, _, _ in found.values()}),
+                                    run_ids=[ti.run_id])
+        states = states.get(ti.run_id, states) if isinstance(states, dict) else {}
+    except Exception as exc:  # noqa: BLE001 - cannot tell whether they succeeded: announce nothing (above)
+        log.warning("could not read the states of %s (%s: %s): %s not announced by this task - should their task "
+                    "have died after publishing, their asset event and lineage are missing",
+                    ", ".join(sorted({t for t, _, _ in found.values()})), type(exc).__name__, exc,
+                    ", ".join(run.sink.ref(run.interval, e).name for e in found))
+        return []
+    out = []
+    for epoch, (task_id, key, st) in found.items():
+        state = states.get(key)
+        state = str(getattr(state, "value", state)) if state is not None else "unknown"
+        if state == "success":
+            continue
+        how = f" (publish finished by {task_id}, which ended {state}: announced by {ti.task_id})"
+        out.append((run_summary(run, run.sink.ref(run.interval, epoch), st), how))
+    return out
+
+
+def announce_lost(operator: Any, context: Any, run: IntervalRun) -> None:
+    """The teardown announces, through :func:`ended`, every publish :func:`lost_by_others` finds."""
+    for summary, how in lost_by_others(run, context):
+        ended(operator, context, run, summary, finished=False, adopted=True, how=how)
+
+
 def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
     """At the end of every task try (also one that raises): record every publish ``run`` finished during it
     (:meth:`IntervalRun.ended`), then leave the run's note. While the task fails with its own error, a
@@ -101,11 +168,13 @@ def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
 
 
 def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any], *, finished: bool,
-          how: str | None = None) -> bool:
+          how: str | None = None, adopted: bool = False) -> bool:
     """The seam (module docstring): version ``summary["version"]`` of ``run``'s interval is live; ``finished``:
-    this task finished its publish. Records the asset event and the lineage when this task is the version's
-    announcer, and the version for the note (:func:`finish_try` leaves it). Returns whether it announced; a
-    second call for a version is a no-op. ``how``: how it ended, for the note (a rollback), instead of the phase's."""
+    this task finished its publish; ``adopted``: another task of this run finished it and did not succeed
+    (:func:`lost_by_others`): this task announces it instead - and a retry of this task would again. Records
+    the asset event and the lineage when this task is the version's announcer, and the version for the note
+    (:func:`finish_try` leaves it). Returns whether it announced; a second call for a version is a no-op.
+    ``how``: how it ended, for the note (a rollback), instead of the phase's."""
     version = str(summary.get("version"))
     done = getattr(operator, "_eo_endings", None)
     if done is None:
@@ -115,7 +184,7 @@ def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]
     epoch = int(version.rsplit(".e", 1)[1])
     st = run.sink.status(run.interval).get(epoch)
     batch = batch_of(st) if st is not None else None
-    announce = claim_announcement(run.sink, batch, run.interval, identity(context)) if batch else finished
+    announce = claim_announcement(run.sink, batch, run.interval, identity(context)) if batch else finished or adopted
     if how is not None:
         pass
     elif batch:
@@ -128,9 +197,10 @@ def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]
         how = ""
     done.append(Ending(run.interval, version, summary, how, announce))
     if announce:
-        # its lineage, even should the task fail after this (unless a retry re-announces it: finished_before)
-        operator.published(run, summary, retried=(st.records.get("published") or {}).get("by") == identity(context)
-                           if st is not None else False)
+        # its lineage, even should the task fail after this (unless whoever comes next re-announces it: a retry
+        # of this task, finished_before / lost_by_others, or - for a commit's last try - the teardown)
+        operator.published(run, summary, retried=adopted or (
+            (st.records.get("published") or {}).get("by") == identity(context) if st is not None else False))
         _asset_event(operator, context, run, summary)
         log.info("%s: %s is live%s: asset event and lineage recorded", context["ti"].task_id, version, how)
     return announce

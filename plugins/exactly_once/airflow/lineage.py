@@ -7,8 +7,9 @@ event for every task instance. It asks the operator for lineage through
 only from the task instance that *published* a version - the commit task, or the begin or teardown
 that finished a publish the commit task did not (the same rule as the table's asset event,
 :mod:`~exactly_once.airflow.notes`). Every other event of the pipeline carries no datasets, so each
-publish is in exactly one event, whatever retries, clears and reruns happened. (A worker killed after
-publishing and before its event is sent loses that event: nothing else knows the publish happened then.)
+publish is in exactly one event, whatever retries, clears and reruns happened. (A commit killed after
+publishing is re-announced by its retry, or after its last try by the group's teardown:
+:mod:`~exactly_once.airflow.endings`, which names what is left.)
 
 What a publish's event holds, read from the transaction log (the facts that went live):
 
@@ -145,6 +146,9 @@ class PublishLineage:
     OpenLineage provider when it asks (module docstring)."""
 
     _eo_published: list[tuple[Any, dict[str, Any], bool]]
+    # a task whose group's teardown announces what it finished should it end without success (the commit
+    # task: the teardown runs after it in any state; endings.lost_by_others)
+    teardown_adopts: bool = False
 
     def forget_published(self, ti: Any = None) -> None:
         """At the start of every attempt: a retry in the same process reports only its own publishes.
@@ -154,8 +158,10 @@ class PublishLineage:
         self._eo_retry_follows = int(getattr(ti, "try_number", 0) or 0) <= int(getattr(ti, "max_tries", 0) or 0)
 
     def published(self, run: Any, summary: dict[str, Any], *, retried: bool = False) -> None:
-        """This try announced ``summary``'s version; ``retried``: a retry of this task re-announces it
-        (it finished the publish: :func:`~exactly_once.airflow.endings.finished_before`)."""
+        """This try announced ``summary``'s version; ``retried``: a retry of this task re-announces it (it
+        finished the publish: :func:`~exactly_once.airflow.endings.finished_before`; or it announces a publish
+        another task of its run lost: :func:`~exactly_once.airflow.endings.lost_by_others`) - and, for a task
+        that :attr:`teardown_adopts`, its teardown does after its last try."""
         self._eo_published = [*getattr(self, "_eo_published", []), (run, summary, retried)]
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
@@ -165,10 +171,12 @@ class PublishLineage:
         """A try that announced a version and then failed (its note, its XCom): its FAIL event reports the
         version unless the task is up for a retry that re-announces it - the retry's event then carries it
         with the asset event Airflow dropped from this try, so each version is in one event. The last try
-        (failed, no retry) reports all it announced."""
+        (failed, no retry) reports all it announced - except, for a task whose teardown adopts what it
+        finished (:attr:`teardown_adopts`: commit), those versions: the teardown's event carries them."""
         state = getattr(task_instance, "state", None)
         retry = str(getattr(state, "value", state)) == "up_for_retry" if state is not None \
             else bool(getattr(self, "_eo_retry_follows", False))
+        retry = retry or self.teardown_adopts
         return self._lineage([p for p in getattr(self, "_eo_published", []) if not (retry and p[2])])
 
     @staticmethod

@@ -384,6 +384,7 @@ class CommitOperator(PhaseOperator):
 
     phase = "commit"
     ui_color = "#cfe2ff"
+    teardown_adopts = True  # a publish it finished and then died on its last try: the teardown announces it
 
     def __init__(self, *, write_task_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -437,6 +438,9 @@ class AbortOperator(PhaseOperator):
 
     When ``begin`` handed no transaction on (it failed after opening one), the interval's unfinished
     epochs that this run's ``begin`` opened are found in the log and aborted - never another run's.
+    It finishes a decided publish the commit task left, and announces a publish the commit task finished
+    but did not succeed after (killed on its last try: Airflow records outlet events only with a success) -
+    :func:`~exactly_once.airflow.endings.lost_by_others`; each once, through the one seam.
     """
 
     phase = "abort"
@@ -450,6 +454,7 @@ class AbortOperator(PhaseOperator):
     def call(self, run: IntervalRun, context: Any) -> Any:
         began = self.began(context)
         run.finish_publishes()  # a commit that died after deciding: announced at the end of this task
+        endings.announce_lost(self, context, run)  # a commit that died after publishing, on its last try
         if began:
             self.interrupt_writes(run, TxnRef.from_dict(began["txn"]))
         if not began:

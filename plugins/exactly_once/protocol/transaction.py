@@ -471,6 +471,7 @@ class TwoPhaseCommitSink:
         result = CommitResult(txn, results, manifest.files, manifest.rows, finished=first)
         if first:
             self._finished.append(result)
+            failpoint("commit.after_record")
         return result
 
     def take_finished(self) -> list[CommitResult]:
