@@ -226,13 +226,25 @@ def note(operator: Any, context: Any) -> str | None:
     start = context.get("data_interval_start")
     own = [e for e in done if e.interval.start == start]
     others = sorted((e for e in done if e.interval.start != start), key=lambda e: e.interval.start)
-    parts = [published_note(e.summary) + e.how + (" (nothing to do)" if e.how == BEFORE and not others else "")
+    asked = _action_asked(context)
+    parts = [published_note(e.summary) + e.how + (" (nothing to do)" if e.how == BEFORE and not others else
+                                                  f" ({asked})" if asked and e.how != BEFORE else "")
              for e in own]
     if others:
         n = len(others)
         span = others[0].interval.start.isoformat() + (f" .. {others[-1].interval.start.isoformat()}" if n > 1 else "")
         parts.append(f"{'and ' if parts else ''}{n} other interval{'' if n == 1 else 's'} of the range published ({span})")
     return shorten("; ".join(parts))
+
+
+def _action_asked(context: Any) -> str:
+    """The table action the run was asked for (conf ``eo_action``: the table page, ``eo``), as ``eo history``
+    labels it ("reprocess", "rerun-stale (allow shrinking)"), else "": the note of what it published names it,
+    as a rollback's does."""
+    from .asked import asked  # noqa: PLC0415
+
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    return str(asked(context, conf).get("action") or "") if isinstance(conf, dict) and conf.get("eo_action") else ""
 
 
 def leave_note(operator: Any, context: Any) -> None:

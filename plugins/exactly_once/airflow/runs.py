@@ -4,7 +4,8 @@ A run acts on table ``T`` (of pipeline DAG ``P``) when it is
 
 * a run of ``P`` with a data interval (scheduled, backfill, manual, and the table page's actions: a
   reprocess, re-run, rollback) whose ``conf.sinks``, if any, names ``T``'s sink; it acts on the interval of
-  its data interval - except a recover (``conf.eo_action``), which acts on the whole table;
+  its data interval - a range run (``conf.eo_batch``) on every interval from there to its ``end`` - except a
+  recover (``conf.eo_action``), which acts on the whole table;
 * a run of a checkout's ``eo_rollback`` DAG (triggered by hand) whose ``conf.table_url`` is ``T``'s URL: a
   rollback acts on the interval starting at ``conf.interval_start``, a recover on the whole table.
 
@@ -44,6 +45,7 @@ class RunState:
     start: datetime | None        # the start of the interval it acts on; None: the whole table (recover)
     queued_at: datetime | None
     ended_at: datetime | None
+    last: datetime | None = None  # a range run (conf ``eo_batch``): the start of the last interval it covers
 
     @property
     def pending(self) -> bool:
@@ -112,7 +114,8 @@ def table_runs(table: TableRef, maintenance_dag: str, logged: Iterable[Interval]
         acts, at = _acts_on(table, dag_id, conf, start, end, starts)
         if acts:
             out.append(RunState(dag_id, run_id, str(state or "queued"), _what(run_type, conf), by,
-                                str(conf.get("eo_reason") or ""), notes.get(pk, ""), at, _aware(queued), _aware(ended)))
+                                str(conf.get("eo_reason") or ""), notes.get(pk, ""), at, _aware(queued), _aware(ended),
+                                _range_last(dag_id, table, conf, at)))
     out.sort(key=lambda r: r.queued_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
     return out
 
@@ -144,7 +147,18 @@ def from_api(table: TableRef, run: dict[str, Any]) -> RunState | None:
         return None
     return RunState(str(run.get("dag_id")), str(run.get("dag_run_id")), str(run.get("state") or "queued"),
                     _what(str(run.get("run_type") or ""), conf), run.get("triggering_user_name"),
-                    str(conf.get("eo_reason") or ""), str(run.get("note") or ""), start, at["queued_at"], at["end_date"])
+                    str(conf.get("eo_reason") or ""), str(run.get("note") or ""), start, at["queued_at"],
+                    at["end_date"], _range_last(str(run.get("dag_id")), table, conf, start))
+
+
+def _range_last(dag_id: str, table: TableRef, conf: dict[str, Any], start: datetime | None) -> datetime | None:
+    """The start of the last interval a range run of the pipeline's DAG covers (conf ``eo_batch.end``: its
+    batch writes every interval from its own to there), else None."""
+    batch = conf.get("eo_batch")
+    if dag_id != table.pipeline or start is None or not isinstance(batch, dict):
+        return None
+    last = _start_at(batch.get("end"))
+    return last if last is not None and last > start else None
 
 
 def _notes(session: Any, pks: list[int]) -> dict[int, str]:
@@ -170,9 +184,11 @@ def with_outcome(runs: list[RunState], began: set[str]) -> list[RunState]:
 
 
 def pending(runs: Iterable[RunState], interval: Interval | None) -> list[RunState]:
-    """The queued or running runs that act on ``interval`` (None: on the whole table, i.e. a recover)."""
+    """The queued or running runs that act on ``interval`` (None: on the whole table, i.e. a recover); a range
+    run acts on every interval its batch covers, from its own to its ``eo_batch`` end."""
     at = interval.start if interval is not None else None
-    return [r for r in runs if r.pending and r.start == at]
+    return [r for r in runs if r.pending and (r.start == at or (
+        at is not None and r.start is not None and r.last is not None and r.start <= at <= r.last))]
 
 
 def paused(dag_ids: Iterable[str], session: Any = None) -> list[str]:

@@ -1,0 +1,128 @@
+"""Issue 46, parity of the table page's actions: an interval first published any of the three ways
+(``test_publish_endings``' ``way``: a single run, a batched backfill, a range run), then acted on from the
+table page, ends like every publish.
+
+The action goes through the page's own code: ``webapp._act`` - what the page's POST calls once the request
+is authenticated - with the confirmation form's token (``actions.form_token``), as the admin user of
+Airflow's simple auth manager. It checks the action again under the DAG's row lock (``confirm.plan``: the
+page's pending check among them) and creates the run of the pipeline's own DAG with the action's conf
+(``actions.trigger``); the harness (``airflow_helpers.Pipeline.drive``) then runs that run the way the
+scheduler would, on the module's real metadata DB. The only substitution: the table is looked up as the
+harness declares it (its DAG is not in a DAGs folder). Posting through a real ``airflow api-server`` is
+``tests/integration/table_actions``' job (permission, CSRF, tokens).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from test_interval_runs import land, month
+from test_publish_endings import WAYS, Endings, announced, pipe, session  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.airflow
+USER = "admin"
+
+
+def from_the_page(pipe: Endings, monkeypatch: Any, action: str, form: dict[str, str]) -> tuple[int, Any]:
+    """``action`` posted from the table page of ``pipe``'s table with ``form`` (the interval, the version, the
+    reason), confirmed: the page's answer's status and the run it created (None if it created none)."""
+    from airflow.api_fastapi.app import create_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    from exactly_once.airflow import actions, webapp
+    from exactly_once.airflow.tables import TableRef
+
+    cfg = pipe.cfg
+    table = TableRef(cfg.pipeline, cfg.sink, cfg.table_url, cfg)
+    monkeypatch.setattr(webapp, "find_table", lambda dag_id, sink: table if (dag_id, sink) == table.key else None)
+    create_auth_manager()
+    user = SimpleAuthManagerUser(username=USER, role="admin")
+    req = actions.parse(action, table, form, [])
+    before = set(pipe.session.scalars(select(DagRun.id).where(DagRun.dag_id == pipe.dag_id)))
+    got = webapp._act(user, cfg.pipeline, cfg.sink, action,
+                      {**form, "token": actions.form_token(USER, req), "confirm": "yes"})
+    pipe.session.expire_all()
+    made = [dr for dr in pipe.session.scalars(select(DagRun).where(DagRun.dag_id == pipe.dag_id))
+            if dr.id not in before]
+    assert len(made) <= 1, made
+    return got.status_code, (made[0] if made else None)
+
+
+def asked_of(pipe: Endings, m: int, epoch: int) -> str:
+    """What ``eo history`` says was asked of month ``m``'s epoch (its provenance)."""
+    from exactly_once.ops.history import history
+
+    [row] = [r for r in history(pipe.sink) if r.interval_start == month(m).start.isoformat() and r.epoch == epoch]
+    return row.asked
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_reprocess_and_a_rollback_from_the_table_page_end_like_every_publish(pipe, way, monkeypatch):
+    """The months published ``way`` (e1 each); February lands another file. The page's reprocess of February
+    is a run of the pipeline's DAG that publishes e2 with the new rows; the page's rollback of February to
+    e1 then publishes e3 with e1's rows. Each: the new version live with the expected rows, exactly one more
+    asset event and one more lineage output, both for the new version (none re-sent for the older ones), a
+    run summary of it, the run's note naming what it published and the action, and ``eo history`` saying
+    who asked what, why, through which run."""
+    pipe.run(way, [1, 2, 3])
+    first = {r["month"]: (r["n"], r["total"]) for r in pipe.rows()}
+    events, lineage = announced(pipe)
+    assert events == lineage == pipe.versions() and len(events) == 3
+
+    land(pipe.root, "2013-02", "b.csv", [100])
+    status, run = from_the_page(pipe, monkeypatch, "reprocess",
+                                {"interval": month(2).token, "reason": "late files from the partner feed"})
+    assert status == 200 and run is not None and run.conf["eo_action"] == "reprocess", status
+    states = pipe.drive(run)
+    assert pipe.run_state(run) == "success", states
+    e2 = pipe.sink.committed(month(2))[0]
+    assert e2.epoch == 2 and pipe.sink.live_version("month=2013-02") == e2.name
+    assert {r["month"]: (r["n"], r["total"]) for r in pipe.rows()} == {**first, "2013-02": (3, 122)}
+    events, lineage = sorted([*events, e2.name]), sorted([*lineage, e2.name])
+    assert announced(pipe) == (events, lineage), pipe.lineage
+    assert e2.name in pipe.summaries()
+    assert pipe.note(run) == "published e2: 1 row, 1 file (reprocess)"
+    assert asked_of(pipe, 2, 2) == (f'reprocess by {USER} because "late files from the partner feed" '
+                                    f"({pipe.dag_id} run {run.run_id})")
+
+    status, run = from_the_page(pipe, monkeypatch, "rollback",
+                                {"interval": month(2).token, "to": "e1", "reason": "b.csv was a test file"})
+    assert status == 200 and run is not None and run.conf["eo_action"] == "rollback", status
+    states = pipe.drive(run)
+    assert states["begin"] == "success" and pipe.run_state(run) == "success", states
+    e3 = pipe.sink.committed(month(2))[0]
+    assert e3.epoch == 3 and pipe.sink.live_version("month=2013-02") == e3.name
+    assert {r["month"]: (r["n"], r["total"]) for r in pipe.rows()} == first
+    assert announced(pipe) == (sorted([*events, e3.name]), sorted([*lineage, e3.name])), pipe.lineage
+    assert e3.name in pipe.summaries()
+    assert pipe.note(run) == "published e3: 1 row, 1 file (rollback to e1)"
+    assert asked_of(pipe, 2, 3).startswith(f'rollback to e1 by {USER} because "b.csv was a test file"'), \
+        asked_of(pipe, 2, 3)
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_reprocess_from_the_table_page_of_a_month_a_pending_run_covers_is_refused(pipe, way, monkeypatch):
+    """The months published (manual runs), then January to March asked again ``way`` and not yet ended: the
+    single run of February, the backfill's runs, or the range run of January whose batch reaches to March.
+    The page's reprocess of February is refused (409, no run created) - the month would be written by two
+    runs at once - and once they ended, the same reprocess goes ahead. (Before, a range run counted only for
+    its own first month: February's reprocess was triggered beside it.)"""
+    for m in (1, 2, 3):
+        pipe.drive(pipe.manual(m, {}, 5))  # logical dates no scheduled, backfill or range run of the test has
+    assert len(pipe.versions()) == 3
+    if way == "single":
+        runs = [pipe.create_run(2)]
+    elif way == "backfill":
+        runs = pipe.backfill([1, 2, 3], "none")
+    else:
+        runs = [pipe.range_run(1, 3)]
+    assert {pipe.run_state(dr) for dr in runs} <= {"queued", "running"}
+    assert from_the_page(pipe, monkeypatch, "reprocess", {"interval": month(2).token}) == (409, None)
+    for dr in runs:
+        pipe.drive(dr)
+    assert {pipe.run_state(dr) for dr in runs} == {"success"}
+    status, run = from_the_page(pipe, monkeypatch, "reprocess", {"interval": month(2).token})
+    assert status == 200 and run is not None and run.conf["eo_action"] == "reprocess"
