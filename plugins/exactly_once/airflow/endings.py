@@ -29,13 +29,18 @@ for a killed process. So a finisher that did not succeed is covered by whoever c
 * after its last try, the group's teardown, which runs after commit in any state:
   :func:`lost_by_others` - every version of the run's interval that another task instance of this DAG run
   and clear finished and whose state is not success (commit killed, ``kill -9`` / ``os._exit``, after its
-  record). A commit that succeeded announced; an earlier clear's versions are not this run's; when the
-  states cannot be read the teardown announces nothing (a duplicate event restarts every consumer). The
-  commit's FAIL event leaves those versions to the teardown (``PublishLineage.teardown_adopts``).
+  record). A commit that succeeded announced; an earlier clear's versions, and an earlier DAG run's with the
+  same run id (published before this run started), are not this run's; when the states cannot be read the
+  teardown fails, naming the versions, and guesses nothing (a duplicate event restarts every consumer).
+  The commit's FAIL event leaves those versions to the teardown (``PublishLineage.teardown_adopts``).
 
-What is left: a finisher and then its teardown both lost on their last tries (or the teardown cannot
-read the states), a worker killed between the teardown's skip (``CommitOperator.teardown_idle``) and its
-commit's success, and a finisher killed after Airflow recorded its success but before the provider sent
+What is left (review 5): a finisher and then its teardown both lost on their last tries, or a teardown
+that cannot read the states on any try (then a commit that failed after announcing has no lineage either);
+a Clear of any task of the run while the finisher's retry or the teardown is pending (Airflow counts
+clears per run, so the record's ``#clear`` no longer matches: nobody re-announces); a ``begin`` that
+finished a crashed commit's publish and is killed on its last try (the teardown does not run after a
+failed setup); a worker killed between the teardown's skip (``CommitOperator.teardown_idle``) and its
+commit's success; and a finisher killed after Airflow recorded its success but before the provider sent
 its lineage: no later task knows those events are missing.
 """
 from __future__ import annotations
@@ -45,6 +50,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import AirflowApiError
 from ..protocol.batch import batch_of, claim_announcement
 from ..protocol.pipeline import IntervalRun
 from .notes import NOTE_KEY, event_extra, published_note, shorten
@@ -108,17 +114,25 @@ def lost_by_others(run: IntervalRun, context: Any) -> list[tuple[dict[str, Any],
     A version a task that *succeeded* finished was announced by it (Airflow recorded its events with its
     success); one finished in an earlier clear of the run, or by another run, is not this run's to
     announce (a later clear re-runs things: it announces nothing twice); a batch's versions have their own
-    claim (:func:`~exactly_once.protocol.batch.claim_announcement`). When the tasks' states cannot be read
-    (an Airflow without the query, the API not answering) nothing is announced and a warning names the
-    versions: a second asset event would start every consumer DAG a second time for one version, which is
-    the duplicate this library exists to prevent, while a missing one is the gap as it was before and is
-    visible (the run's note, the table page); so "don't" is the safer side."""
+    claim (:func:`~exactly_once.protocol.batch.claim_announcement`). A run id names more than one DAG run
+    over time (``airflow dags test`` twice for one date deletes the run and creates it again, same id, clear 0):
+    only a publish recorded after this DAG run started is this run's (``published_at``, the writer's clock,
+    against the run's ``start_date``; a worker clock behind the scheduler's can only make it miss one). A task
+    Airflow gives no state for is not announced. When the tasks' states cannot be read at all (the API not
+    answering) the teardown fails with :class:`~exactly_once.errors.AirflowApiError` naming the versions, so
+    that its retry asks again: a second asset event would start every consumer DAG a second time for one
+    version - the duplicate this library exists to prevent - so it never guesses."""
     ti, me = context["ti"], identity(context)
     prefix, clear = f"{ti.dag_id}/{ti.run_id}/", "#" + me.rsplit("#", 1)[1]
+    started = getattr(context.get("dag_run"), "start_date", None)
+    if started is None:  # cannot tell this DAG run's publishes from an earlier one's with the same id
+        return []
     found: dict[int, tuple[str, str, Any]] = {}
     for epoch, st in sorted(run.sink.status(run.interval).items()):
         by = (st.records.get("published") or {}).get("by") if st.published else None
         if not isinstance(by, str) or by == me or not by.startswith(prefix) or not by.endswith(clear) or batch_of(st):
+            continue
+        if (st.published_at or 0.0) < started.timestamp():  # an earlier DAG run of this run id (re-created)
             continue
         task_id, _, index = by[len(prefix):-len(clear)].rpartition("/")
         found[epoch] = (task_id, task_id if index in ("", "-1") else f"{task_id}_{index}", st)
@@ -128,16 +142,19 @@ def lost_by_others(run: IntervalRun, context: Any) -> list[tuple[dict[str, Any],
         states = ti.get_task_states(dag_id=ti.dag_id, task_ids=sorted({t for t, _, _ in found.values()}),
                                     run_ids=[ti.run_id])
         states = states.get(ti.run_id, states) if isinstance(states, dict) else {}
-    except Exception as exc:  # noqa: BLE001 - cannot tell whether they succeeded: announce nothing (above)
-        log.warning("could not read the states of %s (%s: %s): %s not announced by this task - should their task "
-                    "have died after publishing, their asset event and lineage are missing",
-                    ", ".join(sorted({t for t, _, _ in found.values()})), type(exc).__name__, exc,
-                    ", ".join(run.sink.ref(run.interval, e).name for e in found))
-        return []
+    except Exception as exc:  # noqa: BLE001 - cannot tell whether they succeeded: never guess (above)
+        raise AirflowApiError(
+            f"could not read the states of {', '.join(sorted({t for t, _, _ in found.values()}))} "
+            f"({type(exc).__name__}: {exc}): whether {', '.join(run.sink.ref(run.interval, e).name for e in found)} "
+            f"was announced is unknown; this teardown's retry asks again (the data is published either way)") from exc
     out = []
     for epoch, (task_id, key, st) in found.items():
         state = states.get(key)
-        state = str(getattr(state, "value", state)) if state is not None else "unknown"
+        if state is None:
+            log.warning("Airflow gave no state for %s: %s not announced by this task", key,
+                        run.sink.ref(run.interval, epoch).name)
+            continue
+        state = str(getattr(state, "value", state))
         if state == "success":
             continue
         how = f" (publish finished by {task_id}, which ended {state}: announced by {ti.task_id})"
