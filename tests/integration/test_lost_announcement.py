@@ -80,6 +80,23 @@ class Lost(Pipeline):
         return code
 
 
+def fail_note_once(monkeypatch: Any, phase: str) -> list[int]:
+    """The first try of ``phase`` fails after it announced (its note's XCom push: the execution API did not
+    answer); returns the failed tries."""
+    from exactly_once.airflow import endings
+
+    real, failed = endings.leave_note, []
+
+    def flaky(operator: Any, context: Any) -> None:
+        if operator.phase == phase and not failed:
+            failed.append(context["ti"].try_number)
+            raise ConnectionError("the execution API did not answer")
+        real(operator, context)
+
+    monkeypatch.setattr(endings, "leave_note", flaky)
+    return failed
+
+
 @pytest.fixture
 def pipe(session, tmp_path, request) -> Lost:  # noqa: F811 - the metadata DB fixture
     land(tmp_path, "2013-01", "a.csv", [1, 2])
@@ -108,22 +125,12 @@ def test_a_commit_killed_after_its_publish_on_its_last_try_is_announced_once_by_
     ``ok`` then clears the whole run: its new version is announced by its commit, the first not again."""
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    from exactly_once.airflow import endings
-
     dr = pipe.create_run(1)
     assert pipe.kill_commit(dr) == CRASH_EXIT_CODE
     e1 = by_commit(pipe, dr)
     assert pipe.states(dr)["commit"] == "failed" and pipe.events() == [] and pipe.lineage == []
     if teardown == "retried":
-        real, failed = endings.leave_note, []
-
-        def flaky(operator: Any, context: Any) -> None:
-            if operator.phase == "abort" and not failed:
-                failed.append(context["ti"].try_number)
-                raise ConnectionError("the execution API did not answer")
-            real(operator, context)
-
-        monkeypatch.setattr(endings, "leave_note", flaky)
+        fail_note_once(monkeypatch, "abort")
     if teardown == "blind":
         def unavailable(**kwargs: Any) -> Any:
             raise ConnectionError("the execution API did not answer")
@@ -175,17 +182,7 @@ def test_a_commit_failing_after_its_publish_on_its_last_try_is_in_one_lineage_ev
     execution API did not answer): Airflow drops its asset event; its FAIL event must leave the version to
     the teardown, which announces both - one asset event, one lineage output. (Before, the FAIL event
     reported it and nobody sent the asset event.)"""
-    from exactly_once.airflow import endings
-
-    real, failed = endings.leave_note, []
-
-    def flaky(operator: Any, context: Any) -> None:
-        if operator.phase == "commit" and not failed:
-            failed.append(context["ti"].try_number)
-            raise ConnectionError("the execution API did not answer")
-        real(operator, context)
-
-    monkeypatch.setattr(endings, "leave_note", flaky)
+    failed = fail_note_once(monkeypatch, "commit")
     dr = pipe.create_run(1)
     states = pipe.drive(dr)
     assert failed == [1] and states["commit"] == "failed" and states["abort"] == "success", states
