@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from tools.compat_dag import DAG_IMPORTS
+
 log = logging.getLogger("compat")
 ROOT = Path(__file__).resolve().parents[1]
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv") or "uv"
@@ -64,24 +66,6 @@ CORNERS = (
     Corner("job-pyspark-4.1", "job", ("pyspark==4.1.3", "pyarrow", "fsspec")),
 )
 
-# The imports of a user's DAG file for any corner (tools/compat_user.py's too): the timetable from where that
-# Airflow has it.
-DAG_IMPORTS = '''\
-from datetime import datetime, timezone
-from pathlib import Path
-
-from airflow.sdk import DAG
-
-try:
-    from airflow.sdk import CronDataIntervalTimetable          # Airflow 3.2+
-except ImportError:
-    from airflow.timetables.interval import CronDataIntervalTimetable  # Airflow 3.1
-
-from exactly_once import settings
-from exactly_once.airflow import exactly_once_group
-from exactly_once.protocol.config import PipelineConfig
-from exactly_once.protocol.layout import Source
-'''
 
 DAG = DAG_IMPORTS + '''
 ORDERS = PipelineConfig(

@@ -33,7 +33,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from tools.compat import DAG_IMPORTS
+from tools.compat_dag import DAG_IMPORTS
 
 DAG_ID, SINK = "yearly_totals", "station_totals"
 YEARS = {1952: [("a", 5.0), ("b", 1.0)], 1953: [("a", 7.0)], 1954: [("b", 2.0), ("a", 1.0)]}
