@@ -139,9 +139,7 @@ def lost_by_others(run: IntervalRun, context: Any) -> list[tuple[dict[str, Any],
     if not found:
         return []
     try:
-        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=sorted({t for t, _, _ in found.values()}),
-                                    run_ids=[ti.run_id])
-        states = states.get(ti.run_id, states) if isinstance(states, dict) else {}
+        states = task_states(ti, sorted({t for t, _, _ in found.values()}))
     except Exception as exc:  # noqa: BLE001 - cannot tell whether they succeeded: never guess (above)
         raise AirflowApiError(
             f"could not read the states of {', '.join(sorted({t for t, _, _ in found.values()}))} "
@@ -154,12 +152,20 @@ def lost_by_others(run: IntervalRun, context: Any) -> list[tuple[dict[str, Any],
             log.warning("Airflow gave no state for %s: %s not announced by this task", key,
                         run.sink.ref(run.interval, epoch).name)
             continue
-        state = str(getattr(state, "value", state))
         if state == "success":
             continue
         how = f" (publish finished by {task_id}, which ended {state}: announced by {ti.task_id})"
         out.append((run_summary(run, run.sink.ref(run.interval, epoch), st), how))
     return out
+
+
+def task_states(ti: Any, task_ids: list[str]) -> dict[str, str]:
+    """The states of ``task_ids`` in ``ti``'s DAG run, as Airflow's execution API gives them (``{task_id: state}``;
+    a mapped task's key is ``<task_id>_<map_index>``), each as its plain value ("success", "failed", ...). Raises
+    what the query raises (an Airflow without it, the API not answering): each caller decides what that means."""
+    found = ti.get_task_states(dag_id=ti.dag_id, task_ids=task_ids, run_ids=[ti.run_id])
+    states = found.get(ti.run_id, found) if isinstance(found, dict) else {}
+    return {k: str(getattr(v, "value", v)) for k, v in states.items() if v is not None}
 
 
 def announce_lost(operator: Any, context: Any, run: IntervalRun) -> None:

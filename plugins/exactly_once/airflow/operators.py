@@ -156,8 +156,9 @@ def may_reprocess(context: Any, dag_id: str, asked: str = "reprocess") -> None:
     (``owners.user_may_edit``, as ``eo_rollback`` checks; with the DAG's team, ``dag_run.team_name``, under
     multi_team). A run without a triggering user (scheduled, a backfill) is not asked by anyone and
     passes; so does one whose user is no login (``airflow dags test`` or ``airflow dags trigger``): it was
-    made from a shell with the metadata DB at hand, which no API permission governs. (Airflow does not give a task the run's ``triggered_by``, which would tell a
-    shell's run from a REST one; the user's name is what there is.) ``asked``: what the conf asks
+    made from a shell with the metadata DB at hand, which no API permission governs. (Airflow does not give a
+    task the run's ``triggered_by``, which would tell a shell's run from a REST one; the user's name is what
+    there is.) ``asked``: what the conf asks
     (``reprocess``, or the ``eo_action`` rollback / recover: the same right)."""
     from .owners import UNKNOWN_TEAM, known_user, user_may_edit
 
@@ -420,13 +421,12 @@ class CommitOperator(PhaseOperator):
             return []
         ids = [self.begin_task_id, self.write_task_id]
         try:
-            found = ti.get_task_states(dag_id=ti.dag_id, task_ids=ids, run_ids=[ti.run_id])
+            states = endings.task_states(ti, ids)
         except Exception as exc:  # noqa: BLE001 - cannot tell (an Airflow without the query): keep the teardown
             log.info("%s: task states unavailable (%s: %s): the teardown runs", txn.name, type(exc).__name__, exc)
             return []
-        states = found.get(ti.run_id, found) if isinstance(found, dict) else {}
         began = self.began(context)
-        if any(str(getattr(states.get(t), "value", states.get(t))) != "success" for t in ids) or \
+        if any(states.get(t) != "success" for t in ids) or \
                 not began or TxnRef.from_dict(began["txn"]) != txn:
             log.info("%s: begin or write was cleared meanwhile (%s): the teardown runs", txn.name, states)
             return []

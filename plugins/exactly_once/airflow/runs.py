@@ -107,7 +107,7 @@ def table_runs(table: TableRef, maintenance_dag: str, logged: Iterable[Interval]
         rows = []
         for dag_id in dict.fromkeys((table.pipeline, maintenance_dag)):
             rows += db.execute(select(*cols).where(DagRun.dag_id == dag_id)
-                                    .order_by(DagRun.id.desc()).limit(MAX_RUNS)).all()
+                               .order_by(DagRun.id.desc()).limit(MAX_RUNS)).all()
         notes = _notes(db, [r[-1] for r in rows if r[2] == "failed" or r[2] == "success"])
     for dag_id, run_id, state, run_type, conf, by, start, end, queued, ended, pk in rows:
         conf = conf if isinstance(conf, dict) else {}
@@ -229,5 +229,5 @@ def known_runs(dag_id: str, run_ids: Iterable[str], session: Any = None) -> set[
     with _reading(session) as db:
         for i in range(0, len(ids), 1000):
             found.update(db.scalars(select(DagRun.run_id).where(DagRun.dag_id == dag_id,
-                                                                     DagRun.run_id.in_(ids[i:i + 1000]))))
+                                                                DagRun.run_id.in_(ids[i:i + 1000]))))
     return found
