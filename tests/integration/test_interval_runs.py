@@ -45,14 +45,17 @@ def land(root: Path, folder: str, name: str, values: list[int]) -> None:
     path.write_text("v\n" + "".join(f"{v}\n" for v in values))
 
 
-def write(spec_url: str, *, partition: str | None = None, reported: int = 1, files: int = 1) -> Counts:
-    """The write phase: sum the CSV values per partition; state = running total (stateful pipelines)."""
+def write(spec_url: str, *, partition: str | None = None, reported: int = 1, files: int = 1,
+          state_from: str | None = None) -> Counts:
+    """The write phase: sum the CSV values per partition; state = running total (stateful pipelines), read
+    from the spec's ``prev_state`` or from ``state_from`` (a batch's chained entry: the state the job just
+    computed for the entry before it)."""
     store, key = storage_for(spec_url)
     ctx = JobContext(None, JobSpec.from_json(store.read_bytes(key)))
     values = [int(v) for i in ctx.source().inputs for v in Path(i.path).read_text().split()[1:]]
     prev = 0
-    if ctx.spec.prev_state:
-        prev = pq.read_table(ctx.spec.prev_state).column("total")[0].as_py()
+    if state_from or ctx.spec.prev_state:
+        prev = pq.read_table(state_from or ctx.spec.prev_state).column("total")[0].as_py()
     part = partition or ctx.partitions[0]
     out = Path(ctx.spec.data_dir) / part
     out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ import pytest
 from airflow.utils.state import DagRunState
 from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
-from exactly_once.contracts import BatchSpec
+from exactly_once.contracts import BatchSpec, JobSpec
 from exactly_once.storage import storage_for
 from airflow_helpers import Pipeline, session  # noqa: F401 - the module's metadata DB fixture
 from test_interval_runs import land, month, write
@@ -31,10 +31,14 @@ MONTHS = [1, 2, 3]
 
 
 def stand_in_batch(url: str, attempt: int) -> None:
-    """A batch's write job without Spark: every entry written as the single write would (stateless)."""
+    """A batch's write job without Spark: every entry written as the single write would, a chained entry's
+    state read from the state just staged for the entry before it (what a batch job computes in one go)."""
     store, key = storage_for(url)
+    before = None
     for entry in BatchSpec.from_json(store.read_bytes(key)).entries:
-        write(entry.spec)
+        write(entry.spec, state_from=before if entry.chained else None)
+        spec_store, spec_key = storage_for(entry.spec)
+        before = str(Path(JobSpec.from_json(spec_store.read_bytes(spec_key)).staging_dir) / "_state")
 
 
 class Endings(Pipeline):

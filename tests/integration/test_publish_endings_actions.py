@@ -18,21 +18,36 @@ from typing import Any
 import pytest
 
 from test_interval_runs import land, month
-from test_publish_endings import WAYS, Endings, announced, pipe, session  # noqa: F401 - fixtures
+from test_publish_endings import MONTHS, WAYS, Endings, announced, dag_id_of, pipe, session  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.airflow
 USER = "admin"
 
 
+@pytest.fixture
+def chained(session, tmp_path, request) -> Endings:  # noqa: F811 - the metadata DB fixture
+    """``pipe``'s months, stateful: each month's state (the running total) is the one before's plus its rows."""
+    for m in MONTHS:
+        land(tmp_path, f"2013-{m:02d}", "a.csv", [m, 10 * m])
+    return Endings(session, tmp_path, dag_id_of(request), stateful=True, start=month(1).start)
+
+
 def from_the_page(pipe: Endings, monkeypatch: Any, action: str, form: dict[str, str]) -> tuple[int, Any]:
     """``action`` posted from the table page of ``pipe``'s table with ``form`` (the interval, the version, the
     reason), confirmed: the page's answer's status and the run it created (None if it created none)."""
+    status, made = runs_from_the_page(pipe, monkeypatch, action, form)
+    assert len(made) <= 1, made
+    return status, (made[0] if made else None)
+
+
+def runs_from_the_page(pipe: Endings, monkeypatch: Any, action: str, form: dict[str, str]) -> tuple[int, list[Any]]:
+    """As :func:`from_the_page`: the status and every run the action created, in the order they start."""
     from airflow.api_fastapi.app import create_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from airflow.models.dagrun import DagRun
     from sqlalchemy import select
 
-    from exactly_once.airflow import actions, webapp
+    from exactly_once.airflow import actions, views, webapp
     from exactly_once.airflow.tables import TableRef
 
     cfg = pipe.cfg
@@ -40,15 +55,14 @@ def from_the_page(pipe: Endings, monkeypatch: Any, action: str, form: dict[str, 
     monkeypatch.setattr(webapp, "find_table", lambda dag_id, sink: table if (dag_id, sink) == table.key else None)
     create_auth_manager()
     user = SimpleAuthManagerUser(username=USER, role="admin")
-    req = actions.parse(action, table, form, [])
+    req = actions.parse(action, table, form, views.stale_of(table) if action == "rerun-stale" else [])
     before = set(pipe.session.scalars(select(DagRun.id).where(DagRun.dag_id == pipe.dag_id)))
     got = webapp._act(user, cfg.pipeline, cfg.sink, action,
                       {**form, "token": actions.form_token(USER, req), "confirm": "yes"})
     pipe.session.expire_all()
     made = [dr for dr in pipe.session.scalars(select(DagRun).where(DagRun.dag_id == pipe.dag_id))
             if dr.id not in before]
-    assert len(made) <= 1, made
-    return got.status_code, (made[0] if made else None)
+    return got.status_code, sorted(made, key=lambda dr: dr.run_after)
 
 
 def asked_of(pipe: Endings, m: int, epoch: int) -> str:
@@ -126,3 +140,42 @@ def test_a_reprocess_from_the_table_page_of_a_month_a_pending_run_covers_is_refu
     assert {pipe.run_state(dr) for dr in runs} == {"success"}
     status, run = from_the_page(pipe, monkeypatch, "reprocess", {"interval": month(2).token})
     assert status == 200 and run is not None and run.conf["eo_action"] == "reprocess"
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_rerun_of_the_stale_months_from_the_table_page_ends_like_every_publish(chained, way, monkeypatch):
+    """A stateful pipeline's months published ``way`` (running totals 11, 33, 66); January lands another file
+    and the page's reprocess publishes its e2 (total 111), which leaves February and March stale (their state
+    was read from January's e1). The page's re-run of the stale months creates one run per month, oldest
+    first; driven in that order they publish February's and March's e2 on the new state (133, 166). Each new
+    version: exactly one asset event and one lineage output (none re-sent for an older one), its run summary,
+    its run's note naming the action, ``eo history`` saying who asked; nothing is stale after."""
+    pipe = chained
+    pipe.run(way, MONTHS)
+    assert {r["month"]: r["total"] for r in pipe.rows()} == {"2013-01": 11, "2013-02": 33, "2013-03": 66}
+    land(pipe.root, "2013-01", "b.csv", [100])
+    status, run = from_the_page(pipe, monkeypatch, "reprocess", {"interval": month(1).token})
+    assert status == 200 and run is not None
+    states = pipe.drive(run)
+    assert pipe.run_state(run) == "success", states
+    events, lineage = announced(pipe)
+    assert len(events) == len(lineage) == 4
+
+    from exactly_once.protocol.ordering import stale_from
+
+    assert stale_from(pipe.sink, month(1)) == [month(2).token, month(3).token]
+    status, runs = runs_from_the_page(pipe, monkeypatch, "rerun-stale", {"reason": "January was short"})
+    assert status == 200 and [dr.conf["eo_action"] for dr in runs] == ["rerun-stale"] * 2, (status, runs)
+    assert [dr.data_interval_start for dr in runs] == [month(2).start, month(3).start]
+    for dr in runs:
+        states = pipe.drive(dr)
+        assert pipe.run_state(dr) == "success", states
+    assert {r["month"]: r["total"] for r in pipe.rows()} == {"2013-01": 111, "2013-02": 133, "2013-03": 166}
+    fresh = [pipe.sink.committed(month(m))[0] for m in (2, 3)]
+    assert [t.epoch for t in fresh] == [2, 2]
+    assert announced(pipe) == (sorted([*events, *(t.name for t in fresh)]),
+                               sorted([*lineage, *(t.name for t in fresh)])), pipe.lineage
+    assert {t.name for t in fresh} <= set(pipe.summaries())
+    assert [pipe.note(dr) for dr in runs] == ["published e2: 1 row, 1 file (rerun-stale)"] * 2
+    assert asked_of(pipe, 3, 2).startswith(f'rerun-stale by {USER} because "January was short"'), asked_of(pipe, 3, 2)
+    assert stale_from(pipe.sink, month(1)) == []
