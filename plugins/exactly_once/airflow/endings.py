@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AirflowApiError
+from ..ids import Interval, parse_txn_name
 from ..protocol.batch import batch_of, claim_announcement
 from ..protocol.pipeline import IntervalRun
 from .notes import NOTE_KEY, event_extra, published_note, shorten
@@ -73,6 +74,7 @@ class Ending:
 def start_try(operator: Any, context: Any = None) -> None:
     """At the start of every task try: nothing ended yet (a retry in the same process reports only its own)."""
     operator._eo_endings, operator._eo_note = [], None
+    operator._eo_recovering, operator._eo_action_note = False, ""  # set by a table's recover (rollback.py)
     operator.forget_published((context or {}).get("ti"))
 
 
@@ -96,12 +98,15 @@ def sign(context: Any, *sinks: Any) -> None:
 
 def finished_before(operator: Any, run: IntervalRun, context: Any) -> list[dict[str, Any]]:
     """On a later try of a task (after a try that failed, or resumed after a deferral): the run summaries of
-    the publishes of ``run``'s interval an earlier try of it finished - their events were dropped with it."""
+    the publishes of ``run``'s interval an earlier try of it finished - their events were dropped with it
+    (of every interval of the table for a run asked to recover it)."""
     if int(getattr(context["ti"], "try_number", 1) or 1) <= 1 and not getattr(operator, "resumed", False):
         return []
     me = identity(context)
-    return [run_summary(run, run.sink.ref(run.interval, epoch), st)
-            for epoch, st in run.sink.status(run.interval).items()
+    recovering = getattr(operator, "_eo_recovering", False)  # a table's recover finishes any interval's
+    return [run_summary(run.at(iv), run.sink.ref(iv, epoch), st)
+            for iv in (run.sink.log.intervals() if recovering else [run.interval])
+            for epoch, st in run.sink.status(iv).items()
             if st.published and (st.records.get("published") or {}).get("by") == me]
 
 
@@ -182,12 +187,20 @@ def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
     try:
         if run is not None:
             for summary in [*run.ended(), *finished_before(operator, run, context)]:
-                ended(operator, context, run, summary, finished=True)
+                ended(operator, context, run.at(interval_of(summary)), summary, finished=True)
         leave_note(operator, context)
     except Exception:
         if not failing:
             raise
         log.warning("could not record what this task published", exc_info=True)
+
+
+def interval_of(summary: dict[str, Any]) -> Interval:
+    """The interval of the version a run summary is of (its name: ``<interval token>.e<epoch>``)."""
+    parsed = parse_txn_name(str(summary.get("version")))
+    if parsed is None:
+        raise ValueError(f"not a version: {summary.get('version')!r}")
+    return Interval.from_token(parsed[0])
 
 
 def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any], *, finished: bool,
@@ -256,7 +269,10 @@ def note(operator: Any, context: Any) -> str | None:
     if others:
         n = len(others)
         span = others[0].interval.start.isoformat() + (f" .. {others[-1].interval.start.isoformat()}" if n > 1 else "")
-        parts.append(f"{'and ' if parts else ''}{n} other interval{'' if n == 1 else 's'} of the range published ({span})")
+        lead = getattr(operator, "_eo_action_note", "")  # a table's recover: what it did, who asked
+        what = "other interval" + ("" if n == 1 else "s") + ("" if lead else " of the range")
+        parts = [*([lead] if lead else []), *parts,
+                 f"{'and ' if parts and not lead else ''}{n} {what} published ({span})"]
     return shorten("; ".join(parts))
 
 

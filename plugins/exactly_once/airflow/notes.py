@@ -22,6 +22,14 @@ from airflow.listeners import hookimpl
 from ..quality.reports import run_report_url
 
 log = logging.getLogger(__name__)
+
+
+def asset_uri(config: Any) -> str:
+    """The table's Airflow Asset: its URL (``file://`` + the path for a local table)."""
+    url = config.table_url
+    return url if "://" in url else f"file://{url}"
+
+
 NOTE_KEY = "eo_note"
 OURS = ("published ", "aborted", "fenced", "not published", "refused")   # a note starting so was written by us
 PHASE_NOTE_CHARS = 480  # one table's note; Airflow keeps 1,000 characters of a run's note

@@ -35,6 +35,7 @@ from ..ops.rollback import describe, find_interval, parse_version, rollback
 from ..protocol.transaction import TwoPhaseCommitSink
 from ..text import one_line
 from .connections import storage_options
+from .lineage import PublishLineage
 from .owners import owning_table
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,10 @@ def carry_out(operator: Any, run: Any, context: Any, action: str, conf: dict[str
     ti = context["ti"]
     try:
         if action == "recover":
+            operator._eo_recovering = True  # a retry re-announces what a failed try finished, in any interval
             result: dict[str, Any] = {"recover": run.sink.recover(), "by": user}
             note = f"recover by {user or 'a run'}: " + ("; ".join(result["recover"]) or "nothing to do")
+            operator._eo_action_note = note  # the note of what it published leads with it (endings.note)
         else:
             version = parse_version(str(conf.get("to_version") or ""), run.interval)
             meta = {"run": provenance(context, "rollback", to=f"e{version}")}
@@ -105,39 +108,60 @@ def request_of(context: Any) -> str | None:
     return f"{getattr(dag_run, 'dag_id', None)}/{run_id}" if run_id else None
 
 
-class RollbackOperator(BaseOperator):
+class RollbackOperator(PublishLineage, BaseOperator):
     """``action="rollback"``: make version ``to_version`` of the interval starting at ``interval_start``
     of the table at ``table_url`` live again, through the protocol. ``action="recover"``: bring every
-    transaction of the table to a final state now (``eo recover``). Templated, so a DAG passes its params in."""
+    transaction of the table to a final state now (``eo recover``). Templated, so a DAG passes its params in.
+    Every publish it finishes ends through the one seam (:mod:`exactly_once.airflow.endings`): the table's
+    asset event through its AssetAlias outlet (``exactly_once:rollback``), its lineage, the run's note."""
 
     template_fields: Sequence[str] = ("table_url", "interval_start", "to_version", "action")
     ui_color = "#f3e5f5"
 
     def __init__(self, *, table_url: str, interval_start: str = "", to_version: str = "", action: str = "rollback",
                  storage_conn_id: str | None = None, **kwargs: Any) -> None:
+        from airflow.sdk import AssetAlias
+
+        kwargs.setdefault("outlets", [AssetAlias("exactly_once:rollback")])  # whichever table it acts on
         super().__init__(**kwargs)
         self.table_url, self.interval_start, self.to_version = table_url, interval_start, to_version
         self.action, self.storage_conn_id = action, storage_conn_id
+        self.asset_uri: str | None = None  # the table's Asset, once the table is known
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from . import endings
+
         action = (self.action or "rollback").strip()
         if action not in ACTIONS:
             raise AirflowFailException(f"unknown action {action!r}: use one of {', '.join(ACTIONS)}")
         user = getattr(context.get("dag_run"), "triggering_user_name", None)
+        endings.start_try(self, context)
+        run = None
         try:
+            options = storage_options(self.storage_conn_id)
             table = owning_table(self.table_url, user)
-            sink = TwoPhaseCommitSink.open(self.table_url, storage_options=storage_options(self.storage_conn_id),
+            sink = TwoPhaseCommitSink.open(self.table_url, storage_options=options,
                                            require_validation=True, target_url=settings.target_url())
             if (sink.pipeline, sink.sink) != table.key:
                 raise PermissionDeniedError(f"the table at {table.describe()} is owned by {sink.pipeline}/{sink.sink}, "
                                             f"not by {table.pipeline}/{table.sink} that declares it: fix the DAG")
             if action == "recover":
-                result: dict[str, Any] = {"recover": sink.recover(), "by": user}
+                every = sink.log.intervals()
+                run = self._announcer(context, table, sink, options, max(every) if every else None)
+                self._eo_recovering = True  # a retry re-announces what a failed try finished, in any interval
+                try:
+                    result: dict[str, Any] = {"recover": sink.recover(), "by": user}
+                finally:
+                    self._ended(context, run)
             else:
                 interval = find_interval(sink, self.interval_start)
                 version = parse_version(self.to_version, interval)
                 meta = {"run": provenance(context, "rollback", to=f"e{version}")}
-                result = describe(rollback(sink, interval, version, meta=meta, request=request_of(context)), sink)
+                run = self._announcer(context, table, sink, options, interval)
+                try:
+                    result = describe(rollback(sink, interval, version, meta=meta, request=request_of(context)), sink)
+                finally:
+                    self._ended(context, run)
                 if result.get("already"):
                     result["note"] = (f"this run rolled {interval.token} back already as {result['version']}: "
                                       "nothing was done again (a retry or a clear never rolls back twice; "
@@ -147,3 +171,26 @@ class RollbackOperator(BaseOperator):
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
         log.info("%s: %s", action, result)
         return result
+
+    def _announcer(self, context: Any, table: Any, sink: TwoPhaseCommitSink, options: dict[str, Any],
+                   interval: Any) -> Any:
+        """The pipeline run at ``interval`` that announces what this task finishes on ``sink`` (signed with
+        this task; a publish of another interval is announced as that interval's: ``IntervalRun.at``); None
+        without an interval (a table with an empty log: nothing to finish) or the table's config."""
+        from ..protocol.pipeline import IntervalRun
+        from . import endings
+        from .notes import asset_uri
+
+        if table.config is None or interval is None:
+            return None
+        self.asset_uri = asset_uri(table.config)
+        run = IntervalRun(table.config, interval, storage_options=options)
+        run.sink, run.storage = sink, sink.storage
+        endings.sign(context, sink)
+        return run
+
+    def _ended(self, context: Any, run: Any) -> None:
+        from . import endings
+
+        if run is not None:
+            endings.finish_try(self, context, run)

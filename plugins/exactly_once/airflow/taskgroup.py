@@ -32,6 +32,7 @@ from ..errors import ConfigError, LayoutError
 from ..protocol.timetables import timetable_intervals, year_of_intervals, zone
 from ..quality.suites import check_suites
 from .compat import exponential_backoff
+from .notes import asset_uri
 from .operators import AbortOperator, BeginOperator, CommitOperator, PreCommitOperator, ValidateOperator
 from .write import WriteOperator
 
@@ -121,7 +122,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
         # nothing (commit of an interval already committed) announces nothing. A static Asset outlet
         # would emit an event on every success of its task.
         finishers = {"outlets": [AssetAlias(f"exactly_once:{config.pipeline}/{config.sink}")],
-                     "asset_uri": _asset_uri(config)}
+                     "asset_uri": asset_uri(config)}
         batch_write = {"application": config.application, "conn_id": spark_conn_id, "conf": conf,
                        "env_vars": spark_env(), "name": f"{config.pipeline}-{config.sink}-batch",
                        "application_args": list(config.application_args),
@@ -158,8 +159,3 @@ def _check_pipeline(config: PipelineConfig, dag_id: str) -> None:
                           f"{config.pipeline!r}): the pipeline is the DAG id - who may read the table and act on it, "
                           f"and the DAG its actions run, are taken from it. Set pipeline={dag_id!r} (a table already "
                           f"written as pipeline {config.pipeline!r} keeps that name: give the DAG that id)")
-
-
-def _asset_uri(config: PipelineConfig) -> str:
-    url = config.table_url
-    return url if "://" in url else f"file://{url}"

@@ -335,10 +335,19 @@ class IntervalRun:
         or the recovery inside :meth:`begin`. One run finishes each publish, whatever raced it: the Airflow
         layer announces exactly these (``exactly_once.airflow.endings``)."""
         for result in self.sink.take_finished():
-            if result.txn.name not in self._ended:
-                self._summary(result)
+            if result.txn.name not in self._ended:  # a table's recover finishes other intervals' publishes too
+                self._ended[result.txn.name] = self.at(result.txn.interval)._summary(result)
         out, self._ended = list(self._ended.values()), {}
         return out
+
+    def at(self, interval: Interval) -> "IntervalRun":
+        """This run's pipeline and sink handle at ``interval`` (itself at its own): a publish of another
+        interval that this run finished (a table's recover) is summarised and announced as that interval's."""
+        if interval == self.interval:
+            return self
+        other = IntervalRun(self.config, interval, storage_options=self.options)
+        other.sink, other.storage = self.sink, self.storage
+        return other
 
     def finish_publishes(self) -> list[dict[str, Any]]:
         """Finish every decided but unpublished commit of this interval (a commit task that died after
