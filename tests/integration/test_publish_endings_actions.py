@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from endings_helpers import decide_unpublished, ops_run
 from test_interval_runs import land, month
 from test_publish_endings import MONTHS, WAYS, Endings, announced, dag_id_of, pipe, session  # noqa: F401 - fixtures
 
@@ -191,20 +192,11 @@ def test_a_recover_from_the_table_page_announces_the_publish_it_finishes(pipe, w
     recover did. ``retried``: the recover's first try dies right after recording the publish (its events
     dropped with it); its retry, which has nothing left to do, announces it. (Before, the recover announced
     it as the newest month's - an asset event naming March for February's version - with no lineage.)"""
-    from airflow.utils.state import DagRunState
-
     pipe.run(way, MONTHS)
     events, lineage = announced(pipe)
     land(pipe.root, "2013-02", "b.csv", [100])
-    status, run = from_the_page(pipe, monkeypatch, "reprocess", {"interval": month(2).token})
-    assert status == 200 and run is not None
-    monkeypatch.setenv("EO_FAILPOINTS", "commit.before_publish=error")
-    pipe.drive(run, until="t.abort")
-    monkeypatch.delenv("EO_FAILPOINTS")
-    run.set_state(DagRunState.FAILED)
-    pipe.session.commit()
-    decided = pipe.sink.committed(month(2))
-    assert decided[0].epoch == 2 and not decided[1].published and announced(pipe) == (events, lineage)
+    decided = decide_unpublished(pipe, monkeypatch, 2, 1, from_page=True)
+    assert decided[0].epoch == 2 and announced(pipe) == (events, lineage)
 
     status, fix = from_the_page(pipe, monkeypatch, "recover", {"reason": "the worker was lost"})
     assert status == 200 and fix is not None and fix.conf["eo_action"] == "recover"
@@ -229,47 +221,7 @@ def test_a_recover_from_the_table_page_announces_the_publish_it_finishes(pipe, w
     assert pipe.events()[-1]["interval"]["start"] == month(2).start.isoformat()
     assert decided[0].name in pipe.summaries()
     assert pipe.note(fix).startswith(f"recover by {USER}: ") and \
-        pipe.note(fix).endswith(f"1 other interval published ({month(2).start.isoformat()})"), pipe.note(fix)
-
-
-def ops_task(pipe: Endings, monkeypatch: Any, n: int, **params: str) -> tuple[str, list[str]]:
-    """A run of an operations DAG of the user's (not the pipeline's: ``RollbackOperator`` given the table's
-    URL, as ``dags/eo_rollback.py`` has it) with ``params``, its one task run by Airflow's task runner in
-    the module's metadata DB, triggered by admin: its state and the versions of its lineage outputs."""
-    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-    from airflow.models.serialized_dag import SerializedDagModel
-    from airflow.sdk import DAG
-    from airflow.sdk.definitions.dag import _run_task
-    from airflow.serialization.serialized_objects import LazyDeserializedDAG
-    from airflow.utils.state import DagRunState, TaskInstanceState
-    from airflow.utils.types import DagRunTriggeredByType, DagRunType
-    from datetime import datetime, timezone
-
-    from exactly_once.airflow import rollback
-    from exactly_once.airflow.tables import TableRef
-
-    cfg = pipe.cfg
-    monkeypatch.setattr(rollback, "owning_table", lambda url, user: TableRef(cfg.pipeline, cfg.sink, url, cfg))
-    dag_id = f"ops_{pipe.dag_id}"[:60]
-    with DAG(dag_id, schedule=None, start_date=datetime(2013, 1, 1, tzinfo=timezone.utc)) as dag:
-        rollback.RollbackOperator(task_id="act", table_url=cfg.table_url, **params)
-    update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
-                                     session=pipe.session)
-    pipe.session.commit()
-    sdag = pipe.session.scalar(SerializedDagModel.latest_item_select_object(dag_id)).dag
-    dr = sdag.create_dagrun(run_id=f"manual__{n}", logical_date=None, data_interval=None,
-                            run_after=datetime.now(timezone.utc), run_type=DagRunType.MANUAL,
-                            triggered_by=DagRunTriggeredByType.UI, triggering_user_name=USER,
-                            state=DagRunState.RUNNING, session=pipe.session)
-    pipe.session.commit()
-    dr.dag = sdag
-    [ti] = dr.update_state(session=pipe.session)[0]
-    ti.try_number, ti.state = ti.try_number + 1, TaskInstanceState.SCHEDULED
-    pipe.session.commit()
-    result = _run_task(ti=ti, task=dag.task_dict["act"])
-    facets = result.ti.task.get_openlineage_facets_on_complete(result.ti)  # the copy the runner ran
-    return str(getattr(result.ti.state, "value", result.ti.state)), \
-        [o.facets["version"].datasetVersion for o in facets.outputs]
+        pipe.note(fix).endswith(f"; published e2 of {month(2).start.isoformat()}"), pipe.note(fix)
 
 
 def test_the_rollback_operator_of_a_users_ops_dag_announces_what_it_publishes(pipe, monkeypatch):
@@ -277,29 +229,22 @@ def test_the_rollback_operator_of_a_users_ops_dag_announces_what_it_publishes(pi
     publishes e3, and its recover finishes a decided publish of March - each announced once as its own
     month's (the table's asset event through the operator's alias, a lineage output of the version), with
     its run summary. (Before, the operator published both and announced neither.)"""
-    from airflow.utils.state import DagRunState
-
     pipe.run("single", MONTHS)
     land(pipe.root, "2013-02", "b.csv", [100])
     pipe.drive(pipe.manual(2, {"reprocess": True}, 1))
     events, _ = announced(pipe)
     assert pipe.sink.committed(month(2))[0].epoch == 2 and len(events) == 4
 
-    state, outputs = ops_task(pipe, monkeypatch, 1, interval_start=month(2).start.isoformat(), to_version="e1")
+    [(state, outputs)] = ops_run(pipe, monkeypatch, 1, interval_start=month(2).start.isoformat(),
+                                 to_version="e1")["tries"]
     e3 = pipe.sink.committed(month(2))[0]
     assert state == "success" and e3.epoch == 3 and outputs == [e3.name]
     assert pipe.events()[-1]["version"] == e3.name and len(pipe.events()) == 5
     assert pipe.events()[-1]["interval"]["start"] == month(2).start.isoformat() and e3.name in pipe.summaries()
 
     land(pipe.root, "2013-03", "b.csv", [7])
-    dr = pipe.manual(3, {"reprocess": True}, 2)
-    monkeypatch.setenv("EO_FAILPOINTS", "commit.before_publish=error")
-    pipe.drive(dr, until="t.abort")
-    monkeypatch.delenv("EO_FAILPOINTS")
-    dr.set_state(DagRunState.FAILED)
-    pipe.session.commit()
-    decided = pipe.sink.committed(month(3))[0]
-    state, outputs = ops_task(pipe, monkeypatch, 2, action="recover")
+    decided = decide_unpublished(pipe, monkeypatch, 3, 2)[0]
+    [(state, outputs)] = ops_run(pipe, monkeypatch, 2, action="recover")["tries"]
     assert state == "success" and pipe.live(3) == decided.name and outputs == [decided.name]
     assert [e["version"] for e in pipe.events()][5:] == [decided.name]
     assert pipe.events()[-1]["interval"]["start"] == month(3).start.isoformat()

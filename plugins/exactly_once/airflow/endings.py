@@ -103,11 +103,23 @@ def finished_before(operator: Any, run: IntervalRun, context: Any) -> list[dict[
     if int(getattr(context["ti"], "try_number", 1) or 1) <= 1 and not getattr(operator, "resumed", False):
         return []
     me = identity(context)
-    recovering = getattr(operator, "_eo_recovering", False)  # a table's recover finishes any interval's
+    started = getattr(context.get("dag_run"), "start_date", None)  # a run id re-created: not its publishes
     return [run_summary(run.at(iv), run.sink.ref(iv, epoch), st)
-            for iv in (run.sink.log.intervals() if recovering else [run.interval])
+            for iv in _finishable(operator, run)
             for epoch, st in run.sink.status(iv).items()
-            if st.published and (st.records.get("published") or {}).get("by") == me]
+            if st.published and (st.records.get("published") or {}).get("by") == me
+            and (started is None or (st.published_at or 0.0) >= started.timestamp())]
+
+
+def _finishable(operator: Any, run: IntervalRun) -> list[Interval]:
+    """The intervals whose publishes a try of ``operator`` can finish: a table's recover any interval's;
+    another task its run's interval and, in a stateful pipeline, the one before it (``begin`` finishes a
+    predecessor's decided publish before it reads its state)."""
+    every = run.sink.log.intervals()
+    if getattr(operator, "_eo_recovering", False):
+        return every
+    before = [iv for iv in every if iv.end == run.interval.start] if run.config.stateful else []
+    return [*before, run.interval]
 
 
 def lost_by_others(run: IntervalRun, context: Any) -> list[tuple[dict[str, Any], str]]:
@@ -179,20 +191,36 @@ def announce_lost(operator: Any, context: Any, run: IntervalRun) -> None:
         ended(operator, context, run, summary, finished=False, adopted=True, how=how)
 
 
+def record_finished(operator: Any, context: Any, run: IntervalRun) -> None:
+    """Record now what ``run`` finished so far in this try (:func:`ended`, ``finished``), before anything can
+    note one of those versions as published before this task."""
+    for summary in run.ended():
+        ended(operator, context, run.at(interval_of(summary)), summary, finished=True)
+
+
 def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
     """At the end of every task try (also one that raises): record every publish ``run`` finished during it
     (:meth:`IntervalRun.ended`), then leave the run's note. While the task fails with its own error, a
     failure here is logged, never raised over it."""
-    failing = sys.exc_info()[1] is not None
+    failing = sys.exc_info()[1] is not None and not skipping(sys.exc_info()[1])
     try:
         if run is not None:
-            for summary in [*run.ended(), *finished_before(operator, run, context)]:
+            record_finished(operator, context, run)
+            for summary in finished_before(operator, run, context):
                 ended(operator, context, run.at(interval_of(summary)), summary, finished=True)
         leave_note(operator, context)
     except Exception:
         if not failing:
             raise
         log.warning("could not record what this task published", exc_info=True)
+
+
+def skipping(exc: BaseException) -> bool:
+    """Whether ``exc`` ends the task in success or skipped (the rest of a group skipped, the task skipped):
+    what it published is recorded as for a task that returned."""
+    from .compat import AirflowSkipException, DownstreamTasksSkipped  # noqa: PLC0415
+
+    return isinstance(exc, (DownstreamTasksSkipped, AirflowSkipException))
 
 
 def interval_of(summary: dict[str, Any]) -> Interval:
@@ -247,10 +275,11 @@ def _asset_event(operator: Any, context: Any, run: IntervalRun, summary: dict[st
     is added: a task that announced nothing emits nothing)."""
     from airflow.sdk import Asset, AssetAlias
 
-    for outlet in operator.outlets or []:
-        if isinstance(outlet, AssetAlias):
+    for outlet in operator.outlets or []:  # ours only, once (a user's own alias beside it gets nothing)
+        if isinstance(outlet, AssetAlias) and outlet.name.startswith("exactly_once:"):
             context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
                                                  extra=event_extra(context, summary, run.interval))
+            return
 
 
 def note(operator: Any, context: Any) -> str | None:
@@ -269,11 +298,14 @@ def note(operator: Any, context: Any) -> str | None:
     if others:
         n = len(others)
         span = others[0].interval.start.isoformat() + (f" .. {others[-1].interval.start.isoformat()}" if n > 1 else "")
-        lead = getattr(operator, "_eo_action_note", "")  # a table's recover: what it did, who asked
-        what = "other interval" + ("" if n == 1 else "s") + ("" if lead else " of the range")
-        parts = [*([lead] if lead else []), *parts,
-                 f"{'and ' if parts and not lead else ''}{n} {what} published ({span})"]
-    return shorten("; ".join(parts))
+        conf = getattr(context.get("dag_run"), "conf", None) or {}
+        ranged = isinstance(conf, dict) and bool(conf.get("eo_batch"))
+        what = "other interval" + ("" if n == 1 else "s") + (" of the range" if ranged else "")
+        parts.append(f"{'and ' if parts else ''}{n} {what} published ({span})" if ranged or n > 3 else
+                     "published " + ", ".join(f"e{int(e.version.rsplit('.e', 1)[1])} of {e.interval.start.isoformat()}"
+                                              for e in others))
+    lead = getattr(operator, "_eo_action_note", "")  # an action on the table (recover, rollback): who asked what
+    return shorten("; ".join([*([lead] if lead else []), *parts]))
 
 
 def _action_asked(context: Any) -> str:

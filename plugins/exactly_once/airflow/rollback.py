@@ -40,6 +40,7 @@ from .owners import owning_table
 
 log = logging.getLogger(__name__)
 ACTIONS = ("rollback", "recover")
+ROLLBACK_ALIAS = "exactly_once:rollback"  # RollbackOperator's outlet: the tables' asset events go through it
 
 
 def action_of(conf: dict[str, Any]) -> str | None:
@@ -122,7 +123,10 @@ class RollbackOperator(PublishLineage, BaseOperator):
                  storage_conn_id: str | None = None, **kwargs: Any) -> None:
         from airflow.sdk import AssetAlias
 
-        kwargs.setdefault("outlets", [AssetAlias("exactly_once:rollback")])  # whichever table it acts on
+        given = kwargs.pop("outlets", None) or []  # the user's own, and the alias of whichever table it acts on
+        given = list(given) if isinstance(given, (list, tuple)) else [given]
+        kwargs["outlets"] = [*given, *([] if any(isinstance(o, AssetAlias) and o.name == ROLLBACK_ALIAS
+                                                 for o in given) else [AssetAlias(ROLLBACK_ALIAS)])]
         super().__init__(**kwargs)
         self.table_url, self.interval_start, self.to_version = table_url, interval_start, to_version
         self.action, self.storage_conn_id = action, storage_conn_id
@@ -151,6 +155,7 @@ class RollbackOperator(PublishLineage, BaseOperator):
                 self._eo_recovering = True  # a retry re-announces what a failed try finished, in any interval
                 try:
                     result: dict[str, Any] = {"recover": sink.recover(), "by": user}
+                    self._eo_action_note = f"recover by {user or 'a run'}"
                 finally:
                     self._ended(context, run)
             else:
@@ -158,6 +163,7 @@ class RollbackOperator(PublishLineage, BaseOperator):
                 version = parse_version(self.to_version, interval)
                 meta = {"run": provenance(context, "rollback", to=f"e{version}")}
                 run = self._announcer(context, table, sink, options, interval)
+                self._eo_action_note = f"rollback of {interval.start.isoformat()} to e{version} by {user or 'a run'}"
                 try:
                     result = describe(rollback(sink, interval, version, meta=meta, request=request_of(context)), sink)
                 finally:
