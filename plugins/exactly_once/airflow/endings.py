@@ -115,11 +115,9 @@ def _finishable(operator: Any, run: IntervalRun) -> list[Interval]:
     """The intervals whose publishes a try of ``operator`` can finish: a table's recover any interval's;
     another task its run's interval and, in a stateful pipeline, the one before it (``begin`` finishes a
     predecessor's decided publish before it reads its state)."""
-    every = run.sink.log.intervals()
     if getattr(operator, "_eo_recovering", False):
-        return every
-    before = [iv for iv in every if iv.end == run.interval.start] if run.config.stateful else []
-    return [*before, run.interval]
+        return run.sink.log.intervals()
+    return [*(run.intervals_before() if run.config.stateful else []), run.interval]
 
 
 def lost_by_others(run: IntervalRun, context: Any) -> list[tuple[dict[str, Any], str]]:
@@ -191,10 +189,11 @@ def announce_lost(operator: Any, context: Any, run: IntervalRun) -> None:
         ended(operator, context, run, summary, finished=False, adopted=True, how=how)
 
 
-def record_finished(operator: Any, context: Any, run: IntervalRun) -> None:
-    """Record now what ``run`` finished so far in this try (:func:`ended`, ``finished``), before anything can
-    note one of those versions as published before this task."""
-    for summary in run.ended():
+def record_finished(operator: Any, context: Any, run: IntervalRun, summaries: list[dict[str, Any]]) -> None:
+    """Record the publishes ``summaries`` this task finished (:func:`ended`, ``finished``), each as its own
+    interval's; ``run.ended()`` at once after finishing, before anything can note one of those versions as
+    published before this task."""
+    for summary in summaries:
         ended(operator, context, run.at(interval_of(summary)), summary, finished=True)
 
 
@@ -205,9 +204,7 @@ def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
     failing = sys.exc_info()[1] is not None and not skipping(sys.exc_info()[1])
     try:
         if run is not None:
-            record_finished(operator, context, run)
-            for summary in finished_before(operator, run, context):
-                ended(operator, context, run.at(interval_of(summary)), summary, finished=True)
+            record_finished(operator, context, run, [*run.ended(), *finished_before(operator, run, context)])
         leave_note(operator, context)
     except Exception:
         if not failing:

@@ -248,7 +248,7 @@ class BeginOperator(PhaseOperator):
         elif "reprocess" not in conf:
             refuse_lost_reprocess(context, run)
         run.finish_publishes()  # a commit that died after deciding: announced now, as this task finished it
-        endings.record_finished(self, context, run)  # (before a batch notes the interval as published before)
+        endings.record_finished(self, context, run, run.ended())  # before a batch notes it "published before"
         if batching.mode(self, context):  # finished at once, waiting, or a single run from here on
             batching.before_begin(self, run, context, reprocess=reprocess)
         try:

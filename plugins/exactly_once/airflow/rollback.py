@@ -153,26 +153,25 @@ class RollbackOperator(PublishLineage, BaseOperator):
                 every = sink.log.intervals()
                 run = self._announcer(context, table, sink, options, max(every) if every else None)
                 self._eo_recovering = True  # a retry re-announces what a failed try finished, in any interval
-                try:
-                    result: dict[str, Any] = {"recover": sink.recover(), "by": user}
-                    self._eo_action_note = f"recover by {user or 'a run'}"
-                finally:
-                    self._ended(context, run)
+                self._eo_action_note = f"recover by {user or 'a run'}"
             else:
                 interval = find_interval(sink, self.interval_start)
                 version = parse_version(self.to_version, interval)
-                meta = {"run": provenance(context, "rollback", to=f"e{version}")}
                 run = self._announcer(context, table, sink, options, interval)
                 self._eo_action_note = f"rollback of {interval.start.isoformat()} to e{version} by {user or 'a run'}"
-                try:
+            try:
+                if action == "recover":
+                    result: dict[str, Any] = {"recover": sink.recover(), "by": user}
+                else:
+                    meta = {"run": provenance(context, "rollback", to=f"e{version}")}
                     result = describe(rollback(sink, interval, version, meta=meta, request=request_of(context)), sink)
-                finally:
-                    self._ended(context, run)
-                if result.get("already"):
-                    result["note"] = (f"this run rolled {interval.token} back already as {result['version']}: "
-                                      "nothing was done again (a retry or a clear never rolls back twice; "
-                                      "trigger a new rollback to do it again)")
-                    log.warning("%s", result["note"])
+            finally:  # every publish this try finished goes through the one seam (announced once)
+                endings.finish_try(self, context, run)
+            if action == "rollback" and result.get("already"):
+                result["note"] = (f"this run rolled {interval.token} back already as {result['version']}: "
+                                  "nothing was done again (a retry or a clear never rolls back twice; "
+                                  "trigger a new rollback to do it again)")
+                log.warning("%s", result["note"])
         except ExactlyOnceError as exc:  # no retry can fix a refusal, a wrong version, a gc'ed one, an unknown table
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from exc
         log.info("%s: %s", action, result)
@@ -194,9 +193,3 @@ class RollbackOperator(PublishLineage, BaseOperator):
         run.sink, run.storage = sink, sink.storage
         endings.sign(context, sink)
         return run
-
-    def _ended(self, context: Any, run: Any) -> None:
-        from . import endings
-
-        if run is not None:
-            endings.finish_try(self, context, run)

@@ -128,7 +128,7 @@ class IntervalRun:
                               "which reads no state)")
         if self.interval.start <= cfg.start:  # type: ignore[operator]
             return None
-        found, before = [], [i for i in self.sink.log.intervals() if i.end == self.interval.start]
+        found, before = [], self.intervals_before()
         for iv in before:
             self.sink.recover(iv)  # a lost acknowledgement there must not look like "not committed"
             committed = self.sink.committed(iv)
@@ -144,6 +144,10 @@ class IntervalRun:
                 f"{self.interval.start.isoformat()}, which is not committed; run that interval first: "
                 f"{advice.run_interval(cfg.pipeline, its_start)}; or set start= to make this the first interval")
         return found[0]
+
+    def intervals_before(self) -> list[Interval]:
+        """The logged intervals that end where this one starts (a stateful pipeline's predecessor: one)."""
+        return [i for i in self.sink.log.intervals() if i.end == self.interval.start]
 
     def _chained(self, chain: TxnRef) -> TxnRef:
         if not self.config.stateful or chain.interval.end != self.interval.start:
