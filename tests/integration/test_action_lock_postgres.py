@@ -124,3 +124,81 @@ def test_two_confirmations_at_once_make_one_run_the_second_refused_naming_the_fi
     with create_session() as session:
         runs = session.scalars(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID)).all()
     assert runs == [run_a]
+
+
+def _no_runs() -> None:
+    from sqlalchemy import delete
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.execute(delete(DagRun).where(DagRun.dag_id == DAG_ID))
+
+
+@pytest.mark.parametrize("where", ["row lock", "B checks after A's run", "B creates after A's run"])
+def test_a_double_submit_of_one_confirmation_makes_one_run_and_the_second_is_told_it_was_used(pg_meta, monkeypatch,
+                                                                                            where):
+    """Issue 47: a double click sends one token twice. Each interleaving forced: with the real row lock B waits
+    for A; without it (SQLite ignores ``FOR UPDATE``: ``_lock`` made a no-op), A creates and commits its run
+    while B is inside its check, or after B's check and before B creates its run (the unique run id refuses B).
+    Every way: one run, and B gets TokenUsedError (the page's 403 "used already"), never a refusal naming
+    its own run or a raw IntegrityError."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from exactly_once.airflow import actions, webapp
+    from exactly_once.airflow.tables import TableRef
+
+    _no_runs()
+    cfg = pg_meta["config"]
+    req = actions.Request("recover", TableRef(DAG_ID, SINK, cfg.table_url, cfg))
+    token = actions.form_token("admin", req)
+    at_point, a_done, got = threading.Event(), threading.Event(), {}
+    real_unused = actions._unused
+    if where != "row lock":
+        monkeypatch.setattr(actions, "_lock", lambda session, dag_id: None)
+
+    def check_b(session: Any) -> str:
+        if where == "B checks after A's run":
+            at_point.set()
+            assert a_done.wait(60)
+        return webapp._plan(req, session).refusal
+
+    def unused(session: Any, dag_id: str, run_id: str) -> None:
+        real_unused(session, dag_id, run_id)
+        if where == "B creates after A's run" and threading.current_thread().name == "B":
+            at_point.set()
+            assert a_done.wait(60)
+
+    monkeypatch.setattr(actions, "_unused", unused)
+
+    def second() -> None:
+        try:
+            got["B"] = actions.trigger(req, "admin", token, check=check_b)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            got["B"] = exc
+
+    b = threading.Thread(target=second, name="B")
+    if where == "row lock":
+        def check_a(session: Any) -> str:
+            refusal = webapp._plan(req, session).refusal
+            b.start()
+            got["B waited"] = _waiting_on_a_lock(pg_meta["db"], b)
+            return refusal
+
+        [run_a] = actions.trigger(req, "admin", token, check=check_a)
+        assert got["B waited"]
+    else:
+        b.start()
+        assert at_point.wait(60), got
+        [run_a] = actions.trigger(req, "admin", token, check=lambda session: webapp._plan(req, session).refusal)
+        a_done.set()
+    b.join(60)
+    assert isinstance(got["B"], actions.TokenUsedError) and "used already" in str(got["B"]), got["B"]
+    assert "INSERT" not in str(got["B"]) and "IntegrityError" not in str(got["B"])
+    with create_session() as session:
+        runs = session.scalars(select(DagRun.run_id).where(DagRun.dag_id == DAG_ID)).all()
+    assert runs == [run_a]

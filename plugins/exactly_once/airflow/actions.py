@@ -219,7 +219,8 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
             check: Callable[[Any], str] | None = None) -> list[str]:
     """Create the DAG run(s) of ``req`` as ``user`` (QUEUED; the scheduler runs them). Returns the run ids.
     Under a row lock of the pipeline's DAG, ``check(session)`` (the confirm step's checks; a refusal, or "")
-    runs first: :class:`RefusedError` if it refuses. It must read the metadata DB through ``session``, the
+    runs first: :class:`RefusedError` if it refuses (:class:`TokenUsedError` instead when a run of this token
+    exists by then). It must read the metadata DB through ``session``, the
     transaction that holds the lock (Airflow's ``create_session()`` is this thread's same scoped session:
     opening one would commit it and release the lock before the runs are created). The run ids carry the
     token's nonce: :class:`TokenUsedError` if a run of it exists already (or the metadata DB's unique run id
@@ -234,8 +235,10 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
     try:
         with create_session() as session:
             _lock(session, t.pipeline)
-            _unused(session, req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
             refusal = check(session) if check is not None else ""
+            # after the check: where the lock is not real (SQLite ignores FOR UPDATE), a double click's first
+            # run may appear between the two, and its pending run is the check's refusal - the token says why
+            _unused(session, req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
             if refusal:
                 raise RefusedError(refusal)
             if req.action == "rollback":
