@@ -1,4 +1,4 @@
-"""Shared by the tests of other writers on an open Delta table (tests/integration/test_delta_other_writers.py
+"""Shared by the tests of other writers on an open Delta table (tests/conformance/test_delta_other_writers.py
 and test_delta_other_writers_rules.py): the intervals and partitions they publish, the other engine's handle
 on the table (delta-rs), what a Delta reader sees, and the two intervals most of them start from."""
 from __future__ import annotations

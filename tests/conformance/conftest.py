@@ -456,3 +456,22 @@ def world(target_world, monkeypatch, tmp_path) -> World:
     monkeypatch.delenv("EO_FAILPOINTS", raising=False)
     monkeypatch.setenv("EO_FAILPOINTS_STATE", str(tmp_path / "failpoints"))
     return target_world.world()
+
+
+# Delta's own promises - a table other engines write too (test_delta_*.py): their tests take the table's
+# location itself, a fixture named by the kind so that `-k delta-local` (and make mutants' rows) select them
+@pytest.fixture(params=["delta-local", pytest.param("delta-s3", marks=pytest.mark.s3)])
+def delta_url(request, tmp_path) -> str:
+    """A fresh Delta table location: local, and on the loopback S3 server."""
+    if request.param == "delta-local":
+        return str(tmp_path / "warehouse" / "t")
+    from conftest import make_bucket
+
+    return f"s3://{make_bucket(request.getfixturevalue('s3_server'))}/warehouse/t"
+
+
+@pytest.fixture(params=["delta-local"])
+def delta_dir(tmp_path) -> Path:
+    """A fresh local directory for the Delta tests that use local files only (another engine's handle on
+    the table, a private clock probe)."""
+    return tmp_path

@@ -1,7 +1,7 @@
 """pv_pipeline with ``EO_PV_TABLE_FORMAT=delta`` through Airflow (``airflow dags test``), with real Spark:
 one DAG run publishes ``app_pv`` as a Delta table at the usual location, and a Delta reader sees exactly
 what the pure-Python reference computes (issue 18). One run only: the protocol over Delta is covered by
-tests/integration/test_delta_target.py."""
+tests/conformance/test_delta_target.py."""
 from __future__ import annotations
 
 import pytest

@@ -18,10 +18,10 @@ from protocol_helpers import interleave, make_rows, write_output
 deltalake = pytest.importorskip("deltalake")
 
 
-def test_a_repartitioned_table_is_refused_before_the_decision(tmp_path):
+def test_a_repartitioned_table_is_refused_before_the_decision(delta_dir):
     """Another writer rewrote the table partitioned by another column: its files mix every interval's
     rows and cannot be removed whole. The commit refuses before deciding; nothing changes."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     two_intervals(sink)
     t = engine(sink).to_pyarrow_table()
     deltalake.write_deltalake(sink.target.uri, t, mode="overwrite", partition_by=["k"], schema_mode="overwrite")
@@ -52,12 +52,12 @@ CHANGES = {  # another engine's table change -> what the refusal names
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_table_rules_another_engine_added_are_refused_before_the_decision(tmp_path, change):
+def test_table_rules_another_engine_added_are_refused_before_the_decision(delta_dir, change):
     """Deletion vectors (a remove by path would not name a file's vector), ``delta.appendOnly`` (the
     commit would be refused after the decision), a CHECK constraint (a commit of add actions is not
     checked: rows breaking it were published) and an expiring txn marker: refused before deciding,
     nothing changes."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     two_intervals(sink)
     alter, named = CHANGES[change]
     alter(engine(sink))
@@ -73,13 +73,13 @@ def test_table_rules_another_engine_added_are_refused_before_the_decision(tmp_pa
 
 
 @pytest.mark.parametrize("known", [True, False], ids=["checked", "unchecked"])
-def test_a_table_refusing_our_commit_after_the_decision_says_so_at_once(tmp_path, monkeypatch, known):
+def test_a_table_refusing_our_commit_after_the_decision_says_so_at_once(delta_dir, monkeypatch, known):
     """``delta.appendOnly`` set after the check, before the Delta commit: the publish re-reads the table
     and refuses (``checked``); for a rule the check does not know (``unchecked``: the check switched
     off) delta-rs refuses the commit without taking the log entry - before, that counted as a lost race,
     20 times, then StorageError. Either way one TargetSchemaError after the decision, nothing changed,
     and ``eo recover`` publishes once the table is fixed."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     c, txn, b = staged_replacement(sink)
     if not known:
         monkeypatch.setattr(DeltaTarget, "check_layout", lambda *a: None, raising=False)
@@ -96,11 +96,11 @@ def test_a_table_refusing_our_commit_after_the_decision_says_so_at_once(tmp_path
     assert sink.status(IV)[txn.epoch].published and rows(sink) == sorted(expect(b) + expect(c, PART2))
 
 
-def test_a_repartitioning_between_the_decision_and_the_publish_loses_nothing(tmp_path, monkeypatch):
+def test_a_repartitioning_between_the_decision_and_the_publish_loses_nothing(delta_dir, monkeypatch):
     """Re-partitioned after the check, before the Delta commit: the publish refuses with the same
     message and changes nothing; the decision stands. The way out TARGETS.md names - restore the
     partitioning, then ``eo recover`` - publishes exactly the decided version."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     c, txn, b = staged_replacement(sink)
 
     def repartition():
@@ -120,12 +120,12 @@ def test_a_repartitioning_between_the_decision_and_the_publish_loses_nothing(tmp
     assert rows(sink) == sorted(expect(b) + expect(c, PART2))
 
 
-def test_nulls_into_a_not_null_column_another_engine_declared_are_refused_before_the_decision(tmp_path):
+def test_nulls_into_a_not_null_column_another_engine_declared_are_refused_before_the_decision(delta_dir):
     """A NOT NULL column (nullable=false, made by another engine) is a rule a commit of add actions is not
     checked against: staged nulls there are refused before deciding; rows without nulls publish."""
     import pyarrow.parquet as pq
 
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     schema = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("v", pa.string(), nullable=False),
                         pa.field("dt", pa.string())])
     deltalake.write_deltalake(sink.target.uri, pa.table({"k": [1], "v": ["x"], "dt": ["2025-01-01"]}, schema=schema),

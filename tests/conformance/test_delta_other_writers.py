@@ -17,18 +17,17 @@ from exactly_once.targets.base import StagedVersion
 from exactly_once.targets.delta import DeltaTarget
 from other_writers import (DELTA, FIRST, IV, IV2, LATE, PART, PART2, delta_sink, engine, expect, kv_rows,
                            outside_files, rows, staged_replacement, two_intervals)
-from protocol_helpers import (CRASH_EXIT, commit_version, failpoints, interleave, make_rows, refresh, run_child,
-                              table_url, write_output)  # noqa: F401 - table_url is a fixture
+from protocol_helpers import (CRASH_EXIT, commit_version, failpoints, interleave, make_rows, refresh, run_child, write_output)
 
 deltalake = pytest.importorskip("deltalake")
 
 
 @pytest.mark.parametrize("op", ["compact", "z_order"])
-def test_reprocess_after_an_outside_compaction_replaces_only_the_interval(table_url, op):
+def test_reprocess_after_an_outside_compaction_replaces_only_the_interval(delta_url, op):
     """The bug: the reprocess removed only files in our ``<txn>/`` dirs, so the compacted file of the
     interval's old rows stayed live beside the new ones. The reprocess also drops LATE, which the old
     version wrote and the new one does not: its compacted file goes too."""
-    sink = delta_sink(table_url)
+    sink = delta_sink(delta_url)
     _, c = two_intervals(sink)
     optimize = engine(sink).optimize
     metrics = optimize.compact() if op == "compact" else optimize.z_order(["k"])
@@ -44,11 +43,11 @@ def test_reprocess_after_an_outside_compaction_replaces_only_the_interval(table_
 
 
 @pytest.mark.parametrize("op", ["delete", "update", "merge"])
-def test_reprocess_after_an_outside_delete_update_or_merge(tmp_path, op):
+def test_reprocess_after_an_outside_delete_update_or_merge(delta_dir, op):
     """DELETE, UPDATE and MERGE rewrite the files they touch under new names in the partition (MERGE
     also inserts a row into IV's); the reprocess replaces IV's rows, and IV2 keeps what the other engine
     made of it."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     _, c = two_intervals(sink)
     other = engine(sink)
     if op == "delete":
@@ -71,11 +70,11 @@ def test_reprocess_after_an_outside_delete_update_or_merge(tmp_path, op):
 
 
 @pytest.mark.parametrize("op", ["compact", "delete"])
-def test_an_outside_commit_between_our_read_and_our_commit_is_seen(table_url, monkeypatch, op):
+def test_an_outside_commit_between_our_read_and_our_commit_is_seen(delta_url, monkeypatch, op):
     """The other engine commits after our publish read the snapshot and computed nothing yet on a newer
     one: our commit (made on the snapshot it read, no silent retries) loses the log entry, re-reads
     the table and computes the removes again - the rewritten file is removed, not left beside ours."""
-    sink = delta_sink(table_url)
+    sink = delta_sink(delta_url)
     c, txn, b = staged_replacement(sink)
 
     def outside():
@@ -89,10 +88,10 @@ def test_an_outside_commit_between_our_read_and_our_commit_is_seen(table_url, mo
     assert rows(sink) == sorted(expect(b) + expect(c, PART2))
 
 
-def test_an_outside_optimize_that_read_before_our_commit_is_refused_by_its_conflict_check(tmp_path):
+def test_an_outside_optimize_that_read_before_our_commit_is_refused_by_its_conflict_check(delta_dir):
     """The other order: the other engine read the table, our reprocess committed, then it commits. Its
     own conflict check (Delta's protocol) refuses: we removed files it read. Our rows stay exact."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     _, c = two_intervals(sink)
     stale = engine(sink)
     b = make_rows("b", 3, start=100)
@@ -102,10 +101,10 @@ def test_an_outside_optimize_that_read_before_our_commit_is_refused_by_its_confl
     assert rows(sink) == sorted(expect(b) + expect(c, PART2))
 
 
-def test_lost_acknowledgement_is_still_detected_after_an_optimize(tmp_path):
+def test_lost_acknowledgement_is_still_detected_after_an_optimize(delta_dir):
     """The Delta commit landed, our log did not record it, then the other engine compacted the files
     away from our dir: the txn appId's version (kept by every later commit) still says it is live."""
-    url = str(tmp_path / "t")
+    url = str(delta_dir / "t")
     a = make_rows("a", 4)
     ops = [{"op": "begin"}, {"op": "write", "files": {PART: [a[:2], a[2:]]}}, {"op": "pre_commit"},
            {"op": "commit"}]
@@ -122,11 +121,11 @@ def test_lost_acknowledgement_is_still_detected_after_an_optimize(tmp_path):
     assert rows(sink) == expect(b)
 
 
-def test_vacuum_with_the_default_retention_touches_nothing_of_ours(tmp_path):
+def test_vacuum_with_the_default_retention_touches_nothing_of_ours(delta_dir):
     """Delta's 7-day retention, even a full vacuum (every unreferenced file, as Spark's VACUUM): an
     open transaction's staged files, a superseded version's files and the compacted-away ones stay, so
     the open commit publishes and rollback and time travel still work."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     old, c = two_intervals(sink)
     b = make_rows("b", 3, start=100)
     commit_version(sink, IV, {PART: [b]})
@@ -146,12 +145,12 @@ def test_vacuum_with_the_default_retention_touches_nothing_of_ours(tmp_path):
     assert sorted(t.column("v").to_pylist()) == sorted(v for _, v in old + c)
 
 
-def test_a_slow_publisher_clock_does_not_start_vacuums_retention_early(tmp_path):
+def test_a_slow_publisher_clock_does_not_start_vacuums_retention_early(delta_dir):
     """The bug: the ``remove`` actions carried the publisher's clock, so a publisher 8 days slow made a
     VACUUM with Delta's default 7-day retention delete the version it superseded a moment ago: a reader
     pinned to it, time travel and ``eo rollback`` failed. Now they carry the later of the publisher's and
     the storage's clock."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     a, b = make_rows("a", 3), make_rows("b", 2, start=10)
     t1 = commit_version(sink, IV, {PART: [a]})
     pinned = engine(sink)  # a reader that resolved e1's snapshot
@@ -162,10 +161,10 @@ def test_a_slow_publisher_clock_does_not_start_vacuums_retention_early(tmp_path)
     assert rows(sink) == expect(a)
 
 
-def test_vacuum_with_no_retention_breaks_only_what_targets_md_says(tmp_path):
+def test_vacuum_with_no_retention_breaks_only_what_targets_md_says(delta_dir):
     """A vacuum with 0 h retention deletes the superseded version's files: rollback to it is refused
     (nothing changes), and a reprocess and gc still work."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     _, c = two_intervals(sink)
     b = make_rows("b", 3, start=100)
     commit_version(sink, IV, {PART: [b]})
@@ -186,11 +185,11 @@ def test_vacuum_with_no_retention_breaks_only_what_targets_md_says(tmp_path):
     assert rows(sink) == sorted(expect(d) + expect(e, PART2))
 
 
-def test_a_full_vacuum_with_no_retention_during_an_open_transaction_publishes_nothing(table_url):
+def test_a_full_vacuum_with_no_retention_during_an_open_transaction_publishes_nothing(delta_url):
     """The hazard TARGETS.md warns about: a full vacuum with a retention shorter than a run deletes an
     open transaction's staged files (no Delta version references them yet). The commit notices before
     deciding - the seal's check locally, the schema read on S3 - aborts, and a re-run publishes."""
-    sink = delta_sink(table_url)
+    sink = delta_sink(delta_url)
     _, c = two_intervals(sink)
     txn = sink.begin(IV2)
     write_output(sink, txn, {PART2: [make_rows("d", 2, start=200)]})
@@ -206,10 +205,10 @@ def test_a_full_vacuum_with_no_retention_during_an_open_transaction_publishes_no
     assert rows(sink, PART2) == expect(e, PART2)
 
 
-def test_an_outside_restore_is_repaired_by_a_reprocess(tmp_path):
+def test_an_outside_restore_is_repaired_by_a_reprocess(delta_dir):
     """RESTORE is table-wide and keeps the app transactions: the table shows IV's old rows while its
     marker still names the newer epoch (unsupported, TARGETS.md). A reprocess of IV makes it exact."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     old, c = two_intervals(sink)
     t2 = commit_version(sink, IV, {PART: [make_rows("b", 3, start=100)]})
     engine(sink).restore(FIRST + 1)
@@ -220,10 +219,10 @@ def test_an_outside_restore_is_repaired_by_a_reprocess(tmp_path):
     assert rows(sink) == sorted(expect(d) + expect(c, PART2))
 
 
-def test_log_cleanup_keeps_the_marker_and_publishing_goes_on(tmp_path):
+def test_log_cleanup_keeps_the_marker_and_publishing_goes_on(delta_dir):
     """Another engine checkpoints and cleans up the log (retention 0): the ``txn`` markers live on in the
     checkpoint (``already`` / ``superseded`` still judged); only ``eo history``'s Delta versions go."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     _, c = two_intervals(sink)
     t2 = commit_version(sink, IV, {PART: [make_rows("b", 3, start=100)]})
     other = engine(sink)
@@ -272,12 +271,12 @@ def expire_markers(sink) -> None:
 
 
 @pytest.mark.parametrize("case", ["lost_acknowledgement", "late_finisher"])
-def test_an_expired_txn_marker_is_judged_by_the_live_files(tmp_path, case):
+def test_an_expired_txn_marker_is_judged_by_the_live_files(delta_dir, case):
     """The bug: with our marker expired, a lost acknowledgement was committed again and delta-rs refused it
     (ValueError "Cannot add and remove the same file path", out of every recover and gc: the interval stuck),
     and a late finisher of an older epoch would replace the newer version. The live files' ``<txn>/`` dirs
     are the second marker: the epoch is ``already`` / ``superseded``, nothing is committed again."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     a, b = make_rows("a", 3), make_rows("b", 2, start=10)
     t1 = commit_version(sink, IV, {PART: [a]})
     fp = "commit.after_publish=error" if case == "lost_acknowledgement" else None
@@ -295,11 +294,11 @@ def test_an_expired_txn_marker_is_judged_by_the_live_files(tmp_path, case):
     assert sink.target.live_epoch(IV) == t2.epoch
 
 
-def test_an_expired_marker_and_no_live_files_never_let_an_older_version_back(tmp_path):
+def test_an_expired_marker_and_no_live_files_never_let_an_older_version_back(delta_dir):
     """Review 44, second round: the marker expired (as above) and another engine deleted the interval's rows,
     so nothing in the table names e2 any more: a late finisher of e1 asks the log's newest committed epoch
     and is superseded (it committed e1 again)."""
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     t1 = commit_version(sink, IV, {PART: [make_rows("a", 3)]})
     published_days_ago(sink, IV, {PART: [make_rows("b", 2, start=10)]})
     expire_markers(sink)
@@ -310,12 +309,12 @@ def test_an_expired_marker_and_no_live_files_never_let_an_older_version_back(tmp
     assert engine(sink).version() == version and rows(sink) == []
 
 
-def test_a_reprocess_after_an_optimize_of_a_partition_value_with_reserved_characters_replaces_it(tmp_path):
+def test_a_reprocess_after_an_optimize_of_a_partition_value_with_reserved_characters_replaces_it(delta_dir):
     """The log holds paths URI-encoded (the other engine's compacted file of ``ts=...T00:00+00:00`` lands
     under ``%253A``...); a remove must name the decoded path, or delta-rs encodes it again and the remove
     names no file: the old rows stayed live beside the new ones (found by the adversarial review)."""
     part = "ts=2026-01-01T00:00+00:00"
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     commit_version(sink, IV, {part: [make_rows("a", 2), make_rows("a", 2, start=2)]})
     engine(sink).optimize.compact()
     assert len(outside_files(sink)) == 1
@@ -323,11 +322,11 @@ def test_a_reprocess_after_an_optimize_of_a_partition_value_with_reserved_charac
     assert kv_rows(sink) == [(10, "b-10"), (11, "b-11")]
 
 
-def test_a_reprocess_replaces_staged_files_whose_names_are_encoded_in_the_log(tmp_path):
+def test_a_reprocess_replaces_staged_files_whose_names_are_encoded_in_the_log(delta_dir):
     """A staged file named ``part 1.parquet`` is ``part%201.parquet`` in the log: its reprocess removes it."""
     import pyarrow.parquet as pq
 
-    sink = delta_sink(str(tmp_path / "t"))
+    sink = delta_sink(str(delta_dir / "t"))
     for tag, start in (("a", 0), ("b", 10)):
         txn = sink.begin(IV)
         base = sink.storage.join(sink.data_dir(txn), PART)

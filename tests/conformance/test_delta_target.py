@@ -17,8 +17,7 @@ from exactly_once.errors import ConfigError, FencedError, OwnershipError, Target
 from exactly_once.ids import parse_txn_name
 from exactly_once.ops.maintenance import gc
 from exactly_once.targets.delta import DeltaTarget
-from protocol_helpers import (commit_version, interleave, make_rows, open_sink, refresh,
-                              table_url, write_output)  # noqa: F401 - table_url is a fixture
+from protocol_helpers import (commit_version, interleave, make_rows, open_sink, refresh, write_output)
 
 pytest.importorskip("deltalake")
 IV, IV2 = Interval.daily("2026-01-01"), Interval.daily("2026-01-02")
@@ -54,8 +53,8 @@ def delta_leftovers(sink) -> list[str]:
     return found
 
 
-def test_publish_replaces_the_interval_in_one_delta_commit(table_url):
-    sink = delta_sink(table_url)
+def test_publish_replaces_the_interval_in_one_delta_commit(delta_url):
+    sink = delta_sink(delta_url)
     first, again, other = make_rows("a", 6), make_rows("b", 4, start=50), make_rows("c", 3, start=90)
     commit_version(sink, IV, {PART: [first[:3], first[3:]]})
     commit_version(sink, IV2, {PART2: [other]})
@@ -75,8 +74,8 @@ def test_publish_replaces_the_interval_in_one_delta_commit(table_url):
     assert delta_leftovers(sink) == []
 
 
-def test_two_finishers_of_one_epoch_publish_once(table_url, monkeypatch):
-    sink, other = delta_sink(table_url), delta_sink(table_url)
+def test_two_finishers_of_one_epoch_publish_once(delta_url, monkeypatch):
+    sink, other = delta_sink(delta_url), delta_sink(delta_url)
     txn = sink.begin(IV)
     rows = make_rows("a", 5)
     write_output(sink, txn, {PART: [rows]})
@@ -90,8 +89,8 @@ def test_two_finishers_of_one_epoch_publish_once(table_url, monkeypatch):
     assert delta_leftovers(sink) == []
 
 
-def test_two_intervals_racing_for_the_log_entry_both_land(table_url, monkeypatch):
-    sink, other = delta_sink(table_url), delta_sink(table_url)
+def test_two_intervals_racing_for_the_log_entry_both_land(delta_url, monkeypatch):
+    sink, other = delta_sink(delta_url), delta_sink(delta_url)
     a, b = make_rows("a", 3), make_rows("b", 2, start=10)
     txn = sink.begin(IV)
     write_output(sink, txn, {PART: [a]})
@@ -104,12 +103,12 @@ def test_two_intervals_racing_for_the_log_entry_both_land(table_url, monkeypatch
     assert sink.target.snapshot().version() == FIRST + 1  # the loser re-read the table and took the next entry
 
 
-def test_zombie_older_epoch_never_replaces_a_newer_one(table_url, monkeypatch):
+def test_zombie_older_epoch_never_replaces_a_newer_one(delta_url, monkeypatch):
     """Epoch 1 decided COMMITTED and stalled before its Delta commit; epoch 2 is published meanwhile
     (forced at that exact step). Epoch 1's commit then finds a newer app version: superseded, and the
     table keeps epoch 2. Its files stay for gc (another finisher of epoch 1 might have made them live a
     moment ago: tests/integration/test_grace.py), which deletes them once the grace is over."""
-    sink, other = delta_sink(table_url), delta_sink(table_url)
+    sink, other = delta_sink(delta_url), delta_sink(delta_url)
     old, new = make_rows("old", 4), make_rows("new", 3, start=20)
     t1 = sink.begin(IV)
     write_output(sink, t1, {PART: [old]})
@@ -138,11 +137,11 @@ def test_zombie_older_epoch_never_replaces_a_newer_one(table_url, monkeypatch):
 
 
 @pytest.mark.parametrize("step", ["target_check", "intent"])
-def test_abort_or_gc_racing_a_commit_publishes_nothing(table_url, monkeypatch, step):
+def test_abort_or_gc_racing_a_commit_publishes_nothing(delta_url, monkeypatch, step):
     """On S3 the commit does not list the sealed files (targets/delta.py): another process's abort + gc
     that deletes them inside the commit - before the schema read, or after it just before the decision
     (forced at that step) - wins the decision; the commit raises, the table and its rows are unchanged."""
-    sink, other = delta_sink(table_url), delta_sink(table_url)
+    sink, other = delta_sink(delta_url), delta_sink(delta_url)
     kept = make_rows("kept", 2, start=70)
     commit_version(sink, IV2, {PART2: [kept]})
     txn = sink.begin(IV)
@@ -183,11 +182,11 @@ def engine_reads(sink) -> dict[str, list[tuple]]:
             "polars.read_delta": sorted(frame.select("k", "v", "dt").rows())}
 
 
-def test_a_reader_overlapping_a_commit_sees_one_snapshot(table_url, monkeypatch):
+def test_a_reader_overlapping_a_commit_sees_one_snapshot(delta_url, monkeypatch):
     """Every reader (delta-rs, pyarrow, DuckDB, Polars) inside the publish - files placed, log entry not
     written - sees the old version whole; a reader pinned to the old version keeps reading it after the
     commit; after it, every reader sees the new version whole."""
-    sink = delta_sink(table_url)
+    sink = delta_sink(delta_url)
     old, new = make_rows("old", 6), make_rows("new", 4, start=40)
     commit_version(sink, IV, {PART: [old[:3], old[3:]]})
     pinned = sink.target.snapshot()
@@ -201,8 +200,8 @@ def test_a_reader_overlapping_a_commit_sees_one_snapshot(table_url, monkeypatch)
     assert all(v == expect(new) for v in engine_reads(sink).values())
 
 
-def test_schema_clash_publishes_nothing_and_new_columns_widen(tmp_path):
-    url = str(tmp_path / "warehouse" / "t")
+def test_schema_clash_publishes_nothing_and_new_columns_widen(delta_dir):
+    url = str(delta_dir / "warehouse" / "t")
     sink = delta_sink(url)
     commit_version(sink, IV, {PART: [make_rows("a", 3)]})
 
@@ -225,9 +224,9 @@ def test_schema_clash_publishes_nothing_and_new_columns_widen(tmp_path):
     assert "extra" in t.column_names and sorted(t.column("extra").to_pylist(), key=str) == [1.5, None, None, None]
 
 
-def test_timestamps_become_delta_timestamps(tmp_path):
+def test_timestamps_become_delta_timestamps(delta_dir):
     """Spark writes INT96 (read back as ns); the table stores a Delta ``timestamp``."""
-    sink = delta_sink(str(tmp_path / "warehouse" / "t"))
+    sink = delta_sink(str(delta_dir / "warehouse" / "t"))
     txn = sink.begin(IV)
     path = sink.storage.join(sink.data_dir(txn), PART, "part-00000.parquet")
     sink.storage.makedirs(os.path.dirname(path))
@@ -241,8 +240,8 @@ def test_timestamps_become_delta_timestamps(tmp_path):
     assert sink.target.snapshot().to_pyarrow_table().column("at")[0].value == 1_700_000_000_000_000
 
 
-def test_table_format_is_checked_and_bound(tmp_path):
-    url = str(tmp_path / "warehouse" / "t")
+def test_table_format_is_checked_and_bound(delta_dir):
+    url = str(delta_dir / "warehouse" / "t")
     with pytest.raises(ConfigError, match="delta"):
         open_sink(url, table_format="iceberg")
     commit_version(delta_sink(url), IV, {PART: [make_rows("a", 1)]})
@@ -251,8 +250,8 @@ def test_table_format_is_checked_and_bound(tmp_path):
     assert isinstance(TwoPhaseCommitSink.open(url).target, DeltaTarget)  # tools find the bound format
 
 
-def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(table_url):
-    sink = delta_sink(table_url)
+def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(delta_url):
+    sink = delta_sink(delta_url)
     t1 = commit_version(sink, IV, {PART: [make_rows("a", 2)]})
     t2 = commit_version(sink, IV, {PART: [make_rows("b", 2, start=10)]})
     zombie = sink.begin(IV2)
@@ -270,12 +269,12 @@ def test_gc_removes_superseded_versions_only_after_min_age_never_live_or_open(ta
     assert table_rows(sink) == expect(make_rows("b", 2, start=10))
 
 
-def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(table_url, capsys):
+def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(delta_url, capsys):
     from exactly_once.cli import main
     from exactly_once.ops.history import history, render
     from exactly_once.ops.rollback import rollback
 
-    sink = delta_sink(table_url)
+    sink = delta_sink(delta_url)
     first, second = make_rows("a", 3), make_rows("b", 2, start=10)
     t1 = commit_version(sink, IV, {PART: [first]})
     commit_version(sink, IV, {PART: [second]})
@@ -285,19 +284,19 @@ def test_history_names_the_delta_version_and_rollback_is_a_new_delta_commit(tabl
     rows = history(sink)
     assert [(r.epoch, r.table_version, r.live) for r in rows] == [(1, FIRST, False), (2, FIRST + 1, False),
                                                                          (3, FIRST + 2, True)]
-    assert f"e3 (table v{FIRST + 2})" in render(sink, table_url, rows)
+    assert f"e3 (table v{FIRST + 2})" in render(sink, delta_url, rows)
     capsys.readouterr()
-    assert main(["history", table_url]) == 0  # `eo history <url>`: each epoch with its Delta version
+    assert main(["history", delta_url]) == 0  # `eo history <url>`: each epoch with its Delta version
     printed = capsys.readouterr().out
     assert all(f"e{e} (table v{FIRST + e - 1})" in printed for e in (1, 2, 3)), printed
-    assert main(["history", table_url, "--json"]) == 0
+    assert main(["history", delta_url, "--json"]) == 0
     assert [json.loads(line)["table_version"] for line in capsys.readouterr().out.splitlines()] == \
         [FIRST, FIRST + 1, FIRST + 2]
     assert table_rows(sink, version=FIRST + 1) == expect(second)  # time travel to the version history names
     assert delta_leftovers(sink) == []
 
 
-def test_a_checkpoint_every_n_versions(tmp_path):
+def test_a_checkpoint_every_n_versions(delta_dir):
     """Tables are created with a checkpoint every 100 versions; with 10, ten publishes (the target alone,
     one interval each) leave the checkpoint of version 9, and a reader starting from it sees every
     interval's row once."""
@@ -307,26 +306,26 @@ def test_a_checkpoint_every_n_versions(tmp_path):
     from exactly_once.storage import storage_for
     from target_helpers import stage
 
-    sink = delta_sink(str(tmp_path / "warehouse" / "default"))
+    sink = delta_sink(str(delta_dir / "warehouse" / "default"))
     commit_version(sink, IV, {PART: [make_rows("a", 1)]})
     assert sink.target.snapshot().metadata().configuration["delta.checkpointInterval"] == "100"
-    storage, root = storage_for(str(tmp_path / "t"))
+    storage, root = storage_for(str(delta_dir / "t"))
     target = DeltaTarget(storage, root, pipeline="p", sink="t", checkpoint_every=10)
     days = [(date(2026, 1, 1) + timedelta(days=i)).isoformat() for i in range(10)]
     for i, day in enumerate(days):
-        staged = stage(tmp_path / "staging", {f"dt={day}": [[{"k": i, "v": day}]]})
+        staged = stage(delta_dir / "staging", {f"dt={day}": [[{"k": i, "v": day}]]})
         assert target.publish(TxnRef("p", "t", Interval.daily(day), 1), staged) == {f"dt={day}": "published"}
-    checkpoints = sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet"))
+    checkpoints = sorted(p.name for p in (delta_dir / "t" / "_delta_log").glob("*.checkpoint.parquet"))
     assert checkpoints == ["00000000000000000009.checkpoint.parquet"]
     t = target.snapshot().to_pyarrow_table()
     assert sorted(t.column("k").to_pylist()) == list(range(10))
 
 
-def test_an_empty_first_interval_commits_and_a_later_one_creates_the_table(table_url):
+def test_an_empty_first_interval_commits_and_a_later_one_creates_the_table(delta_url):
     """The first interval ever published has no output (no rows, no partition): there is no table to
     create (a Delta table needs a column), so the empty version commits without one - it used to raise a
     raw DeltaError in the check, every recover and re-run the same (adversarial review)."""
-    sink = delta_sink(table_url)
+    sink = delta_sink(delta_url)
     txn = sink.begin(IV)
     sink.storage.makedirs(sink.data_dir(txn))  # the job wrote nothing
     sink.pre_commit(txn)
