@@ -62,7 +62,8 @@ ROWS: dict[str, tuple[list[str], list[str]]] = {
     "protocol": (["protocol/transaction.py", "protocol/decisions.py", "protocol/staging.py"],
                  ["files-local", "delta-local", "postgresql", "mysql", "redis"]),
 }
-KIND_RE = re.compile(r"\[(files-local|files-s3|delta-local|delta-s3|postgresql|mysql|redis)\b")
+# a test's kind: one of its parameter ids ("[mysql-0]", "[qualified name-postgresql]", "[delta-local-compact]")
+KIND_RE = re.compile(r"[\[-](files-local|files-s3|delta-local|delta-s3|postgresql|mysql|redis)(?=[\]-])")
 # one replacement per operator (cosmic-ray makes every pair): the boundary shift and the negation of a
 # comparison, the arithmetic inverse of an operator; AddNot, the boolean, number, loop and exception
 # operators as they are

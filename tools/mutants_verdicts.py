@@ -13,7 +13,7 @@ VALIDATION = ("harmless: defence in depth - the protocol builds every StagedVers
 OTHER_DIALECT = ("equivalent for this row: MariaDB/MySQL's error codes, never consulted by a PostgreSQL target "
                  "(the mysql row tests them)")
 CONFIG = ("harmless: configuration validation and error classification (tests/unit, "
-          "tests/integration/test_targets_db.py); a misclassified error is retried or raised, and a publish is "
+          "tests/conformance/test_targets_db.py); a misclassified error is retried or raised, and a publish is "
           "safe to retry either way (the marker decides)")
 
 VERDICTS: dict[str, str] = {
@@ -63,7 +63,7 @@ VERDICTS: dict[str, str] = {
     "targets/db_claims.py:claim_table:ReplaceOrWithAnd:c8d532c32b": MESSAGE,
     "targets/db_claims.py:claim:ReplaceComparisonOperator_Eq_NotEq:a0ceaf4014":
         ("harmless: `created` only gates the scan for markers written before claims existed (0.2 commit "
-         "tables); with no such markers both branches find nothing (tests/integration/test_target_ownership.py "
+         "tables); with no such markers both branches find nothing (tests/conformance/test_target_ownership.py "
          "covers the legacy markers)"),
     "targets/db_retries.py:with_retries:ReplaceAndWithOr:391c53ed91": CONFIG,
     "targets/sql_dialects.py:classify:ReplaceAndWithOr:9618474ea0": CONFIG,

@@ -1,6 +1,10 @@
 """The conformance suite's worlds (Hadoop's ``AbstractITCommitProtocol`` pattern): every test of
 tests/conformance/ runs against EVERY target through one uniform :class:`World`. A target that is not
-in :data:`KINDS` is not supported.
+in :data:`KINDS` is not supported. Beside them, each target's own promises (a Delta table other engines write,
+the databases' and Redis's races, rollback and ownership: ``test_delta_*.py``, ``test_targets_db.py``,
+``test_targets_redis.py``, ``test_rollback_targets.py``, ``test_target_ownership.py``) run here too, with
+parameter ids named by the kinds below, so that ``-k <kind>`` - ``make mutants``' test command for a target -
+runs every test of that target.
 
 One :class:`Place` per target kind and test module shares the servers (one S3 bucket, one PostgreSQL /
 MariaDB database, one Redis key prefix, one local dir); each test gets a fresh table in it

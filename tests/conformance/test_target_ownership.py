@@ -98,7 +98,9 @@ class World:
             self.db.close()
 
 
-@pytest.fixture(params=["postgresql", "mysql", "redis", "delta", pytest.param("s3files", marks=pytest.mark.s3)])
+# ids named by the conformance kinds: `-k delta-local` (make mutants' rows) selects them
+@pytest.fixture(params=["postgresql", "mysql", "redis", pytest.param("delta", id="delta-local"),
+                        pytest.param("s3files", id="files-s3", marks=pytest.mark.s3)])
 def world(request, tmp_path, databases):
     w = World(request.param, tmp_path, databases, request)
     yield w

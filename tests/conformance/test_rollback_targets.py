@@ -21,8 +21,7 @@ from exactly_once.ops.inspection import stale_intervals
 from exactly_once.ops.rollback import rollback
 from protocol_helpers import make_rows
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the conformance worlds
-from conformance.conftest import IV, IV2, PART, PART2, Place  # noqa: E402
+from .conftest import IV, IV2, PART, PART2, Place
 
 HOUR = 3600.0
 

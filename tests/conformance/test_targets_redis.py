@@ -25,7 +25,7 @@ IV = Interval.daily(DAY)
 PART = f"dt={DAY}"
 
 
-@pytest.fixture
+@pytest.fixture(params=["redis"])  # the id: `-k redis` (make mutants' redis row) selects these tests
 def r():
     need(reachable(6379), "redis is not running on 127.0.0.1:6379")
     import redis
