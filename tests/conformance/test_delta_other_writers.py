@@ -240,6 +240,25 @@ def test_log_cleanup_keeps_the_marker_and_publishing_goes_on(delta_dir):
     assert rows(sink) == sorted(expect(d) + expect(c, PART2))
 
 
+def test_our_commits_never_clean_up_the_tables_log(delta_dir):
+    """Our commits checkpoint the table but never delete its log entries (the post-commit hook's log cleanup
+    is off): with a retention another engine set to nothing, every version stays readable - time travel,
+    ``eo history``'s Delta versions - until that engine cleans up the log itself."""
+    sink = delta_sink(str(delta_dir / "t"))
+    two_intervals(sink)
+    engine(sink).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 days",
+                                             "delta.checkpointInterval": "2"})
+    entries = lambda: sorted(p.name for p in (delta_dir / "t" / "_delta_log").glob("*.json"))  # noqa: E731
+    kept, start = entries(), engine(sink).version()  # (that engine's own commit may have cleaned up: its hook)
+    checkpoints = set(delta_dir.glob("t/_delta_log/*.checkpoint.parquet"))
+    for i in range(4):
+        commit_version(sink, IV, {PART: [make_rows(f"r{i}", 2, start=100 + 10 * i)]})
+    assert set(delta_dir.glob("t/_delta_log/*.checkpoint.parquet")) > checkpoints  # ours checkpointed
+    assert entries() == kept + [f"{v:020d}.json" for v in range(start + 1, engine(sink).version() + 1)]
+    back = deltalake.DeltaTable(sink.target.uri, version=start + 1).to_pyarrow_table()
+    assert back.num_rows == 6  # our first commit after it (IV's r0 and IV2), still there to travel to
+
+
 def published_days_ago(sink, interval, data, days: float = 3, fp: str | None = None, *,
                        clock_only: bool = False):
     """Publish ``data`` as a new epoch of ``interval`` stamped ``days`` ago (its ``txn`` marker last updated

@@ -70,6 +70,8 @@ def test_publish_replaces_the_interval_in_one_delta_commit(delta_url):
     assert not sink.storage.exists(sink.storage.join(sink.staging_dir(t3), "state"))
     dt = sink.target.snapshot()
     assert dt.version() == FIRST + 2  # one Delta commit per publish
+    adds = sink.target.live_actions(dt)  # each file's stats: its rows (readers skip and count by them)
+    assert sorted(a["num_records"] for a in adds) == [len(other), len(again)], adds
     assert table_rows(sink, version=FIRST) == expect(first)  # time travel
     assert delta_leftovers(sink) == []
 
