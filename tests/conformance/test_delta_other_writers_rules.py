@@ -13,7 +13,7 @@ from exactly_once import State
 from exactly_once.errors import TargetSchemaError
 from exactly_once.targets.delta import DeltaTarget
 from other_writers import IV, PART, PART2, delta_sink, engine, expect, kv_rows, rows, staged_replacement, two_intervals
-from protocol_helpers import interleave, make_rows, write_output
+from protocol_helpers import commit_version, interleave, make_rows, write_output
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -146,3 +146,21 @@ def test_nulls_into_a_not_null_column_another_engine_declared_are_refused_before
     assert sink.status(IV)[txn.epoch].state is State.ABORTED and kv_rows(sink) == [(1, "x")]
     sink.commit(attempt(["b", "c"]))
     assert kv_rows(sink) == [(1, "x"), (10, "b"), (11, "c")]
+
+
+def test_a_change_data_feed_table_legacy_writer_protocol_4_is_published_into(delta_dir):
+    """Another engine turns on the change data feed: legacy writer protocol 4, no features list - not column
+    mapping (5 and up), and nothing our whole-file commits cannot honour (the feed reads them as inserts
+    and deletes): published, and the feed shows the reprocess."""
+    sink = delta_sink(str(delta_dir / "t"))
+    _, c = two_intervals(sink)
+    engine(sink).alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    protocol = engine(sink).protocol()
+    assert (protocol.min_writer_version, protocol.writer_features) == (4, None)
+    start = engine(sink).version()
+    b = make_rows("b", 3, start=100)
+    commit_version(sink, IV, {PART: [b]})
+    assert rows(sink) == sorted(expect(b) + expect(c, PART2))
+    feed = pa.table(engine(sink).load_cdf(starting_version=start + 1).read_all())
+    assert sorted(k for k, kind in zip(feed.column("k").to_pylist(), feed.column("_change_type").to_pylist())
+                  if kind == "insert") == [k for k, _ in b]

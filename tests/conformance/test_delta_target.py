@@ -321,6 +321,29 @@ def test_a_checkpoint_every_n_versions(delta_dir):
     assert checkpoints == ["00000000000000000009.checkpoint.parquet"]
     t = target.snapshot().to_pyarrow_table()
     assert sorted(t.column("k").to_pylist()) == list(range(10))
+    assert t.schema.field("k").type == pa.int64()  # the table it created has the staged types, not strings
+
+
+def test_the_target_on_its_own_places_every_partition_and_a_racing_creator_is_not_an_error(delta_dir, monkeypatch):
+    """The target used without a sink (its version staged elsewhere) moves each partition's files into the
+    table - every one, not only the first; two such first publishers racing to create the table (forced:
+    the other creates it inside our commit step) both land, the loser re-reading the table it lost to."""
+    from exactly_once.ids import TxnRef
+    from exactly_once.storage import storage_for
+    from target_helpers import stage
+
+    storage, root = storage_for(str(delta_dir / "t"))
+    mine, theirs = (DeltaTarget(storage, root, pipeline="p", sink="t") for _ in range(2))
+    a, b, c = make_rows("a", 2), make_rows("b", 3, start=10), make_rows("c", 1, start=20)
+    dicts = lambda data: [{"k": k, "v": v} for k, v in data]  # noqa: E731
+    staged = stage(delta_dir / "staging", {PART: [dicts(a)], "dt=2026-02-01": [dicts(b)]})
+    state = interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, *rest: self is mine and dt is None,
+                       lambda: theirs.publish(TxnRef("p", "t", IV2, 1), stage(delta_dir / "s2", {PART2: [dicts(c)]})))
+    assert mine.publish(TxnRef("p", "t", IV, 1), staged) == {PART: "published", "dt=2026-02-01": "published"}
+    assert state["fired"] and mine.snapshot().version() == 1  # theirs created it (0), ours the next entry
+    t = mine.snapshot().to_pyarrow_table()
+    got = sorted(zip(t.column("k").to_pylist(), t.column("dt").to_pylist()))
+    assert got == sorted([(k, IV.day) for k, _ in a] + [(k, "2026-02-01") for k, _ in b] + [(k, IV2.day) for k, _ in c])
 
 
 def test_an_empty_first_interval_commits_and_a_later_one_creates_the_table(delta_url):
@@ -338,3 +361,27 @@ def test_an_empty_first_interval_commits_and_a_later_one_creates_the_table(delta
     rows = make_rows("a", 2)
     commit_version(sink, IV, {PART: [rows]})  # a reprocess that finds rows
     assert table_rows(sink) == expect(rows)
+    empty = sink.begin(IV2)  # an empty version of an interval of a table that exists: committed with its marker
+    sink.storage.makedirs(sink.data_dir(empty))
+    sink.pre_commit(empty)
+    sink.commit(empty)
+    assert sink.target.live_epoch(IV2) == empty.epoch and table_rows(sink) == expect(rows)
+
+
+def test_a_version_replaces_its_intervals_files_in_partitions_it_does_not_list(delta_dir):
+    """The removes of a publish are every live file of the interval: those in its partitions, and every file in
+    one of its earlier versions' ``<txn>/`` dirs even in a partition the new version does not list (the
+    target on its own, as after a lost record of what an older version published)."""
+    from exactly_once.ids import TxnRef
+    from exactly_once.storage import storage_for
+    from target_helpers import stage
+
+    storage, root = storage_for(str(delta_dir / "t"))
+    target = DeltaTarget(storage, root, pipeline="p", sink="t")
+    dicts = lambda data: [{"k": k, "v": v} for k, v in data]  # noqa: E731
+    a, b, c, d = make_rows("a", 2), make_rows("b", 2, start=10), make_rows("c", 1, start=20), make_rows("d", 1, start=30)
+    target.publish(TxnRef("p", "t", IV2, 1), stage(delta_dir / "s0", {PART2: [dicts(d)]}))
+    target.publish(TxnRef("p", "t", IV, 1), stage(delta_dir / "s1", {PART: [dicts(a)], "dt=2026-02-01": [dicts(b)]}))
+    assert target.publish(TxnRef("p", "t", IV, 2), stage(delta_dir / "s2", {PART: [dicts(c)]})) == {PART: "published"}
+    t = target.snapshot().to_pyarrow_table()
+    assert sorted(zip(t.column("k").to_pylist(), t.column("dt").to_pylist())) == [(20, IV.day), (30, IV2.day)]
