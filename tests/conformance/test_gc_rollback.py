@@ -90,3 +90,22 @@ def test_rollback_is_fenced_by_a_newer_run(world, monkeypatch):
     other.commit(runs[0])
     assert world.read_rows() == world.rows({PART: [newest]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_rollback_to_a_version_missing_one_of_its_files_is_refused_and_changes_nothing(world):
+    """One of an old version's two stored files (kept by the target, or by the protocol for databases and
+    Redis) is lost outside the protocol: a rollback to it is refused before anything is decided - never a
+    version with half its rows - and what was live stays live."""
+    sink = world.sink()
+    old, new = make_rows("old", 4), make_rows("new", 2, start=30)
+    t1 = world.commit(sink, IV, {PART: [old[:2], old[2:]]})
+    world.commit(sink, IV, {PART: [new]})
+    stored = world.stored_paths(sink, t1)
+    assert len(stored) == 2, stored
+    sink.storage.remove_tree(stored[-1])
+    with pytest.raises(ExactlyOnceError) as refused:
+        rollback(sink, IV, t1.epoch)
+    said = str(refused.value)
+    assert t1.name in said and ("are gone" in said or "are missing" in said), said  # says why, not a raw error
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
