@@ -40,7 +40,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -94,18 +94,20 @@ class Spans:
     annotations: list[tuple[tuple[int, int], tuple[int, int]]]
     messages: list[tuple[tuple[int, int], tuple[int, int]]]
     scopes: list[tuple[tuple[int, int], tuple[int, int], str]]  # every def/class: its span, a hash of its source
+    bodies: list[tuple[tuple[int, int], tuple[int, int]]] = field(default_factory=list)  # every def's body
 
     @staticmethod
     def of(path: Path) -> "Spans":
         source = path.read_text()
         tree = ast.parse(source)
-        ann, msg, scopes = [], [], []
+        ann, msg, scopes, bodies = [], [], [], []
         span = lambda n: ((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset))  # noqa: E731
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 text = ast.get_source_segment(source, node) or ""
                 scopes.append((*span(node), hashlib.sha1(text.encode()).hexdigest()[:12]))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                bodies.append(((node.body[0].lineno, node.body[0].col_offset), span(node)[1]))
                 args = node.args
                 ann += [span(a.annotation) for a in [*args.posonlyargs, *args.args, *args.kwonlyargs,
                                                      *filter(None, [args.vararg, args.kwarg])] if a.annotation]
@@ -119,7 +121,12 @@ class Spans:
                     isinstance(node.func.value, ast.Name) and node.func.value.id in ("log", "logger") and \
                     node.func.attr in ("debug", "info", "warning", "error", "exception"):
                 msg.append(span(node))
-        return Spans(ann, msg, scopes)
+        return Spans(ann, msg, scopes, bodies)
+
+    def at_import(self, start: tuple[int, int]) -> bool:
+        """Whether code at ``start`` runs once, when the module is imported (module or class level, a
+        def's signature): coverage credits it to whichever test imported the module first."""
+        return not any(s <= start <= e for s, e in self.bodies)
 
     def scope(self, start: tuple[int, int]) -> str:
         """The source hash of the innermost def/class around ``start`` (``module`` at module level)."""
@@ -184,6 +191,12 @@ class Coverage:
         imported = "" in found
         mine = [t for t in found if t and (m := KIND_RE.search(t)) and m.group(1) in kinds]
         return sorted(mine, key=lambda t: (self.durations.get(t, 60.0), t)), imported
+
+    def module_tests(self, module: str, kinds: list[str]) -> list[str]:
+        """The row's tests that run any line of ``module``, fastest first: every test that depends on what
+        its import sets up (constants, class attributes, defaults)."""
+        every = self.lines.get(module, {})
+        return self.tests(module, min(every, default=0), max(every, default=0), kinds)[0]
 
 
 def coverage_pass(tree: Path, work: Path, kinds: list[str]) -> Coverage:
@@ -314,6 +327,8 @@ def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, 
             m = item.mutations[0]
             module = str(Path(m.module_path).relative_to(tree / PKG))
             tests, imported = cov.tests(module, m.start_pos[0], m.end_pos[0], kinds)
+            if spans[module].at_import(m.start_pos):
+                tests = cov.module_tests(module, kinds)
             if Spans.inside(spans[module].messages, m.start_pos, m.end_pos):
                 db.set_result(item.job_id, WorkResult(WorkerOutcome.SKIPPED, output="message", diff=_diff(item, tree)))
                 continue

@@ -26,6 +26,10 @@ class StorageError(ExactlyOnceError):
     """Storage is not in the state the log says it must be (missing or altered staged files)."""
 
 
+class StagedFileChangedError(StorageError):
+    """A sealed staged file is gone or not the size its manifest says: it changed after pre_commit."""
+
+
 class OrderingError(ExactlyOnceError):
     """A stateful interval ran before the interval it depends on was committed."""
 

@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -21,7 +22,7 @@ import pytest
 from exactly_once import State
 from exactly_once.errors import ExactlyOnceError, OwnershipError
 from exactly_once.targets.base import StagedVersion
-from protocol_helpers import CRASH_EXIT, make_rows, run_child
+from protocol_helpers import CRASH_EXIT, interleave, make_rows, run_child
 
 from .conftest import IV, PART, PIPELINE, SINK
 
@@ -237,5 +238,45 @@ def test_a_connection_killed_inside_the_publish_is_started_over(world, monkeypat
     world.commit(sink, IV, {PART: [new[:2], new[2:]]})
     monkeypatch.undo()
     assert killed == [1], killed  # exactly the publisher's session was killed, once
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+@pytest.mark.parametrize("damage", ["lost", "grown"])
+def test_a_sealed_file_lost_or_altered_after_the_decision_is_never_published(world, monkeypatch, damage):
+    """Between the decision and the publish one of the version's sealed files is deleted, or rewritten
+    with other bytes (a disk or an operator): the publish refuses it with an error of ours - never a
+    version with rows missing or other rows - and readers keep the previous version."""
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
+
+    sink = world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 4, start=30)
+    world.commit(sink, IV, {PART: [old]})
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [new[:2], new[2:]]})
+    sink.pre_commit(txn)
+    saved = {}
+
+    def damage_it() -> None:  # the sealed files, as the decided version lists them
+        sealed = sorted(e.rel for e in sink.storage.walk_files(sink.sealed_dir(txn)) if e.rel.startswith(PART))
+        victim = saved["path"] = sink.storage.join(sink.sealed_dir(txn), sealed[-1])
+        saved["bytes"] = sink.storage.read_bytes(victim)
+        if damage == "lost":
+            sink.storage.remove_tree(victim)
+        else:
+            sink.storage.write_atomic(victim, sink.storage.read_bytes(victim) + b"\0" * 64)
+
+    state = interleave(monkeypatch, TwoPhaseCommitSink, "_publish", lambda *a: True, damage_it)
+    with pytest.raises(ExactlyOnceError) as refused:
+        sink.commit(txn)
+    assert state["fired"]
+    assert world.read_rows() == world.rows({PART: [old]})
+    monkeypatch.undo()
+    if world.kind != "files-s3":  # (S3 copies and checks the objects itself: its own words)
+        assert "changed after pre_commit sealed it" in str(refused.value), refused.value
+    said = re.search(r"sealed staged file (\S+) (is gone|has \d+ bytes)", str(refused.value))
+    where = said.group(1) if said else saved["path"]  # (S3 names the object its own way)
+    sink.storage.write_atomic(where, saved["bytes"])  # the advice: put the file back there, then `eo recover`
+    world.sink().recover(IV)
     assert world.read_rows() == world.rows({PART: [new]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []

@@ -111,10 +111,13 @@ def test_a_changed_search_path_is_refused(world):
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
-@pytest.mark.parametrize("obstacle", ["directory", "link"])
+@pytest.mark.parametrize("obstacle", ["directory", "link", "link named like ours"])
 def test_a_plain_directory_at_a_partition_path_is_refused(world, obstacle):
     """Another writer's plain directory - or a link of its own - at a partition path: refused before the
-    decision (the switch could never replace it, or would replace what is not ours); theirs stays."""
+    decision (the switch could never replace it, or would replace what is not ours); theirs stays. A link
+    into another store whose dir is named like a newer version of this interval (a copy of the table
+    elsewhere, a deleted log's link) is not a version of this log: never taken for a newer epoch that
+    supersedes ours - our version replaces the link, and their dir stays."""
     only(world, "files-local", why="only a local partition path is a link another writer can shadow")
     sink = world.sink()
     rows = make_rows("a", 3)
@@ -123,9 +126,16 @@ def test_a_plain_directory_at_a_partition_path_is_refused(world, obstacle):
         world.other_writer(PART, [(99, "theirs")])  # a plain dir at dt=... with their file
     else:
         theirs = os.path.join(os.path.dirname(sink.table), "their-data")
+        if obstacle == "link named like ours":
+            theirs = os.path.join(theirs, PART, sink.ref(IV, 9).name)
         os.makedirs(theirs)
         os.makedirs(sink.table, exist_ok=True)
         os.symlink(theirs, path)
+    if obstacle == "link named like ours":
+        world.commit(sink, IV, {PART: [rows]})
+        assert world.read_rows() == world.rows({PART: [rows]}) and os.path.isdir(theirs)
+        assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+        return
     err = refused_before_deciding(world, sink, {PART: [rows]})
     assert ("plain directory" in str(err) and "Move it out" in str(err)) if obstacle == "directory" else \
         "not a version of" in str(err), err

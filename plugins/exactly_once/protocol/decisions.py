@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
-from ..errors import ABORT_CAUSES, FencedError, TargetSchemaError, TransactionStateError
+from ..errors import ABORT_CAUSES, FencedError, StagedFileChangedError, TargetSchemaError, TransactionStateError
 from ..ids import TxnRef
 from ..records import manifest as manifests
 from ..records.manifest import Manifest
@@ -41,6 +41,8 @@ def staged_refusal(sink: "SinkView", txn: TxnRef, manifest: Manifest) -> tuple[s
         return "target_refused", str(exc)
     except FileNotFoundError as exc:  # unverified files gone: only a decided abort removes them
         return "staged_changed", f"{changed}{exc.filename or exc} vanished (a concurrent abort or gc?)"
+    except StagedFileChangedError as exc:  # the same, as the target's own read of a staged file says it
+        return "staged_changed", f"{changed}{exc} (a concurrent abort or gc?)"
     return None
 
 

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator, Mapping
 
-from ..errors import UnsafeIdentifierError
+from ..errors import StagedFileChangedError, UnsafeIdentifierError
 from ..ids import Interval, TxnRef, check_partition
 from ..records.manifest import ManifestFile
 from ..records.ownership import Owner, check_location, claim_location
@@ -83,8 +83,24 @@ class StagedVersion:
         return posixpath.join(self.root, partition, *([name] if name else []))
 
     def open(self, partition: str, name: str) -> IO[bytes]:
-        """A binary file object of staged file ``name`` of ``partition`` (the caller closes it)."""
-        return self.opener(partition, name)
+        """A binary file object of staged file ``name`` of ``partition`` (the caller closes it).
+        StagedFileChangedError if the file is gone or its size is not the manifest's: it changed after pre_commit
+        sealed it (a disk, an operator), and no target publishes it."""
+        listed = next((f for f in self.partitions.get(partition, ()) if f.name == name), None)
+        try:
+            fh = self.opener(partition, name)
+        except FileNotFoundError:
+            raise StagedFileChangedError(altered(self._where(partition, name), None, listed)) from None
+        if listed is not None:
+            size = fh.seek(0, 2)
+            fh.seek(0)
+            if size != listed.size:
+                fh.close()
+                raise StagedFileChangedError(altered(self._where(partition, name), size, listed))
+        return fh
+
+    def _where(self, partition: str, name: str) -> str:
+        return self.path(partition, name) if self.root is not None else f"{partition}/{name}"
 
     @property
     def rows(self) -> int | None:
@@ -97,6 +113,15 @@ class StagedVersion:
         for part in sorted(self.partitions):
             for f in self.partitions[part]:
                 yield part, f
+
+
+def altered(path: str, size: int | None, listed: StagedFile | None) -> str:
+    """The refusal of a sealed staged file (at storage ``path``) that is gone (``size`` None) or not the size
+    its manifest says."""
+    what = "is gone" if size is None else f"has {size} bytes where its manifest says {listed.size if listed else '?'}"
+    return (f"sealed staged file {path} {what}: it changed after pre_commit sealed it, and a changed file is "
+            "never published (nothing was). The version is decided: put the file back there from a backup, then "
+            "run `eo recover` (the interval's next runs wait for it)")
 
 
 def partition_values(partition: str) -> dict[str, str]:

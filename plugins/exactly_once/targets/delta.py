@@ -47,10 +47,10 @@ import pyarrow.parquet as pq
 
 from .. import failpoints
 from . import delta_checks
-from ..errors import StorageError, TargetSchemaError
+from ..errors import StagedFileChangedError, StorageError, TargetSchemaError
 from ..ids import Interval, TxnRef, parse_txn_name
 from ..storage import Storage
-from .base import (ALREADY, PUBLISHED, SUPERSEDED, LocationOwned, PublishTarget, StagedVersion, outcome,
+from .base import (ALREADY, PUBLISHED, SUPERSEDED, LocationOwned, PublishTarget, StagedVersion, altered, outcome,
                    partition_values)
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         if done:
             return outcome(staged.partitions, done)
         base = self._in_table(txn, staged)
+        self._check_files(staged, base)
         failpoints.failpoint("commit.mid_publish")  # files in the data area, not committed: invisible
         schema = self.staged_schema(txn, staged, base)
         for attempt in range(COMMIT_TRIES):
@@ -221,6 +222,15 @@ class DeltaTarget(LocationOwned, PublishTarget):
             return root[len(self.table.rstrip("/")) + 1:]
         self._place(txn, staged)
         return txn.name
+
+    def _check_files(self, staged: StagedVersion, base: str) -> None:
+        """StorageError if a file the version lists is gone from ``<table>/<base>/`` or has another size than
+        its manifest says: a commit names files by path and size, unread, so a changed one would go live."""
+        present = {e.rel: e.size for e in self.storage.walk_files(self.storage.join(self.table, base))}
+        for part, f in staged.files():
+            size = present.get(f"{part}/{f.name}")
+            if size != f.size:
+                raise StagedFileChangedError(altered(self.storage.join(self.table, base, part, f.name), size, f))
 
     def _place(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Put the sealed files into ``<table>/<txn>/<partition>/`` (idempotent)."""

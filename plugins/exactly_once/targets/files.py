@@ -28,13 +28,13 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from ..errors import StorageError, TargetSchemaError
+from ..errors import StagedFileChangedError, StorageError, TargetSchemaError
 from ..ids import parse_txn_name, published_name
 from ..records.manifest import ManifestFile
 from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
 from .. import failpoints
 from ..ids import TxnRef
-from .base import FilesTarget, StagedVersion
+from .base import FilesTarget, StagedVersion, altered
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 120.0  # seconds a publisher waits for another one of the same partition
@@ -175,7 +175,8 @@ class LocalFilesTarget(FilesTarget):
             if not os.path.lexists(final) and os.path.isfile(os.path.join(vdir, f.name)):
                 os.rename(os.path.join(vdir, f.name), final)
             if not os.path.isfile(final) or os.path.islink(final) or os.stat(final).st_size != f.size:
-                raise StorageError(f"staged file {f.name} of {txn.name} is missing or altered")
+                size = os.stat(final).st_size if os.path.isfile(final) and not os.path.islink(final) else None
+                raise StagedFileChangedError(altered(final, size, f))
         for entry in self.storage.walk_settled(vdir):
             if entry.rel not in wanted and not any(is_hidden(s) for s in entry.rel.split("/")):
                 self.storage.remove_tree(os.path.join(vdir, entry.rel))  # not in the sealed version
