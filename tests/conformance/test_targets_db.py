@@ -404,6 +404,15 @@ def test_a_server_that_goes_away_mid_load_and_the_retry_ends_exact(db, table, tm
     assert app_rows(db, table) == expected(rows) and t.live_epoch(IV) == 2
 
 
+def test_a_url_without_a_port_connects_to_the_servers_default_port(db, table, tmp_path):
+    import re
+
+    url = re.sub(r"@([^/:]+):\d+/", r"@\1/", db.url)  # postgresql://user@host/db: 5432; mysql: 3306
+    assert url != db.url and DatabaseTarget(table, url=url).publish(
+        txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]})) == {PART: "published"}
+    assert db.run(f"SELECT count(*) FROM {db.q(table)}")[0][0] == 2
+
+
 # ------------------------------------------------------------------------- credentials
 def test_credentials_never_appear(db, table, tmp_path, monkeypatch, caplog):
     secret = "Sup3r-s3cret-pw-" + uuid.uuid4().hex[:6]
