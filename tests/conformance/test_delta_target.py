@@ -336,10 +336,11 @@ def test_the_target_on_its_own_places_every_partition_and_a_racing_creator_is_no
     mine, theirs = (DeltaTarget(storage, root, pipeline="p", sink="t") for _ in range(2))
     a, b, c = make_rows("a", 2), make_rows("b", 3, start=10), make_rows("c", 1, start=20)
     dicts = lambda data: [{"k": k, "v": v} for k, v in data]  # noqa: E731
-    staged = stage(delta_dir / "staging", {PART: [dicts(a)], "dt=2026-02-01": [dicts(b)]})
+    staged = stage(delta_dir / "staging", {"dt=2025-12-31": [], PART: [dicts(a)], "dt=2026-02-01": [dicts(b)]})
     state = interleave(monkeypatch, DeltaTarget, "_commit", lambda self, dt, *rest: self is mine and dt is None,
                        lambda: theirs.publish(TxnRef("p", "t", IV2, 1), stage(delta_dir / "s2", {PART2: [dicts(c)]})))
-    assert mine.publish(TxnRef("p", "t", IV, 1), staged) == {PART: "published", "dt=2026-02-01": "published"}
+    assert mine.publish(TxnRef("p", "t", IV, 1), staged) == {"dt=2025-12-31": "published", PART: "published",
+                                                             "dt=2026-02-01": "published"}  # (the first one empty)
     assert state["fired"] and mine.snapshot().version() == 1  # theirs created it (0), ours the next entry
     t = mine.snapshot().to_pyarrow_table()
     got = sorted(zip(t.column("k").to_pylist(), t.column("dt").to_pylist()))
@@ -380,8 +381,58 @@ def test_a_version_replaces_its_intervals_files_in_partitions_it_does_not_list(d
     target = DeltaTarget(storage, root, pipeline="p", sink="t")
     dicts = lambda data: [{"k": k, "v": v} for k, v in data]  # noqa: E731
     a, b, c, d = make_rows("a", 2), make_rows("b", 2, start=10), make_rows("c", 1, start=20), make_rows("d", 1, start=30)
-    target.publish(TxnRef("p", "t", IV2, 1), stage(delta_dir / "s0", {PART2: [dicts(d)]}))
+    target.publish(TxnRef("p", "t", IV2, 1), stage(delta_dir / "s0", {"dt=2025-06-01": [], PART2: [dicts(d)]}))
     target.publish(TxnRef("p", "t", IV, 1), stage(delta_dir / "s1", {PART: [dicts(a)], "dt=2026-02-01": [dicts(b)]}))
     assert target.publish(TxnRef("p", "t", IV, 2), stage(delta_dir / "s2", {PART: [dicts(c)]})) == {PART: "published"}
     t = target.snapshot().to_pyarrow_table()
     assert sorted(zip(t.column("k").to_pylist(), t.column("dt").to_pylist())) == [(20, IV.day), (30, IV2.day)]
+    assert t.schema.field("k").type == pa.int64()  # created from the staged files, an empty partition first
+
+
+def test_a_reprocess_that_drops_an_earlier_partition_is_still_checked_against_the_tables_types(delta_dir):
+    """The version no longer produces a partition that sorts before the one it writes (an empty one, listed
+    to be emptied): the staged files are still checked, so a column of another type is refused before the
+    decision - never committed into the table beside its other files."""
+    sink = delta_sink(str(delta_dir / "t"))
+    early = "dt=2025-12-31"  # IV's late rows: sorts before PART
+    commit_version(sink, IV, {early: [make_rows("late", 2)], PART: [make_rows("a", 3, start=10)]})
+    bad = sink.begin(IV)
+    path = sink.storage.join(sink.data_dir(bad), PART, "part-00000.parquet")
+    sink.storage.makedirs(os.path.dirname(path))
+    pq.write_table(pa.table({"k": pa.array(["x"]), "v": pa.array(["y"])}), path)  # k: string, the table's int64
+    sink.pre_commit(bad)
+    with pytest.raises(TargetSchemaError, match="k: table int64, staged string"):
+        sink.commit(bad)
+    assert sink.status(IV)[bad.epoch].state is State.ABORTED and sink.target.snapshot().version() == FIRST
+
+
+def test_an_empty_version_is_checked_like_any_other(delta_dir):
+    """A version with no output, of an interval of a table another engine made append-only (a publish
+    removes files): refused before the decision like a version with rows - never decided, then stuck."""
+    from other_writers import engine
+
+    sink = delta_sink(str(delta_dir / "t"))
+    commit_version(sink, IV, {PART: [make_rows("a", 2)]})
+    engine(sink).alter.set_table_properties({"delta.appendOnly": "true"})
+    empty = sink.begin(IV2)
+    sink.storage.makedirs(sink.data_dir(empty))
+    sink.pre_commit(empty)
+    with pytest.raises(TargetSchemaError, match="appendOnly"):
+        sink.commit(empty)
+    assert sink.status(IV2)[empty.epoch].state is State.ABORTED
+
+
+def test_the_target_on_its_own_refuses_a_staged_partition_that_is_gone(delta_dir):
+    from exactly_once.errors import StorageError
+    from exactly_once.ids import TxnRef
+    from exactly_once.storage import storage_for
+    from target_helpers import stage
+    import shutil
+
+    storage, root = storage_for(str(delta_dir / "t"))
+    target = DeltaTarget(storage, root, pipeline="p", sink="t")
+    staged = stage(delta_dir / "staging", {PART: [[{"k": 1, "v": "a"}]]})
+    shutil.rmtree(staged.path(PART))
+    with pytest.raises(StorageError, match="gone"):
+        target.publish(TxnRef("p", "t", IV, 1), staged)
+    assert target.snapshot() is None
