@@ -29,6 +29,7 @@ VERDICTS: dict[str, str] = {
         ("equivalent: the unpublished name and the published one never exist together in a version dir - it is "
          "made by one rename of the sealed partition (a zombie writing into the staging later is not seen) and "
          "its files are then renamed one by one; the mutant renames only when both exist"),
+    "targets/files.py:_fill:ReplaceUnaryOperator_Delete_Not:690104e1f7": MESSAGE,
     "targets/files.py:versions:ReplaceFalseWithTrue:0a7e64e1b3":
         ("equivalent: the version store holds directories only (the links are the table's partition paths, "
          "outside `_versions`), so following links finds nothing more"),
