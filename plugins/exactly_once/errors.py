@@ -27,7 +27,12 @@ class StorageError(ExactlyOnceError):
 
 
 class StagedFileChangedError(StorageError):
-    """A sealed staged file is gone or not the size its manifest says: it changed after pre_commit."""
+    """A sealed staged file is gone or not the size its manifest says: it changed after pre_commit.
+    ``path`` names it and ``what`` says how ("is gone", "has N bytes where its manifest says M")."""
+
+    def __init__(self, message: str, path: str = "", what: str = "") -> None:
+        super().__init__(message)
+        self.path, self.what = path, what
 
 
 class OrderingError(ExactlyOnceError):

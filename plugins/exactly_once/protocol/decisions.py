@@ -42,7 +42,7 @@ def staged_refusal(sink: "SinkView", txn: TxnRef, manifest: Manifest) -> tuple[s
     except FileNotFoundError as exc:  # unverified files gone: only a decided abort removes them
         return "staged_changed", f"{changed}{exc.filename or exc} vanished (a concurrent abort or gc?)"
     except StagedFileChangedError as exc:  # the same, as the target's own read of a staged file says it
-        return "staged_changed", f"{changed}{exc} (a concurrent abort or gc?)"
+        return "staged_changed", f"{changed}{exc.path} {exc.what} (a concurrent abort or gc?)"
     return None
 
 

@@ -10,6 +10,7 @@ committed, the log does not know yet).
 """
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from abc import ABC, abstractmethod
@@ -86,18 +87,22 @@ class StagedVersion:
         """A binary file object of staged file ``name`` of ``partition`` (the caller closes it).
         StagedFileChangedError if the file is gone or its size is not the manifest's: it changed after pre_commit
         sealed it (a disk, an operator), and no target publishes it."""
-        listed = next((f for f in self.partitions.get(partition, ()) if f.name == name), None)
+        listed = self._listed.get((partition, name))
         try:
             fh = self.opener(partition, name)
         except FileNotFoundError:
-            raise StagedFileChangedError(altered(self._where(partition, name), None, listed)) from None
+            raise altered(self._where(partition, name), None, listed) from None
         if listed is not None:
             size = fh.seek(0, 2)
             fh.seek(0)
             if size != listed.size:
                 fh.close()
-                raise StagedFileChangedError(altered(self._where(partition, name), size, listed))
+                raise altered(self._where(partition, name), size, listed)
         return fh
+
+    @functools.cached_property
+    def _listed(self) -> dict[tuple[str, str], StagedFile]:
+        return {(part, f.name): f for part, files in self.partitions.items() for f in files}
 
     def _where(self, partition: str, name: str) -> str:
         return self.path(partition, name) if self.root is not None else f"{partition}/{name}"
@@ -115,13 +120,15 @@ class StagedVersion:
                 yield part, f
 
 
-def altered(path: str, size: int | None, listed: StagedFile | None) -> str:
+def altered(path: str, size: int | None, listed: StagedFile | None) -> StagedFileChangedError:
     """The refusal of a sealed staged file (at storage ``path``) that is gone (``size`` None) or not the size
-    its manifest says."""
+    its manifest says, at publish: the version is decided (before the decision, the protocol aborts instead:
+    ``decisions.staged_refusal`` words it from ``path`` and ``what``)."""
     what = "is gone" if size is None else f"has {size} bytes where its manifest says {listed.size if listed else '?'}"
-    return (f"sealed staged file {path} {what}: it changed after pre_commit sealed it, and a changed file is "
-            "never published (nothing was). The version is decided: put the file back there from a backup, then "
-            "run `eo recover` (the interval's next runs wait for it)")
+    return StagedFileChangedError(
+        f"sealed staged file {path} {what}: it changed after pre_commit sealed it, and a changed file is never "
+        "published. The version is decided: put the file back there from a backup, then run `eo recover` (the "
+        "interval's next runs wait for it)", path, what)
 
 
 def partition_values(partition: str) -> dict[str, str]:

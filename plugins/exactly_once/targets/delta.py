@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from .. import failpoints
 from . import delta_checks
-from ..errors import StagedFileChangedError, StorageError, TargetSchemaError
+from ..errors import StorageError, TargetSchemaError
 from ..ids import Interval, TxnRef, parse_txn_name
 from ..storage import Storage
 from .base import (ALREADY, PUBLISHED, SUPERSEDED, LocationOwned, PublishTarget, StagedVersion, altered, outcome,
@@ -230,7 +230,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         for part, f in staged.files():
             size = present.get(f"{part}/{f.name}")
             if size != f.size:
-                raise StagedFileChangedError(altered(self.storage.join(self.table, base, part, f.name), size, f))
+                raise altered(self.storage.url(self.storage.join(self.table, base, part, f.name)), size, f)
 
     def _place(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Put the sealed files into ``<table>/<txn>/<partition>/`` (idempotent)."""

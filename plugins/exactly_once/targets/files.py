@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from ..errors import StagedFileChangedError, StorageError, TargetSchemaError
+from ..errors import StorageError, TargetSchemaError
 from ..ids import parse_txn_name, published_name
 from ..records.manifest import ManifestFile
 from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
@@ -176,7 +176,7 @@ class LocalFilesTarget(FilesTarget):
                 os.rename(os.path.join(vdir, f.name), final)
             if not os.path.isfile(final) or os.path.islink(final) or os.stat(final).st_size != f.size:
                 size = os.stat(final).st_size if os.path.isfile(final) and not os.path.islink(final) else None
-                raise StagedFileChangedError(altered(final, size, f))
+                raise altered(final, size, f)
         for entry in self.storage.walk_settled(vdir):
             if entry.rel not in wanted and not any(is_hidden(s) for s in entry.rel.split("/")):
                 self.storage.remove_tree(os.path.join(vdir, entry.rel))  # not in the sealed version

@@ -28,7 +28,7 @@ from ..storage import MANIFEST, SUCCESS, supersedes, to_json
 from ..storage.s3 import S3Storage
 from .. import failpoints
 from ..ids import TxnRef
-from .base import FilesTarget, StagedVersion
+from .base import FilesTarget, StagedVersion, altered
 
 log = logging.getLogger(__name__)
 SWITCH_TRIES = 20  # conditional manifest PUTs before giving up (each lost race re-reads first)
@@ -104,7 +104,8 @@ class S3FilesTarget(FilesTarget):
             done = self._outcome_if_done(live, txn, staged, part)  # another finisher completed it meanwhile?
             if done:
                 return done
-            raise StorageError(f"staged files of {version} in {part} are missing or altered")
+            f = next(f for _, _, f in todo if staged_sizes.get(f.name) != f.size)
+            raise altered(self.storage.url(staged.path(part, f.name)), staged_sizes.get(f.name), f)
         half = len(todo) // 2
         try:
             self.storage.copy_files([(s, d) for s, d, _ in todo[:half]])
