@@ -168,7 +168,7 @@ def test_unreachable_redis_and_credentials(ns, tmp_path, caplog):
     t = RedisTarget(ns, ("app_id",), url=f"redis://:{secret}@127.0.0.1:1/0")
     with pytest.raises(TargetUnavailableError, match="publishing again is safe") as err:
         t.publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
-    texts = [str(err.value), repr(t), t.describe(), *(x.getMessage() for x in caplog.records)]
+    texts = [str(err.value), repr(t), repr(t.endpoint()), t.describe(), *(x.getMessage() for x in caplog.records)]
     assert not [x for x in texts if secret in x]
     assert keyvalue_module.key_part("a:b") == "a%3Ab"
 
@@ -223,3 +223,13 @@ def test_keys_another_writer_sets_between_the_check_and_a_first_publish_are_refu
     with pytest.raises(TargetSchemaError):
         t.publish(txn(epoch=1), staged)
     assert sorted(r.scan_iter(f"{ns}:{PART}:*")) == [f"{ns}:{PART}:old_loader_key"]  # nothing of ours written
+
+
+def test_a_target_rebuilt_from_its_spec_keeps_its_value_columns(r, ns, tmp_path):
+    """A binding records the target's spec; the target rebuilt from it (``eo recover``, a child process)
+    publishes the same values - only the value columns it names."""
+    bound = target(ns, value_columns=("pv",))
+    again = RedisTarget.from_spec(json.loads(json.dumps(bound.binding()["spec"])), url=REDIS_URL)
+    rows = pv_rows("a", 2)
+    assert again.publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) == {PART: "published"}
+    assert live(r, ns) == {f"{ns}:{PART}:{x['app_id']}": {"pv": x["pv"]} for x in rows}
