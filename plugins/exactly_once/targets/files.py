@@ -174,8 +174,8 @@ class LocalFilesTarget(FilesTarget):
             wanted[os.path.basename(final)] = f
             if not os.path.lexists(final) and os.path.isfile(os.path.join(vdir, f.name)):
                 os.rename(os.path.join(vdir, f.name), final)
-            if not os.path.isfile(final) or os.path.islink(final) or os.stat(final).st_size != f.size:
-                size = os.stat(final).st_size if os.path.isfile(final) and not os.path.islink(final) else None
+            size = os.stat(final).st_size if os.path.isfile(final) and not os.path.islink(final) else None
+            if size != f.size:  # gone, a link, or another size
                 raise altered(final, size, f)
         for entry in self.storage.walk_settled(vdir):
             if entry.rel not in wanted and not any(is_hidden(s) for s in entry.rel.split("/")):
