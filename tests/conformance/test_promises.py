@@ -242,11 +242,12 @@ def test_a_connection_killed_inside_the_publish_is_started_over(world, monkeypat
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
-@pytest.mark.parametrize("damage", ["lost", "grown"])
+@pytest.mark.parametrize("damage", ["lost", "grown", "rewritten"])
 def test_a_sealed_file_lost_or_altered_after_the_decision_is_never_published(world, monkeypatch, damage):
     """Between the decision and the publish one of the version's sealed files is deleted, or rewritten
-    with other bytes (a disk or an operator): the publish refuses it with an error of ours - never a
-    version with rows missing or other rows - and readers keep the previous version."""
+    with other bytes - longer, or the same size (a disk or an operator): the publish refuses it with an
+    error of ours - never a version with rows missing or other rows - and readers keep the previous
+    version. Put back from a backup (new mtime or ETag, the sealed bytes), the file publishes."""
     from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
     sink = world.sink()
@@ -263,8 +264,12 @@ def test_a_sealed_file_lost_or_altered_after_the_decision_is_never_published(wor
         saved["bytes"] = sink.storage.read_bytes(victim)
         if damage == "lost":
             sink.storage.remove_tree(victim)
-        else:
-            sink.storage.write_atomic(victim, sink.storage.read_bytes(victim) + b"\0" * 64)
+        elif damage == "grown":
+            sink.storage.write_atomic(victim, saved["bytes"] + b"\0" * 64)
+        else:  # the same size: one byte of the data pages flipped (Parquet's magic and footer kept)
+            data = bytearray(saved["bytes"])
+            data[4] ^= 0xFF
+            sink.storage.write_atomic(victim, bytes(data))
 
     state = interleave(monkeypatch, TwoPhaseCommitSink, "_publish", lambda *a: True, damage_it)
     with pytest.raises(ExactlyOnceError) as refused:
@@ -274,7 +279,8 @@ def test_a_sealed_file_lost_or_altered_after_the_decision_is_never_published(wor
     monkeypatch.undo()
     assert isinstance(refused.value, StagedFileChangedError), refused.value
     assert "changed after pre_commit sealed it" in str(refused.value), refused.value
-    said = re.search(r"sealed staged file (\S+) (is gone|has \d+ bytes)", str(refused.value))
+    said = re.search(r"sealed staged file (\S+) (is gone|has \d+ bytes|was rewritten)", str(refused.value))
+    assert said.group(2).split()[0] == {"lost": "is", "grown": "has", "rewritten": "was"}[damage], refused.value
     where = re.sub(r"^(file|s3)://", "", said.group(1))  # the storage path of the URL the error names
     sink.storage.write_atomic(where, saved["bytes"])  # the advice: put the file back there, then `eo recover`
     world.sink().recover(IV)

@@ -22,21 +22,26 @@ MANIFEST_THREADS = 8  # concurrent file reads while building a manifest (checksu
 @dataclass(frozen=True)
 class ManifestFile:
     """One sealed file: its name (relative to its partition, or to the staging dir for extras), and
-    what identifies its content: ``sha256`` (read at pre_commit) and, on S3, the listed ``etag``."""
+    what identifies its content: ``sha256`` (read at pre_commit) and, on S3, the listed ``etag``; on local
+    disk its ``mtime`` at pre_commit (a hint only: a file whose mtime moved is read again at publish)."""
 
     name: str
     size: int
     rows: int | None = None
     sha256: str | None = None
     etag: str | None = None
+    mtime: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "size": self.size, "rows": self.rows, "sha256": self.sha256}
-        return {**d, "etag": self.etag} if self.etag else d
+        return {**d, **({"etag": self.etag} if self.etag else {}),
+                **({"mtime": self.mtime} if self.mtime is not None else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ManifestFile":
-        return cls(str(d["name"]), int(d["size"]), d.get("rows"), d.get("sha256"), d.get("etag"))
+        mtime = d.get("mtime")
+        return cls(str(d["name"]), int(d["size"]), d.get("rows"), d.get("sha256"), d.get("etag"),
+                   float(mtime) if isinstance(mtime, (int, float)) and not isinstance(mtime, bool) else None)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
     of several files - only when it names exactly the partition's Parquet files and adds up to its
     ``partition_rows``; otherwise the footers are read. The caller vouches for the counts (a gate compares
     them with what is staged before anything commits)."""
-    todo: list[tuple[str | None, str, str, int, str | None]] = []  # (partition or None, path, name, size, etag)
+    todo: list[tuple[str | None, str, str, int, str | None, float | None]] = []  # (partition or None, path, name, size, etag, mtime)
     for entry in storage.walk_files(staging):  # refuses symlinks
         top, _, rest = entry.rel.partition("/")
         if top in data_dirs:
@@ -115,9 +120,10 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
                 continue
             if not part:
                 raise StorageError(f"{txn.name}: data file {rest!r} is not inside a partition dir")
-            todo.append((check_partition(part), storage.join(staging, entry.rel), name, entry.size, entry.etag))
+            todo.append((check_partition(part), storage.join(staging, entry.rel), name, entry.size, entry.etag,
+                         entry.mtime))
         elif entry.rel != MANIFEST:
-            todo.append((None, storage.join(staging, entry.rel), entry.rel, entry.size, entry.etag))
+            todo.append((None, storage.join(staging, entry.rel), entry.rel, entry.size, entry.etag, entry.mtime))
     check_layout(txn, sorted({t[0] for t in todo if t[0] is not None}))
     files_in: dict[str, int] = {}
     for t in todo:
@@ -132,7 +138,8 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
         import pyarrow.parquet  # noqa: F401 - imported once here, not concurrently by the workers
     with ThreadPoolExecutor(max_workers=max(1, min(MANIFEST_THREADS, len(todo)))) as pool:
         described = list(pool.map(lambda t: describe(storage, t[1], t[2], t[3], checksums, t[4],
-                                                     None if t[0] is None else known.get(t[0], per_file.get((t[0], t[2])))),
+                                                     None if t[0] is None else known.get(t[0], per_file.get((t[0], t[2]))),
+                                                     t[5]),
                                   todo))
     partitions: dict[str, list[ManifestFile]] = {}
     extras = []
@@ -144,7 +151,7 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
     return Manifest(txn, {p: tuple(fs) for p, fs in sorted(partitions.items())}, tuple(extras))
 
 
-def _trusted_file_rows(todo: list[tuple[str | None, str, str, int, str | None]], partition_rows: Mapping[str, int],
+def _trusted_file_rows(todo: list[tuple[str | None, str, str, int, str | None, float | None]], partition_rows: Mapping[str, int],
                        file_rows: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, str], int]:
     """``(partition, file name) -> rows`` from ``file_rows``, for the partitions where it names exactly the
     staged Parquet files and adds up to ``partition_rows`` (what the gate checks against the staged data)."""
@@ -173,7 +180,7 @@ def sha256_of(storage: Storage, path: str) -> str:
 
 
 def describe(storage: Storage, path: str, name: str, size: int, checksums: bool = True,
-             etag: str | None = None, rows: int | None = None) -> ManifestFile:
+             etag: str | None = None, rows: int | None = None, mtime: float | None = None) -> ManifestFile:
     """Size, sha256 (if ``checksums``), the listed ``etag`` and the Parquet row count of one file (``rows``
     if given, else read from its footer)."""
     sha = sha256_of(storage, path) if checksums else None
@@ -184,7 +191,7 @@ def describe(storage: Storage, path: str, name: str, size: int, checksums: bool 
 
         with storage.open(path, "rb") as f:
             rows = pq.ParquetFile(f).metadata.num_rows
-    return ManifestFile(name, size, rows, sha, etag)
+    return ManifestFile(name, size, rows, sha, etag, mtime)
 
 
 def difference(storage: Storage, root: str, manifest: Manifest, content: bool = False) -> str | None:

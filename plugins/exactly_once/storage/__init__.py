@@ -29,12 +29,14 @@ Hook = Callable[[str], None]
 
 @dataclass(frozen=True)
 class FileEntry:
-    """A file below some directory: path relative to it, its size in bytes, and its ETag where the
-    storage lists one (S3: a digest of the content, so a same-size rewrite changes it)."""
+    """A file below some directory: path relative to it, its size in bytes, its ETag where the storage
+    lists one (S3: a digest of the content, so a same-size rewrite changes it) and its mtime where the
+    storage keeps one exactly (local disk: ``os.stat``'s ``st_mtime``)."""
 
     rel: str
     size: int
     etag: str | None = None
+    mtime: float | None = None
 
 
 def is_hidden(name: str) -> bool:
@@ -185,7 +187,8 @@ class LocalStorage(Storage):
                     raise UnsafeIdentifierError(f"refusing symlink in staged output: {full}")
             for name in filenames:
                 full = os.path.join(dirpath, name)
-                out.append(FileEntry(os.path.relpath(full, path), os.stat(full).st_size))
+                st = os.stat(full)
+                out.append(FileEntry(os.path.relpath(full, path), st.st_size, mtime=st.st_mtime))
         return sorted(out, key=lambda e: e.rel)
 
     def remove_tree(self, path: str) -> None:

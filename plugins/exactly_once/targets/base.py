@@ -11,6 +11,9 @@ committed, the log does not know yet).
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
+import os
 import posixpath
 import re
 from abc import ABC, abstractmethod
@@ -26,7 +29,7 @@ PUBLISHED, ALREADY, SUPERSEDED = "published", "already", "superseded"
 Opener = Callable[[str, str], IO[bytes]]
 
 
-StagedFile = ManifestFile  # one sealed staged data file as the manifest lists it (name, size, rows, sha256)
+StagedFile = ManifestFile  # one sealed staged data file as the manifest lists it (name, size, rows, sha256, ...)
 
 
 @dataclass(frozen=True)
@@ -85,19 +88,21 @@ class StagedVersion:
 
     def open(self, partition: str, name: str) -> IO[bytes]:
         """A binary file object of staged file ``name`` of ``partition`` (the caller closes it).
-        StagedFileChangedError if the file is gone or its size is not the manifest's: it changed after pre_commit
-        sealed it (a disk, an operator), and no target publishes it."""
+        StagedFileChangedError if the file is gone, not the size its manifest says, or rewritten with other
+        bytes (see :func:`staged_change`): it changed after pre_commit sealed it (a disk, an operator), and
+        no target publishes it."""
         listed = self._listed.get((partition, name))
         try:
             fh = self.opener(partition, name)
         except FileNotFoundError:
-            raise altered(self._where(partition, name), None, listed) from None
+            raise altered(self._where(partition, name), "is gone") from None
         if listed is not None:
             size = fh.seek(0, 2)
             fh.seek(0)
-            if size != listed.size:
+            what = staged_change(listed, size, etag=_etag_of(fh), mtime=_mtime_of(fh), digest=lambda: _sha256(fh))
+            if what:
                 fh.close()
-                raise altered(self._where(partition, name), size, listed)
+                raise altered(self._where(partition, name), what)
         return fh
 
     @functools.cached_property
@@ -120,15 +125,60 @@ class StagedVersion:
                 yield part, f
 
 
-def altered(path: str, size: int | None, listed: StagedFile | None) -> StagedFileChangedError:
-    """The refusal of a sealed staged file (at storage ``path``) that is gone (``size`` None) or not the size
-    its manifest says, at publish: the version is decided (before the decision, the protocol aborts instead:
-    ``decisions.staged_refusal`` words it from ``path`` and ``what``)."""
-    what = "is gone" if size is None else f"has {size} bytes where its manifest says {listed.size if listed else '?'}"
+def staged_change(f: StagedFile, size: int | None, etag: str | None = None, mtime: float | None = None,
+                  digest: Callable[[], str] | None = None) -> str | None:
+    """How the sealed staged file found now - ``size`` (None: gone), its listed ``etag`` (S3), its ``mtime``
+    (local) - differs from ``f``, its manifest entry; None if it is the file pre_commit sealed.
+
+    The size decides first. A moved ETag or mtime only hints that the bytes changed: where the manifest
+    holds the file's sha256, ``digest()`` reads the file again and the content decides (so a file put back
+    from a backup is the sealed file again); an ETag that moved with no sha256 to decide refuses, an mtime
+    alone does not. Not caught: a same-size rewrite that keeps the old mtime on local disk."""
+    if size is None:
+        return "is gone"
+    if size != f.size:
+        return f"has {size} bytes where its manifest says {f.size}"
+    etag_moved = bool(f.etag and etag and etag != f.etag)
+    if not (etag_moved or (f.mtime is not None and mtime is not None and mtime != f.mtime)):
+        return None
+    if f.sha256 and digest is not None:
+        return None if digest() == f.sha256 else "was rewritten with other bytes of the same size"
+    return f"was rewritten (ETag {etag}, sealed as {f.etag})" if etag_moved else None
+
+
+def altered(path: str, what: str) -> StagedFileChangedError:
+    """The refusal of a sealed staged file (at storage ``path``) that changed as ``what`` says (from
+    :func:`staged_change`), at publish: the version is decided (before the decision, the protocol aborts
+    instead: ``decisions.staged_refusal`` words it from ``path`` and ``what``)."""
     return StagedFileChangedError(
         f"sealed staged file {path} {what}: it changed after pre_commit sealed it, and a changed file is never "
         "published. The version is decided: put the file back there from a backup, then run `eo recover` (the "
         "interval's next runs wait for it)", path, what)
+
+
+def _etag_of(fh: IO[bytes]) -> str | None:
+    """The ETag of an open S3 object (s3fs lists it in the file's ``details``), else None."""
+    details = getattr(fh, "details", None)
+    etag = str(details.get("ETag") or "").strip('"') if isinstance(details, Mapping) else ""
+    return etag or None
+
+
+def _mtime_of(fh: IO[bytes]) -> float | None:
+    """The mtime of an open local file (as ``os.stat`` gives it), else None."""
+    try:
+        return os.fstat(fh.fileno()).st_mtime
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _sha256(fh: IO[bytes]) -> str:
+    """The sha256 of an open file's whole content; leaves it at its start."""
+    digest = hashlib.sha256()
+    fh.seek(0)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(chunk)
+    fh.seek(0)
+    return digest.hexdigest()
 
 
 def partition_values(partition: str) -> dict[str, str]:

@@ -50,8 +50,9 @@ from . import delta_checks
 from ..errors import StorageError, TargetSchemaError
 from ..ids import Interval, TxnRef, parse_txn_name
 from ..storage import Storage
+from ..records.manifest import sha256_of
 from .base import (ALREADY, PUBLISHED, SUPERSEDED, LocationOwned, PublishTarget, StagedVersion, altered, outcome,
-                   partition_values)
+                   partition_values, staged_change)
 
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20  # lost races for the next log entry before giving up (each one re-reads the table)
@@ -188,7 +189,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         if done:
             return outcome(staged.partitions, done)
         base = self._in_table(txn, staged)
-        self._check_files(staged, base)
+        self._check_files(staged, base, copied=base == txn.name and not self.storage.can_rename)
         failpoints.failpoint("commit.mid_publish")  # files in the data area, not committed: invisible
         schema = self.staged_schema(txn, staged, base)
         for attempt in range(COMMIT_TRIES):
@@ -223,14 +224,17 @@ class DeltaTarget(LocationOwned, PublishTarget):
         self._place(txn, staged)
         return txn.name
 
-    def _check_files(self, staged: StagedVersion, base: str) -> None:
-        """StorageError if a file the version lists is gone from ``<table>/<base>/`` or has another size than
-        its manifest says: a commit names files by path and size, unread, so a changed one would go live."""
-        present = {e.rel: e.size for e in self.storage.walk_files(self.storage.join(self.table, base))}
+    def _check_files(self, staged: StagedVersion, base: str, copied: bool) -> None:
+        """StorageError if a file the version lists is gone from ``<table>/<base>/``, has another size than its
+        manifest says or was rewritten (:func:`staged_change`; a ``copied`` placement has ETags of its own): a
+        commit names files by path and size, unread, so a changed one would go live."""
+        present = {e.rel: e for e in self.storage.walk_files(self.storage.join(self.table, base))}
         for part, f in staged.files():
-            size = present.get(f"{part}/{f.name}")
-            if size != f.size:
-                raise altered(self.storage.url(self.storage.join(self.table, base, part, f.name)), size, f)
+            e, path = present.get(f"{part}/{f.name}"), self.storage.join(self.table, base, part, f.name)
+            what = staged_change(f, e and e.size, etag=None if copied or e is None else e.etag, mtime=e and e.mtime,
+                                 digest=lambda: sha256_of(self.storage, path))  # noqa: B023 - called here, now
+            if what:
+                raise altered(self.storage.url(path), what)
 
     def _place(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Put the sealed files into ``<table>/<txn>/<partition>/`` (idempotent)."""

@@ -30,11 +30,11 @@ from typing import Callable, Iterator
 
 from ..errors import StorageError, TargetSchemaError
 from ..ids import parse_txn_name, published_name
-from ..records.manifest import ManifestFile
+from ..records.manifest import ManifestFile, sha256_of
 from ..storage import MANIFEST, LocalStorage, is_hidden, supersedes, to_json
 from .. import failpoints
 from ..ids import TxnRef
-from .base import FilesTarget, StagedVersion, altered
+from .base import FilesTarget, StagedVersion, altered, staged_change
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT = 120.0  # seconds a publisher waits for another one of the same partition
@@ -174,9 +174,11 @@ class LocalFilesTarget(FilesTarget):
             wanted[os.path.basename(final)] = f
             if not os.path.lexists(final) and os.path.isfile(os.path.join(vdir, f.name)):
                 os.rename(os.path.join(vdir, f.name), final)
-            size = os.stat(final).st_size if os.path.isfile(final) and not os.path.islink(final) else None
-            if size != f.size:  # gone, a link, or another size
-                raise altered(final, size, f)
+            st = os.stat(final) if os.path.isfile(final) and not os.path.islink(final) else None  # a link: gone
+            what = staged_change(f, st and st.st_size, mtime=st and st.st_mtime,
+                                 digest=lambda: sha256_of(self.storage, final))  # noqa: B023 - called here, now
+            if what:
+                raise altered(final, what)
         for entry in self.storage.walk_settled(vdir):
             if entry.rel not in wanted and not any(is_hidden(s) for s in entry.rel.split("/")):
                 self.storage.remove_tree(os.path.join(vdir, entry.rel))  # not in the sealed version

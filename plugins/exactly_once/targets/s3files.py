@@ -23,12 +23,12 @@ from typing import Any, Callable
 
 from ..errors import StorageError
 from ..ids import parse_txn_name, published_name, version_of
-from ..records.manifest import ManifestFile
-from ..storage import MANIFEST, SUCCESS, supersedes, to_json
+from ..records.manifest import ManifestFile, sha256_of
+from ..storage import MANIFEST, SUCCESS, FileEntry, supersedes, to_json
 from ..storage.s3 import S3Storage
 from .. import failpoints
 from ..ids import TxnRef
-from .base import FilesTarget, StagedVersion, altered
+from .base import FilesTarget, StagedFile, StagedVersion, altered, staged_change
 
 log = logging.getLogger(__name__)
 SWITCH_TRIES = 20  # conditional manifest PUTs before giving up (each lost race re-reads first)
@@ -73,6 +73,12 @@ class S3FilesTarget(FilesTarget):
         return want.keys() == live.keys() and all(
             live[n][0] == size and (sha is None or live[n][1] in (None, sha)) for n, (size, sha) in want.items())
 
+    def _change(self, staged: StagedVersion, part: str, f: StagedFile, found: FileEntry | None) -> str | None:
+        """How staged file ``f`` of ``part``, listed as ``found`` (a FileEntry, None if gone), differs from
+        what pre_commit sealed (:func:`staged_change`: its size, then its ETag, read again if that moved)."""
+        return staged_change(f, found and found.size, etag=found and found.etag,
+                             digest=lambda: sha256_of(self.storage, staged.path(part, f.name)))
+
     def _outcome_if_done(self, live: str, txn: TxnRef, staged: StagedVersion, part: str) -> str | None:
         now, _ = self.read_manifest(live)
         if not self._ours(now, txn, staged, part):
@@ -99,13 +105,13 @@ class S3FilesTarget(FilesTarget):
             if self._ours(current, txn, staged, part) else {}  # another log's objects may share our names and sizes: copy all
         todo = [(staged.path(part, f.name), self.storage.join(live, n), f)
                 for f, n in zip(files, names) if present.get(n) != f.size]
-        staged_sizes = {e.rel: e.size for e in self.storage.walk_files(staged.path(part))} if todo else {}
-        if any(staged_sizes.get(f.name) != f.size for _, _, f in todo):
+        found = {e.rel: e for e in self.storage.walk_files(staged.path(part))} if todo else {}
+        changed = [(f, what) for _, _, f in todo if (what := self._change(staged, part, f, found.get(f.name)))]
+        if changed:
             done = self._outcome_if_done(live, txn, staged, part)  # another finisher completed it meanwhile?
             if done:
                 return done
-            f = next(f for _, _, f in todo if staged_sizes.get(f.name) != f.size)
-            raise altered(self.storage.url(staged.path(part, f.name)), staged_sizes.get(f.name), f)
+            raise altered(self.storage.url(staged.path(part, changed[0][0].name)), changed[0][1])
         half = len(todo) // 2
         try:
             self.storage.copy_files([(s, d) for s, d, _ in todo[:half]])
