@@ -39,3 +39,26 @@ def test_a_mutants_name_does_not_depend_on_where_the_tree_is():
     diff = "--- a//work/{}/tree/m.py\n+++ b//work/{}/tree/m.py\n@@ -1 +1 @@\n-LIMIT = 20\n+LIMIT = 21\n"
     assert mutant_key("m.py", None, "core/NumberReplacer", diff.format("x", "x")) == \
         mutant_key("m.py", None, "core/NumberReplacer", diff.format("y", "y"))
+
+
+def test_a_mutant_cosmic_ray_cannot_make_is_skipped_not_fatal(tmp_path):
+    """cosmic-ray's exception replacer raises on a dotted name after a plain one in an ``except`` tuple
+    (a whole row's run stopped at init on it); such a mutant is left out, every other one is kept."""
+    from cosmic_ray.commands.init import _all_work_items
+
+    from tools.mutants import _mutates
+
+    module = tmp_path / "m.py"
+    module.write_text(textwrap.dedent('''\
+        import io
+        def f(fh):
+            try:
+                return fh.fileno()
+            except (ValueError, io.UnsupportedOperation):
+                return None
+        '''))
+    made = {(i.mutations[0].operator_name, i.mutations[0].occurrence): _mutates(i, tmp_path)
+            for i in _all_work_items([module], {})}
+    assert made[("core/ExceptionReplacer", 0)] is True  # ValueError
+    assert made[("core/ExceptionReplacer", 1)] is False  # io.UnsupportedOperation: the operator fails
+    assert all(ok for (op, _), ok in made.items() if op != "core/ExceptionReplacer")

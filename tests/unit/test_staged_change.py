@@ -18,6 +18,10 @@ SHA = hashlib.sha256(DATA).hexdigest()
 OTHER = hashlib.sha256(b"other bytes here").hexdigest()
 
 
+def removed() -> str:
+    raise FileNotFoundError("gone since it was listed")
+
+
 def never() -> str:
     raise AssertionError("read again although no hint moved")
 
@@ -35,19 +39,28 @@ def never() -> str:
     (ManifestFile("a", 16, sha256=SHA, etag="e1"), dict(size=16, etag="e2"), lambda: SHA, None),  # re-uploaded, same bytes
     (ManifestFile("a", 16, sha256=SHA, etag="e1"), dict(size=16, etag="e2"), lambda: OTHER,
      "was rewritten with other bytes of the same size"),
-    (ManifestFile("a", 16, etag="e1"), dict(size=16, etag="e2"), never, "was rewritten (ETag e2, sealed as e1)"),
+    (ManifestFile("a", 16, etag="e1"), dict(size=16, etag="e2"), never, None),  # no sha256 (checksums=False): size only
+    (ManifestFile("a", 16, sha256=SHA, mtime=1.5, inode=7), dict(size=16, mtime=1.5, inode=8), lambda: OTHER,
+     "was rewritten with other bytes of the same size"),  # replaced by a rename within the same clock tick
+    (ManifestFile("a", 16, sha256=SHA, mtime=1.5, inode=7), dict(size=16, mtime=1.5, inode=8), lambda: SHA, None),
+    (ManifestFile("a", 16, sha256=SHA, mtime=1.5, inode=7), dict(size=16, mtime=1.5, inode=7), never, None),
+    (ManifestFile("a", 16, sha256=SHA, mtime=2.0, inode=7), dict(size=16, mtime=2.0, inode=7), lambda: OTHER,
+     "was rewritten with other bytes of the same size"),  # whole-second mtimes: always read again
+    (ManifestFile("a", 16, sha256=SHA, mtime=2.0), dict(size=16, mtime=2.0), lambda: SHA, None),
+    (ManifestFile("a", 16, mtime=2.0), dict(size=16, mtime=2.0), never, None),  # nothing to decide with: size only
+    (ManifestFile("a", 16, sha256=SHA, etag="e1"), dict(size=16, etag="e2"), removed, "is gone"),  # deleted after the LIST
     (ManifestFile("a", 16, etag="e1"), dict(size=16, etag=None), never, None),  # a listing without ETags
 ])
 def test_staged_change(sealed, found, digest, want):
-    assert staged_change(sealed, found.get("size"), etag=found.get("etag"), mtime=found.get("mtime"),
+    assert staged_change(sealed, found.get("size"), etag=found.get("etag"), mtime=found.get("mtime"), inode=found.get("inode"),
                          digest=digest) == want
 
 
 @pytest.mark.parametrize("mtime, want", [(1234.5, 1234.5), (7, 7.0), (None, None), (True, None), ("1", None)])
-def test_a_manifest_entry_keeps_its_mtime_and_an_older_one_has_none(mtime, want):
-    d = {"name": "a", "size": 1, "rows": None, "sha256": SHA, **({} if mtime is None else {"mtime": mtime})}
+def test_a_manifest_entry_keeps_its_mtime_and_inode_and_an_older_one_has_none(mtime, want):
+    d = {"name": "a", "size": 1, "rows": None, "sha256": SHA, **({} if mtime is None else {"mtime": mtime, "inode": mtime})}
     f = ManifestFile.from_dict(d)
-    assert f.mtime == want
+    assert f.mtime == want and f.inode == (mtime if type(mtime) is int else None)
     assert ("mtime" in f.to_dict()) is (want is not None)
     assert ManifestFile.from_dict(f.to_dict()) == f
 
@@ -56,14 +69,16 @@ def test_a_local_listing_gives_the_mtime_os_stat_gives(tmp_path):
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "f").write_bytes(DATA)
     [entry] = LocalStorage().walk_files(str(tmp_path))
-    assert (entry.rel, entry.size, entry.mtime) == ("p/f", len(DATA), os.stat(tmp_path / "p" / "f").st_mtime)
+    st = os.stat(tmp_path / "p" / "f")
+    assert (entry.rel, entry.size, entry.mtime, entry.inode) == ("p/f", len(DATA), st.st_mtime, st.st_ino)
 
 
 def test_open_reads_a_file_again_only_when_its_mtime_moved(tmp_path):
     path = tmp_path / "dt=1" / "f"
     path.parent.mkdir()
     path.write_bytes(DATA)
-    sealed = ManifestFile("f", len(DATA), sha256=SHA, mtime=os.stat(path).st_mtime)
+    os.utime(path, ns=(0, 1_700_000_000_123_456_789))  # sub-second: an mtime that is a hint
+    sealed = ManifestFile("f", len(DATA), sha256=SHA, mtime=os.stat(path).st_mtime, inode=os.stat(path).st_ino)
     staged = StagedVersion.on(LocalStorage(), str(tmp_path), {"dt=1": (sealed,)})
     with staged.open("dt=1", "f") as fh:
         assert fh.read() == DATA

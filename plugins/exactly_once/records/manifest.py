@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from ..errors import StorageError
 from ..ids import TxnRef, check_partition
-from ..storage import MANIFEST, Storage, is_hidden
+from ..storage import MANIFEST, FileEntry, Storage, is_hidden
 
 MANIFEST_THREADS = 8  # concurrent file reads while building a manifest (checksums, parquet footers)
 
@@ -23,7 +23,8 @@ MANIFEST_THREADS = 8  # concurrent file reads while building a manifest (checksu
 class ManifestFile:
     """One sealed file: its name (relative to its partition, or to the staging dir for extras), and
     what identifies its content: ``sha256`` (read at pre_commit) and, on S3, the listed ``etag``; on local
-    disk its ``mtime`` at pre_commit (a hint only: a file whose mtime moved is read again at publish)."""
+    disk its ``mtime`` and ``inode`` at pre_commit (hints only: a file whose mtime or inode moved is read
+    again at publish)."""
 
     name: str
     size: int
@@ -31,17 +32,20 @@ class ManifestFile:
     sha256: str | None = None
     etag: str | None = None
     mtime: float | None = None
+    inode: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "size": self.size, "rows": self.rows, "sha256": self.sha256}
         return {**d, **({"etag": self.etag} if self.etag else {}),
-                **({"mtime": self.mtime} if self.mtime is not None else {})}
+                **({"mtime": self.mtime} if self.mtime is not None else {}),
+                **({"inode": self.inode} if self.inode is not None else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ManifestFile":
-        mtime = d.get("mtime")
+        mtime, inode = d.get("mtime"), d.get("inode")
         return cls(str(d["name"]), int(d["size"]), d.get("rows"), d.get("sha256"), d.get("etag"),
-                   float(mtime) if isinstance(mtime, (int, float)) and not isinstance(mtime, bool) else None)
+                   float(mtime) if isinstance(mtime, (int, float)) and not isinstance(mtime, bool) else None,
+                   inode if isinstance(inode, int) and not isinstance(inode, bool) else None)
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
     of several files - only when it names exactly the partition's Parquet files and adds up to its
     ``partition_rows``; otherwise the footers are read. The caller vouches for the counts (a gate compares
     them with what is staged before anything commits)."""
-    todo: list[tuple[str | None, str, str, int, str | None, float | None]] = []  # (partition or None, path, name, size, etag, mtime)
+    todo: list[tuple[str | None, str, str, int, FileEntry]] = []  # (partition or None, path, name, size, entry)
     for entry in storage.walk_files(staging):  # refuses symlinks
         top, _, rest = entry.rel.partition("/")
         if top in data_dirs:
@@ -120,10 +124,9 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
                 continue
             if not part:
                 raise StorageError(f"{txn.name}: data file {rest!r} is not inside a partition dir")
-            todo.append((check_partition(part), storage.join(staging, entry.rel), name, entry.size, entry.etag,
-                         entry.mtime))
+            todo.append((check_partition(part), storage.join(staging, entry.rel), name, entry.size, entry))
         elif entry.rel != MANIFEST:
-            todo.append((None, storage.join(staging, entry.rel), entry.rel, entry.size, entry.etag, entry.mtime))
+            todo.append((None, storage.join(staging, entry.rel), entry.rel, entry.size, entry))
     check_layout(txn, sorted({t[0] for t in todo if t[0] is not None}))
     files_in: dict[str, int] = {}
     for t in todo:
@@ -138,8 +141,7 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
         import pyarrow.parquet  # noqa: F401 - imported once here, not concurrently by the workers
     with ThreadPoolExecutor(max_workers=max(1, min(MANIFEST_THREADS, len(todo)))) as pool:
         described = list(pool.map(lambda t: describe(storage, t[1], t[2], t[3], checksums, t[4],
-                                                     None if t[0] is None else known.get(t[0], per_file.get((t[0], t[2]))),
-                                                     t[5]),
+                                                     None if t[0] is None else known.get(t[0], per_file.get((t[0], t[2])))),
                                   todo))
     partitions: dict[str, list[ManifestFile]] = {}
     extras = []
@@ -151,7 +153,7 @@ def build(storage: Storage, txn: TxnRef, staging: str, data_dirs: tuple[str, ...
     return Manifest(txn, {p: tuple(fs) for p, fs in sorted(partitions.items())}, tuple(extras))
 
 
-def _trusted_file_rows(todo: list[tuple[str | None, str, str, int, str | None, float | None]], partition_rows: Mapping[str, int],
+def _trusted_file_rows(todo: list[tuple[str | None, str, str, int, FileEntry]], partition_rows: Mapping[str, int],
                        file_rows: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, str], int]:
     """``(partition, file name) -> rows`` from ``file_rows``, for the partitions where it names exactly the
     staged Parquet files and adds up to ``partition_rows`` (what the gate checks against the staged data)."""
@@ -180,9 +182,9 @@ def sha256_of(storage: Storage, path: str) -> str:
 
 
 def describe(storage: Storage, path: str, name: str, size: int, checksums: bool = True,
-             etag: str | None = None, rows: int | None = None, mtime: float | None = None) -> ManifestFile:
-    """Size, sha256 (if ``checksums``), the listed ``etag`` and the Parquet row count of one file (``rows``
-    if given, else read from its footer)."""
+             listed: FileEntry | None = None, rows: int | None = None) -> ManifestFile:
+    """Size, sha256 (if ``checksums``), what its ``listed`` entry says (ETag, mtime, inode) and the Parquet
+    row count of one file (``rows`` if given, else read from its footer)."""
     sha = sha256_of(storage, path) if checksums else None
     if not name.endswith(".parquet"):
         rows = None
@@ -191,7 +193,7 @@ def describe(storage: Storage, path: str, name: str, size: int, checksums: bool 
 
         with storage.open(path, "rb") as f:
             rows = pq.ParquetFile(f).metadata.num_rows
-    return ManifestFile(name, size, rows, sha, etag, mtime)
+    return ManifestFile(name, size, rows, sha, *((listed.etag, listed.mtime, listed.inode) if listed else ()))
 
 
 def difference(storage: Storage, root: str, manifest: Manifest, content: bool = False) -> str | None:

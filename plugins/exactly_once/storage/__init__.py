@@ -30,13 +30,14 @@ Hook = Callable[[str], None]
 @dataclass(frozen=True)
 class FileEntry:
     """A file below some directory: path relative to it, its size in bytes, its ETag where the storage
-    lists one (S3: a digest of the content, so a same-size rewrite changes it) and its mtime where the
-    storage keeps one exactly (local disk: ``os.stat``'s ``st_mtime``)."""
+    lists one (S3: a digest of the content, so a same-size rewrite changes it), and its mtime and inode
+    where the storage has them (local disk: ``os.stat``'s ``st_mtime`` and ``st_ino``)."""
 
     rel: str
     size: int
     etag: str | None = None
     mtime: float | None = None
+    inode: int | None = None
 
 
 def is_hidden(name: str) -> bool:
@@ -188,7 +189,7 @@ class LocalStorage(Storage):
             for name in filenames:
                 full = os.path.join(dirpath, name)
                 st = os.stat(full)
-                out.append(FileEntry(os.path.relpath(full, path), st.st_size, mtime=st.st_mtime))
+                out.append(FileEntry(os.path.relpath(full, path), st.st_size, mtime=st.st_mtime, inode=st.st_ino))
         return sorted(out, key=lambda e: e.rel)
 
     def remove_tree(self, path: str) -> None:

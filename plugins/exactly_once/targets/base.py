@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
+import logging
 import os
 import posixpath
 import re
@@ -25,6 +25,7 @@ from ..ids import Interval, TxnRef, check_partition
 from ..records.manifest import ManifestFile
 from ..records.ownership import Owner, check_location, claim_location
 
+log = logging.getLogger(__name__)
 PUBLISHED, ALREADY, SUPERSEDED = "published", "already", "superseded"
 Opener = Callable[[str, str], IO[bytes]]
 
@@ -99,7 +100,8 @@ class StagedVersion:
         if listed is not None:
             size = fh.seek(0, 2)
             fh.seek(0)
-            what = staged_change(listed, size, etag=_etag_of(fh), mtime=_mtime_of(fh), digest=lambda: _sha256(fh))
+            mtime, inode = _stat_of(fh)
+            what = staged_change(listed, size, etag=_etag_of(fh), mtime=mtime, inode=inode, digest=lambda: _sha256(fh))
             if what:
                 fh.close()
                 raise altered(self._where(partition, name), what)
@@ -126,24 +128,35 @@ class StagedVersion:
 
 
 def staged_change(f: StagedFile, size: int | None, etag: str | None = None, mtime: float | None = None,
-                  digest: Callable[[], str] | None = None) -> str | None:
+                  inode: int | None = None, digest: Callable[[], str] | None = None) -> str | None:
     """How the sealed staged file found now - ``size`` (None: gone), its listed ``etag`` (S3), its ``mtime``
-    (local) - differs from ``f``, its manifest entry; None if it is the file pre_commit sealed.
+    and ``inode`` (local) - differs from ``f``, its manifest entry; None if it is the file pre_commit sealed.
 
-    The size decides first. A moved ETag or mtime only hints that the bytes changed: where the manifest
-    holds the file's sha256, ``digest()`` reads the file again and the content decides (so a file put back
-    from a backup is the sealed file again); an ETag that moved with no sha256 to decide refuses, an mtime
-    alone does not. Not caught: a same-size rewrite that keeps the old mtime on local disk."""
+    The size decides first. A moved ETag, mtime or inode only hints that the bytes changed (a file replaced
+    by a rename gets a new inode; one rewritten in place a new mtime): where the manifest holds the file's
+    sha256, ``digest()`` reads the file again and the content decides, so a file put back from a backup is
+    the sealed file again. An mtime in whole seconds (ext3, FAT, some NFS servers: a rewrite in the same
+    second keeps it) is no hint at all: such a file is always read again. With no sha256 recorded
+    (``checksums=False``) nothing can decide, and only the size is compared (a warning says so). Not
+    caught: a same-size rewrite in place that keeps the old mtime (set back, or within one clock tick)."""
     if size is None:
         return "is gone"
     if size != f.size:
         return f"has {size} bytes where its manifest says {f.size}"
-    etag_moved = bool(f.etag and etag and etag != f.etag)
-    if not (etag_moved or (f.mtime is not None and mtime is not None and mtime != f.mtime)):
+    moved = [what for what, was, now in (("ETag", f.etag, etag), ("mtime", f.mtime, mtime), ("inode", f.inode, inode))
+             if was is not None and now is not None and was != now]
+    if not moved and not (f.mtime is not None and float(f.mtime).is_integer()):
         return None
     if f.sha256 and digest is not None:
-        return None if digest() == f.sha256 else "was rewritten with other bytes of the same size"
-    return f"was rewritten (ETag {etag}, sealed as {f.etag})" if etag_moved else None
+        try:
+            got = digest()
+        except FileNotFoundError:  # removed since it was listed
+            return "is gone"
+        return None if got == f.sha256 else "was rewritten with other bytes of the same size"
+    if moved:
+        log.warning("staged file %s: its %s moved since pre_commit and no sha256 was recorded (checksums=False) "
+                    "to tell whether its bytes did: only its size is compared", f.name, " and ".join(moved))
+    return None
 
 
 def altered(path: str, what: str) -> StagedFileChangedError:
@@ -163,12 +176,13 @@ def _etag_of(fh: IO[bytes]) -> str | None:
     return etag or None
 
 
-def _mtime_of(fh: IO[bytes]) -> float | None:
-    """The mtime of an open local file (as ``os.stat`` gives it), else None."""
+def _stat_of(fh: IO[bytes]) -> tuple[float | None, int | None]:
+    """The mtime and inode of an open local file (as ``os.stat`` gives them), else Nones."""
     try:
-        return os.fstat(fh.fileno()).st_mtime
-    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
-        return None
+        st = os.fstat(fh.fileno())
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+        return None, None
+    return st.st_mtime, st.st_ino
 
 
 def _sha256(fh: IO[bytes]) -> str:

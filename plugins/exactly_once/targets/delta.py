@@ -189,7 +189,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         if done:
             return outcome(staged.partitions, done)
         base = self._in_table(txn, staged)
-        self._check_files(staged, base, copied=base == txn.name and not self.storage.can_rename)
+        self._check_files(staged, self.storage.join(self.table, base), etags=base != txn.name or self.storage.can_rename)
         failpoints.failpoint("commit.mid_publish")  # files in the data area, not committed: invisible
         schema = self.staged_schema(txn, staged, base)
         for attempt in range(COMMIT_TRIES):
@@ -221,18 +221,20 @@ class DeltaTarget(LocationOwned, PublishTarget):
         root = (staged.root or "").rstrip("/")
         if root.startswith(self.table.rstrip("/") + "/"):
             return root[len(self.table.rstrip("/")) + 1:]
+        if not self.storage.can_rename and staged.root:
+            self._check_files(staged, root)  # copied below: what is checked after is the copies
         self._place(txn, staged)
         return txn.name
 
-    def _check_files(self, staged: StagedVersion, base: str, copied: bool) -> None:
-        """StorageError if a file the version lists is gone from ``<table>/<base>/``, has another size than its
-        manifest says or was rewritten (:func:`staged_change`; a ``copied`` placement has ETags of its own): a
-        commit names files by path and size, unread, so a changed one would go live."""
-        present = {e.rel: e for e in self.storage.walk_files(self.storage.join(self.table, base))}
+    def _check_files(self, staged: StagedVersion, root: str, etags: bool = True) -> None:
+        """StorageError if a file the version lists is gone from ``root`` (a storage path), has another size than
+        its manifest says or was rewritten (:func:`staged_change`; without ``etags`` for copies, whose ETags
+        are their own): a commit names files by path and size, unread, so a changed one would go live."""
+        present = {e.rel: e for e in self.storage.walk_files(root)}
         for part, f in staged.files():
-            e, path = present.get(f"{part}/{f.name}"), self.storage.join(self.table, base, part, f.name)
-            what = staged_change(f, e and e.size, etag=None if copied or e is None else e.etag, mtime=e and e.mtime,
-                                 digest=lambda: sha256_of(self.storage, path))  # noqa: B023 - called here, now
+            e, path = present.get(f"{part}/{f.name}"), self.storage.join(root, part, f.name)
+            what = staged_change(f, e and e.size, etag=e.etag if e and etags else None, mtime=e and e.mtime,
+                                 inode=e and e.inode, digest=lambda: sha256_of(self.storage, path))  # noqa: B023
             if what:
                 raise altered(self.storage.url(path), what)
 

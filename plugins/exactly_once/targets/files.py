@@ -175,7 +175,7 @@ class LocalFilesTarget(FilesTarget):
             if not os.path.lexists(final) and os.path.isfile(os.path.join(vdir, f.name)):
                 os.rename(os.path.join(vdir, f.name), final)
             st = os.stat(final) if os.path.isfile(final) and not os.path.islink(final) else None  # a link: gone
-            what = staged_change(f, st and st.st_size, mtime=st and st.st_mtime,
+            what = staged_change(f, st and st.st_size, mtime=st and st.st_mtime, inode=st and st.st_ino,
                                  digest=lambda: sha256_of(self.storage, final))  # noqa: B023 - called here, now
             if what:
                 raise altered(final, what)
