@@ -242,19 +242,28 @@ def test_a_connection_killed_inside_the_publish_is_started_over(world, monkeypat
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
-@pytest.mark.parametrize("damage", ["lost", "grown", "rewritten"])
+@pytest.mark.parametrize("damage", ["lost", "grown", "rewritten", "rewritten_in_the_same_second"])
 def test_a_sealed_file_lost_or_altered_after_the_decision_is_never_published(world, monkeypatch, damage):
     """Between the decision and the publish one of the version's sealed files is deleted, or rewritten
     with other bytes - longer, or the same size (a disk or an operator): the publish refuses it with an
     error of ours - never a version with rows missing or other rows - and readers keep the previous
-    version. Put back from a backup (new mtime or ETag, the sealed bytes), the file publishes."""
+    version. Put back from a backup (new mtime or ETag, the sealed bytes), the file publishes.
+    ``rewritten_in_the_same_second``: a filesystem that keeps whole-second mtimes (ext3, FAT, some NFS
+    servers), the file rewritten in place within the second - same inode, same mtime: still refused."""
+    import os
+
     from exactly_once.protocol.transaction import TwoPhaseCommitSink
 
+    coarse = damage == "rewritten_in_the_same_second"
+    if coarse and not world.sink().storage.can_rename:
+        pytest.skip("local mtimes: S3's ETag changes with the bytes")
     sink = world.sink()
     old, new = make_rows("old", 3), make_rows("new", 4, start=30)
     world.commit(sink, IV, {PART: [old]})
     txn = sink.begin(IV)
     world.stage(sink, txn, {PART: [new[:2], new[2:]]})
+    for e in sink.storage.walk_files(sink.data_dir(txn)) if coarse else ():  # as that filesystem stamps them
+        os.utime(sink.storage.join(sink.data_dir(txn), e.rel), (1_767_225_600, 1_767_225_600))
     sink.pre_commit(txn)
     saved = {}
 
@@ -269,7 +278,13 @@ def test_a_sealed_file_lost_or_altered_after_the_decision_is_never_published(wor
         else:  # the same size: one byte of the data pages flipped (Parquet's magic and footer kept)
             data = bytearray(saved["bytes"])
             data[4] ^= 0xFF
-            sink.storage.write_atomic(victim, bytes(data))
+            if not coarse:
+                sink.storage.write_atomic(victim, bytes(data))
+                return
+            stamp = os.stat(victim).st_mtime
+            with open(victim, "r+b") as fh:  # in place: the same inode
+                fh.write(bytes(data))
+            os.utime(victim, (stamp, stamp))  # and, within that second, the same mtime
 
     state = interleave(monkeypatch, TwoPhaseCommitSink, "_publish", lambda *a: True, damage_it)
     with pytest.raises(ExactlyOnceError) as refused:
@@ -280,7 +295,7 @@ def test_a_sealed_file_lost_or_altered_after_the_decision_is_never_published(wor
     assert isinstance(refused.value, StagedFileChangedError), refused.value
     assert "changed after pre_commit sealed it" in str(refused.value), refused.value
     said = re.search(r"sealed staged file (\S+) (is gone|has \d+ bytes|was rewritten)", str(refused.value))
-    assert said.group(2).split()[0] == {"lost": "is", "grown": "has", "rewritten": "was"}[damage], refused.value
+    assert said.group(2).split()[0] == {"lost": "is", "grown": "has"}.get(damage, "was"), refused.value
     where = re.sub(r"^(file|s3)://", "", said.group(1))  # the storage path of the URL the error names
     sink.storage.write_atomic(where, saved["bytes"])  # the advice: put the file back there, then `eo recover`
     world.sink().recover(IV)
@@ -363,3 +378,23 @@ def test_our_own_version_under_a_manifest_an_older_release_wrote_is_already_publ
     assert sink.target.publish(t1, staged) == {PART: "already"}
     assert sink.storage.read_json(path) == legacy  # not switched again
     assert world.read_rows() == world.rows({PART: [make_rows("v1", 3)]})
+
+
+def test_a_manifest_an_older_release_wrote_with_a_version_we_cannot_read_is_refused_by_us(world):
+    """files-s3: a live manifest with no owner (written before manifests named it) whose version is not a
+    transaction name at all (another tool's, hand-edited) is never taken for ours: the publish is refused
+    with our error naming it, nothing switched."""
+    if world.kind != "files-s3":
+        pytest.skip("only files-s3 reads manifests written before they named their owner")
+    import json
+
+    from exactly_once.errors import StorageError
+
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("v1", 3)]})
+    path = sink.storage.join(sink.table, PART, "_MANIFEST.json")
+    foreign = {**{k: v for k, v in sink.storage.read_json(path).items() if k != "owner"}, "version": "nightly-load"}
+    sink.storage.write_atomic(path, json.dumps(foreign).encode())
+    with pytest.raises(StorageError, match="nightly-load, a version of another interval"):
+        world.commit(sink, IV, {PART: [make_rows("v2", 2, start=20)]})
+    assert sink.storage.read_json(path) == foreign
