@@ -398,3 +398,39 @@ def test_a_manifest_an_older_release_wrote_with_a_version_we_cannot_read_is_refu
     with pytest.raises(StorageError, match="nightly-load, a version of another interval"):
         world.commit(sink, IV, {PART: [make_rows("v2", 2, start=20)]})
     assert sink.storage.read_json(path) == foreign
+
+
+def test_a_staged_file_rewritten_while_the_publish_copies_never_goes_live(world, monkeypatch):
+    """files-s3 publishes by server-side copies after checking the staged files (one LIST). A same-size
+    rewrite of a file still to be copied, made while the first copies run, is copied as it is - so the staged
+    files are checked again after the copies, before the manifest switch: refused, readers keep the old
+    version; the file put back, `recover` copies it again (the bad copy has the right size but not the sealed
+    ETag) and the version goes live whole."""
+    if world.kind != "files-s3":
+        pytest.skip("only files-s3 copies staged files into the live partition before switching")
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
+
+    sink = world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 4, start=30)
+    world.commit(sink, IV, {PART: [old]})
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [new[:2], new[2:]]})
+    sink.pre_commit(txn)
+    saved = {}
+
+    def rewrite_the_last() -> None:  # a zombie overwrites a staged object still to be copied
+        names = sorted(e.rel for e in sink.storage.walk_files(sink.sealed_dir(txn)) if e.rel.startswith(PART))
+        victim = saved["path"] = sink.storage.join(sink.sealed_dir(txn), names[-1])
+        saved["bytes"] = sink.storage.read_bytes(victim)
+        sink.storage.write_atomic(victim, saved["bytes"].replace(b"new-", b"BAD-"))  # the same size
+
+    state = interleave(monkeypatch, type(sink.storage), "copy_files", lambda self, pairs: bool(pairs), rewrite_the_last)
+    with pytest.raises(StagedFileChangedError, match="was rewritten with other bytes of the same size"):
+        sink.commit(txn)
+    assert state["fired"]
+    monkeypatch.undo()
+    assert world.read_rows() == world.rows({PART: [old]})
+    sink.storage.write_atomic(saved["path"], saved["bytes"])  # the advice: put it back, then `eo recover`
+    world.sink().recover(IV)
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []

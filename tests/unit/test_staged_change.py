@@ -93,3 +93,19 @@ def test_open_reads_a_file_again_only_when_its_mtime_moved(tmp_path):
     opened = StagedVersion({"dt=1": (sealed,)}, lambda part, name: io.BytesIO(DATA[::-1]))  # no mtime, no ETag
     with opened.open("dt=1", "f") as fh:  # nothing hints at a change: only the size is compared
         assert fh.read() == DATA[::-1]
+
+
+@pytest.mark.parametrize("copy, sealed_etag, trusted", [
+    (None, "m1", False),
+    (dict(size=15, etag="m1"), "m1", False),
+    (dict(size=16, etag="m1"), "m1", True),  # a server-side copy keeps a plain MD5 ETag
+    (dict(size=16, etag="m2"), "m1", False),  # copied from other bytes: made again
+    (dict(size=16, etag="x"), "m1-2", False),  # a multipart ETag is not kept by a copy: never trusted
+    (dict(size=16, etag=None), None, True),  # a manifest without ETags: the size, as before
+])
+def test_a_live_copy_is_trusted_only_as_a_copy_of_the_sealed_bytes(copy, sealed_etag, trusted):
+    from exactly_once.storage import FileEntry
+    from exactly_once.targets.s3files import copied_as_sealed
+
+    entry = FileEntry("f", **copy) if copy else None
+    assert copied_as_sealed(entry, ManifestFile("f", 16, etag=sealed_etag)) is trusted

@@ -34,6 +34,15 @@ log = logging.getLogger(__name__)
 SWITCH_TRIES = 20  # conditional manifest PUTs before giving up (each lost race re-reads first)
 
 
+def copied_as_sealed(copy: FileEntry | None, f: StagedFile) -> bool:
+    """Is ``copy`` (a live object, None if absent) already a copy of sealed file ``f``? Its size, and its ETag
+    where the sealed one is a plain MD5 (a server-side copy keeps it); a multipart upload's ETag (``-N``) is
+    not kept by a copy, so such a copy is made again rather than trusted."""
+    if copy is None or copy.size != f.size:
+        return False
+    return not f.etag or ("-" not in f.etag and copy.etag == f.etag)
+
+
 class S3FilesTarget(FilesTarget):
     """Publishes into ``table`` (``bucket/prefix``) on S3."""
 
@@ -79,6 +88,26 @@ class S3FilesTarget(FilesTarget):
         return staged_change(f, found and found.size, etag=found and found.etag,
                              digest=lambda: sha256_of(self.storage, staged.path(part, f.name)))
 
+    def _check_staged(self, live: str, txn: TxnRef, staged: StagedVersion, part: str,
+                      files: list[StagedFile]) -> str | None:
+        """Check the staged ``files`` of ``part`` against what pre_commit sealed (one LIST): None if they are
+        as sealed, the outcome if another finisher completed the publish meanwhile or a newer version is
+        COMMITTED (superseded: its staging may be retired), else StagedFileChangedError.
+        Called before the copies and again after them (a rewrite inside the copy window is refused, and the
+        copy made of it is never trusted again: :func:`copied_as_sealed`)."""
+        if not files:
+            return None
+        found = {e.rel: e for e in self.storage.walk_files(staged.path(part))}
+        changed = [(f, what) for f in files if (what := self._change(staged, part, f, found.get(f.name)))]
+        if not changed:
+            return None
+        done = self._outcome_if_done(live, txn, staged, part)  # another finisher completed it meanwhile?
+        if done:
+            return done
+        if staged.newer_committed(txn.epoch):  # a newer version retired this staging: never this one back
+            return "superseded"
+        raise altered(self.storage.url(staged.path(part, changed[0][0].name)), changed[0][1])
+
     def _outcome_if_done(self, live: str, txn: TxnRef, staged: StagedVersion, part: str) -> str | None:
         now, _ = self.read_manifest(live)
         if not self._ours(now, txn, staged, part):
@@ -101,17 +130,13 @@ class S3FilesTarget(FilesTarget):
             raise StorageError(f"s3://{live} is live with {current['version']}, a version of another "
                                "interval; a partition belongs to one interval (check the partitioning)")
         names = [published_name(version, f.name) for f in files]
-        present = {e.rel: e.size for e in self.storage.walk_files(live) if "/" not in e.rel} \
+        present = {e.rel: e for e in self.storage.walk_files(live) if "/" not in e.rel} \
             if self._ours(current, txn, staged, part) else {}  # another log's objects may share our names and sizes: copy all
         todo = [(staged.path(part, f.name), self.storage.join(live, n), f)
-                for f, n in zip(files, names) if present.get(n) != f.size]
-        found = {e.rel: e for e in self.storage.walk_files(staged.path(part))} if todo else {}
-        changed = [(f, what) for _, _, f in todo if (what := self._change(staged, part, f, found.get(f.name)))]
-        if changed:
-            done = self._outcome_if_done(live, txn, staged, part)  # another finisher completed it meanwhile?
-            if done:
-                return done
-            raise altered(self.storage.url(staged.path(part, changed[0][0].name)), changed[0][1])
+                for f, n in zip(files, names) if not copied_as_sealed(present.get(n), f)]
+        done = self._check_staged(live, txn, staged, part, [f for _, _, f in todo])
+        if done:
+            return done
         half = len(todo) // 2
         try:
             self.storage.copy_files([(s, d) for s, d, _ in todo[:half]])
@@ -122,6 +147,9 @@ class S3FilesTarget(FilesTarget):
             if done:
                 return done
             raise
+        done = self._check_staged(live, txn, staged, part, [f for _, _, f in todo])  # rewritten while copied?
+        if done:
+            return done
         target = {"version": version, **({"owner": self.owner.id} if self.owner else {}), "files": [ManifestFile(n, f.size, f.rows, getattr(f, "sha256", None)).to_dict()
                                                 for f, n in zip(files, names)]}
         for _ in range(SWITCH_TRIES):
