@@ -88,11 +88,6 @@ VERDICTS: dict[str, str] = {
     "targets/s3files.py:sweep:ReplaceAndWithOr:40b6fa3002":
         ("equivalent: a candidate is a file of a garbage version, never the live one, so it is never in the "
          "live manifest either: both conditions are true for every candidate"),
-    # Delta (S3): the same delta.py the delta-local row kills; a verdict only where the S3 share cannot see it
-    "targets/delta.py:_commit:ReplaceFalseWithTrue:970fa77257":
-        ("killed in the delta-local row (test_delta_other_writers::test_our_commits_never_clean_up_the_tables_log, "
-         "which lists the log's files on disk): the post-commit hook's log cleanup flag does not depend on the "
-         "storage"),
     # Redis
     "targets/keyvalue.py:_glob:AddNot:716f36df8b":
         ("equivalent: the namespace is an identifier ([A-Za-z0-9_]) - no glob character to escape; the partition "
