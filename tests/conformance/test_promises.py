@@ -425,7 +425,7 @@ def test_a_staged_file_rewritten_while_the_publish_copies_never_goes_live(world,
         sink.storage.write_atomic(victim, saved["bytes"].replace(b"new-", b"BAD-"))  # the same size
 
     state = interleave(monkeypatch, type(sink.storage), "copy_files", lambda self, pairs: bool(pairs), rewrite_the_last)
-    with pytest.raises(StagedFileChangedError, match="was rewritten with other bytes of the same size"):
+    with pytest.raises(StagedFileChangedError, match="was rewritten while it was copied"):
         sink.commit(txn)
     assert state["fired"]
     monkeypatch.undo()

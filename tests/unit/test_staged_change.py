@@ -39,7 +39,9 @@ def never() -> str:
     (ManifestFile("a", 16, sha256=SHA, etag="e1"), dict(size=16, etag="e2"), lambda: SHA, None),  # re-uploaded, same bytes
     (ManifestFile("a", 16, sha256=SHA, etag="e1"), dict(size=16, etag="e2"), lambda: OTHER,
      "was rewritten with other bytes of the same size"),
-    (ManifestFile("a", 16, etag="e1"), dict(size=16, etag="e2"), never, None),  # no sha256 (checksums=False): size only
+    (ManifestFile("a", 16, etag="e1"), dict(size=16, etag="e2"), never,
+     "was rewritten (ETag e2, sealed as e1)"),  # no sha256, but two plain MD5s: other bytes
+    (ManifestFile("a", 16, etag="e1-2"), dict(size=16, etag="e2"), never, None),  # a multipart ETag: size only
     (ManifestFile("a", 16, sha256=SHA, mtime=1.5, inode=7), dict(size=16, mtime=1.5, inode=8), lambda: OTHER,
      "was rewritten with other bytes of the same size"),  # replaced by a rename within the same clock tick
     (ManifestFile("a", 16, sha256=SHA, mtime=1.5, inode=7), dict(size=16, mtime=1.5, inode=8), lambda: SHA, None),
@@ -105,7 +107,7 @@ def test_open_reads_a_file_again_only_when_its_mtime_moved(tmp_path):
 ])
 def test_a_live_copy_is_trusted_only_as_a_copy_of_the_sealed_bytes(copy, sealed_etag, trusted):
     from exactly_once.storage import FileEntry
-    from exactly_once.targets.s3files import copied_as_sealed
+    from exactly_once.targets.base import copied_as_sealed
 
     entry = FileEntry("f", **copy) if copy else None
     assert copied_as_sealed(entry, ManifestFile("f", 16, etag=sealed_etag)) is trusted

@@ -137,8 +137,9 @@ def staged_change(f: StagedFile, size: int | None, etag: str | None = None, mtim
     sha256, ``digest()`` reads the file again and the content decides, so a file put back from a backup is
     the sealed file again. An mtime in whole seconds (ext3, FAT, some NFS servers: a rewrite in the same
     second keeps it) is no hint at all: such a file is always read again. With no sha256 recorded
-    (``checksums=False``) nothing can decide, and only the size is compared (a warning says so). Not
-    caught: a same-size rewrite in place that keeps the old mtime (set back, or within one clock tick)."""
+    (``checksums=False``) two plain (single-part) ETags still decide - each is the MD5 of the bytes -; any
+    other moved hint cannot, and only the size is compared (a warning says so). Not caught: a same-size
+    rewrite in place that keeps the old mtime (set back, or within one clock tick)."""
     if size is None:
         return "is gone"
     if size != f.size:
@@ -153,10 +154,21 @@ def staged_change(f: StagedFile, size: int | None, etag: str | None = None, mtim
         except FileNotFoundError:  # removed since it was listed
             return "is gone"
         return None if got == f.sha256 else "was rewritten with other bytes of the same size"
+    if "ETag" in moved and "-" not in f.etag + etag:  # type: ignore[operator] - two plain MD5s: other bytes
+        return f"was rewritten (ETag {etag}, sealed as {f.etag})"
     if moved:
         log.warning("staged file %s: its %s moved since pre_commit and no sha256 was recorded (checksums=False) "
                     "to tell whether its bytes did: only its size is compared", f.name, " and ".join(moved))
     return None
+
+
+def copied_as_sealed(copy: Any, f: StagedFile) -> bool:
+    """Is ``copy`` (a listed object: a ``FileEntry``; None if absent) a copy of sealed file ``f``? Its size,
+    and its ETag where the sealed one is a plain MD5 (a server-side copy keeps it); a multipart upload's ETag
+    (``-N``) is not kept by a copy, so such a copy is made again rather than trusted."""
+    if copy is None or copy.size != f.size:
+        return False
+    return not f.etag or ("-" not in f.etag and copy.etag == f.etag)
 
 
 def altered(path: str, what: str) -> StagedFileChangedError:

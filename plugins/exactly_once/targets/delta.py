@@ -52,7 +52,7 @@ from ..ids import Interval, TxnRef, parse_txn_name
 from ..storage import Storage
 from ..records.manifest import sha256_of
 from .base import (ALREADY, PUBLISHED, SUPERSEDED, LocationOwned, PublishTarget, StagedVersion, altered, outcome,
-                   partition_values, staged_change)
+                   copied_as_sealed, partition_values, staged_change)
 
 log = logging.getLogger(__name__)
 COMMIT_TRIES = 20  # lost races for the next log entry before giving up (each one re-reads the table)
@@ -189,7 +189,7 @@ class DeltaTarget(LocationOwned, PublishTarget):
         if done:
             return outcome(staged.partitions, done)
         base = self._in_table(txn, staged)
-        self._check_files(staged, self.storage.join(self.table, base), etags=base != txn.name or self.storage.can_rename)
+        self._check_files(staged, self.storage.join(self.table, base))
         failpoints.failpoint("commit.mid_publish")  # files in the data area, not committed: invisible
         schema = self.staged_schema(txn, staged, base)
         for attempt in range(COMMIT_TRIES):
@@ -226,14 +226,15 @@ class DeltaTarget(LocationOwned, PublishTarget):
         self._place(txn, staged)
         return txn.name
 
-    def _check_files(self, staged: StagedVersion, root: str, etags: bool = True) -> None:
+    def _check_files(self, staged: StagedVersion, root: str) -> None:
         """StorageError if a file the version lists is gone from ``root`` (a storage path), has another size than
-        its manifest says or was rewritten (:func:`staged_change`; without ``etags`` for copies, whose ETags
-        are their own): a commit names files by path and size, unread, so a changed one would go live."""
+        its manifest says or was rewritten (:func:`staged_change`: a server-side copy keeps a plain MD5 ETag;
+        one of a multipart upload's is read again): a commit names files by path and size, unread, so a
+        changed one would go live."""
         present = {e.rel: e for e in self.storage.walk_files(root)}
         for part, f in staged.files():
             e, path = present.get(f"{part}/{f.name}"), self.storage.join(root, part, f.name)
-            what = staged_change(f, e and e.size, etag=e.etag if e and etags else None, mtime=e and e.mtime,
+            what = staged_change(f, e and e.size, etag=e and e.etag, mtime=e and e.mtime,
                                  inode=e and e.inode, digest=lambda: sha256_of(self.storage, path))  # noqa: B023
             if what:
                 raise altered(self.storage.url(path), what)
@@ -253,9 +254,9 @@ class DeltaTarget(LocationOwned, PublishTarget):
                 if missing:
                     raise StorageError(f"{txn.name}: staged files {missing[:3]} of {part} are gone")
                 continue
-            present = {e.rel: e.size for e in self.storage.walk_files(dest)}
+            present = {e.rel: e for e in self.storage.walk_files(dest)}
             todo = [(staged.path(part, f.name), self.storage.join(dest, f.name)) for f in files
-                    if present.get(f.name) != f.size]
+                    if not copied_as_sealed(present.get(f.name), f)]
             self.storage.copy_files(todo)  # type: ignore[attr-defined]
 
     def check(self, txn: TxnRef, staged: StagedVersion) -> None:

@@ -28,19 +28,10 @@ from ..storage import MANIFEST, SUCCESS, FileEntry, supersedes, to_json
 from ..storage.s3 import S3Storage
 from .. import failpoints
 from ..ids import TxnRef
-from .base import FilesTarget, StagedFile, StagedVersion, altered, staged_change
+from .base import FilesTarget, StagedFile, StagedVersion, altered, copied_as_sealed, staged_change
 
 log = logging.getLogger(__name__)
 SWITCH_TRIES = 20  # conditional manifest PUTs before giving up (each lost race re-reads first)
-
-
-def copied_as_sealed(copy: FileEntry | None, f: StagedFile) -> bool:
-    """Is ``copy`` (a live object, None if absent) already a copy of sealed file ``f``? Its size, and its ETag
-    where the sealed one is a plain MD5 (a server-side copy keeps it); a multipart upload's ETag (``-N``) is
-    not kept by a copy, so such a copy is made again rather than trusted."""
-    if copy is None or copy.size != f.size:
-        return False
-    return not f.etag or ("-" not in f.etag and copy.etag == f.etag)
 
 
 class S3FilesTarget(FilesTarget):
@@ -89,16 +80,27 @@ class S3FilesTarget(FilesTarget):
                              digest=lambda: sha256_of(self.storage, staged.path(part, f.name)))
 
     def _check_staged(self, live: str, txn: TxnRef, staged: StagedVersion, part: str,
-                      files: list[StagedFile]) -> str | None:
-        """Check the staged ``files`` of ``part`` against what pre_commit sealed (one LIST): None if they are
-        as sealed, the outcome if another finisher completed the publish meanwhile or a newer version is
+                      files: list[StagedFile], copied: bool = False) -> str | None:
+        """Check ``files`` of ``part`` against what pre_commit sealed: None if they are as sealed, the outcome
+        if another finisher completed the publish meanwhile (its copies as sealed) or a newer version is
         COMMITTED (superseded: its staging may be retired), else StagedFileChangedError.
-        Called before the copies and again after them (a rewrite inside the copy window is refused, and the
-        copy made of it is never trusted again: :func:`copied_as_sealed`)."""
+
+        Before the copies the staged objects are checked (one LIST). After them (``copied``) the copies are:
+        one LIST of the live prefix, each copy's ETag against the sealed plain MD5 - so a rewrite inside the
+        copy window is refused even if the staged object was put back meanwhile, and so is a copy another
+        finisher made over a live version's objects; a file whose sealed ETag is a multipart one (not kept by
+        a copy) is checked on its staged object again instead."""
         if not files:
             return None
-        found = {e.rel: e for e in self.storage.walk_files(staged.path(part))}
-        changed = [(f, what) for f in files if (what := self._change(staged, part, f, found.get(f.name)))]
+        changed: list[tuple[StagedFile, str]] = []
+        if copied:
+            copies = {e.rel: e for e in self.storage.walk_files(live) if "/" not in e.rel}
+            changed = [(f, "was rewritten while it was copied (its copy is not the sealed bytes)") for f in files
+                       if f.etag and "-" not in f.etag
+                       and not copied_as_sealed(copies.get(published_name(txn.name, f.name)), f)]
+            files = [f for f in files if not f.etag or "-" in f.etag]
+        found = {e.rel: e for e in self.storage.walk_files(staged.path(part))} if files else {}
+        changed += [(f, what) for f in files if (what := self._change(staged, part, f, found.get(f.name)))]
         if not changed:
             return None
         done = self._outcome_if_done(live, txn, staged, part)  # another finisher completed it meanwhile?
@@ -109,11 +111,16 @@ class S3FilesTarget(FilesTarget):
         raise altered(self.storage.url(staged.path(part, changed[0][0].name)), changed[0][1])
 
     def _outcome_if_done(self, live: str, txn: TxnRef, staged: StagedVersion, part: str) -> str | None:
+        """"already" if ``txn``'s version is live here with copies as sealed (where their ETags tell: a copy
+        made over them of changed bytes is made again), "superseded" if a newer one of ours is, else None."""
         now, _ = self.read_manifest(live)
         if not self._ours(now, txn, staged, part):
             return None
         if now and now["version"] == txn.name:
-            return "already"
+            copies = {e.rel: e for e in self.storage.walk_files(live) if "/" not in e.rel}
+            ok = all(copied_as_sealed(copies.get(published_name(txn.name, f.name)), f)
+                     for f in staged.partitions.get(part, ()) if f.etag and "-" not in f.etag)
+            return "already" if ok else None
         if now and supersedes(now["version"], txn.name):
             return "superseded"
         return None
@@ -147,7 +154,7 @@ class S3FilesTarget(FilesTarget):
             if done:
                 return done
             raise
-        done = self._check_staged(live, txn, staged, part, [f for _, _, f in todo])  # rewritten while copied?
+        done = self._check_staged(live, txn, staged, part, [f for _, _, f in todo], copied=True)  # rewritten while copied?
         if done:
             return done
         target = {"version": version, **({"owner": self.owner.id} if self.owner else {}), "files": [ManifestFile(n, f.size, f.rows, getattr(f, "sha256", None)).to_dict()

@@ -1,0 +1,158 @@
+"""What goes live on S3 is what was sealed, through the copy window too (review of issue 44's same-size
+check, session 20: reproducers of a fresh reviewer, each failing on the code before it).
+
+files-s3 publishes by server-side copies and Delta on S3 copies a version staged outside the table into it:
+a staged object rewritten with other bytes of the same size while it is copied must never be switched live
+(or be committed), even if it is put back before the check after the copies; the way out the error names -
+put the sealed file back, ``eo recover`` - must work."""
+from __future__ import annotations
+
+import pytest
+
+from exactly_once.errors import StagedFileChangedError
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
+from exactly_once.storage.s3 import S3Storage
+from exactly_once.targets.s3files import S3FilesTarget
+from protocol_helpers import interleave, make_rows
+
+from .conftest import IV, PART
+
+NEW = make_rows("new", 4, start=30)
+
+
+def staged_version(world, sink):
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [NEW[:2], NEW[2:]]})
+    sink.pre_commit(txn)
+    return txn
+
+
+def bad(rows) -> bool:
+    return any(str(r["v"]).startswith("BAD-") for r in rows)
+
+
+def test_a_rewrite_put_back_before_the_check_after_the_copies_is_still_refused(world, monkeypatch):
+    """The staged object is rewritten as its batch's copy starts and the sealed bytes are put back before
+    the check after the copies: the staged object is as sealed again, but its copy is not - checked by
+    the copy's ETag (a server-side copy keeps a plain MD5), never switched live."""
+    if world.kind != "files-s3":
+        pytest.skip("only files-s3 copies staged objects into the live partition")
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    txn = staged_version(world, sink)
+    real, calls = S3Storage.copy_files, []
+
+    def copy_files(storage, pairs):
+        if pairs and "/_staging/" in pairs[0][0]:
+            calls.append(pairs)
+            if len(calls) == 2:  # the second batch: rewritten as it is copied, then put back
+                victim = pairs[-1][0]
+                good = storage.read_bytes(victim)
+                storage.write_atomic(victim, good.replace(b"new-", b"BAD-"))
+                try:
+                    return real(storage, pairs)
+                finally:
+                    storage.write_atomic(victim, good)
+        return real(storage, pairs)
+
+    monkeypatch.setattr(S3Storage, "copy_files", copy_files)
+    with pytest.raises(StagedFileChangedError, match="while it was copied"):
+        sink.commit(txn)
+    monkeypatch.undo()
+    assert len(calls) == 2 and world.read_rows() == world.rows({PART: [make_rows("old", 3)]})
+    world.sink().recover(IV)  # the staged object is the sealed one: the bad copy is made again
+    assert world.read_rows() == world.rows({PART: [NEW]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_second_finisher_copying_changed_bytes_over_a_live_version_says_so_and_recover_repairs_it(world, monkeypatch):
+    """Two finishers of one version: B lists the live prefix, A publishes the whole partition, a zombie
+    rewrites a staged object, B copies it over the objects A's manifest names. B must not report the
+    version as published ("already"): it refuses, and once the file is put back, `eo recover` finds the
+    live copy is not the sealed bytes and copies it again. (Readers may see the zombie's rows in between:
+    RELIABILITY.md.)"""
+    if world.kind != "files-s3":
+        pytest.skip("only files-s3 copies staged objects into the live partition")
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    txn = staged_version(world, sink)
+    real_pp, real_copy, args, saved = S3FilesTarget._publish_partition, S3Storage.copy_files, [], {}
+
+    def publish_partition(self, *a):
+        args.append((self, a))
+        return real_pp(self, *a)
+
+    def copy_files(storage, pairs):
+        if pairs and "/_staging/" in pairs[0][0] and not saved:
+            self, a = args[0]
+            saved["A"] = "publishing"
+            saved["A"] = real_pp(self, *a)  # finisher A publishes the partition whole
+            saved["path"] = victim = pairs[-1][0]
+            saved["bytes"] = storage.read_bytes(victim)
+            storage.write_atomic(victim, saved["bytes"].replace(b"new-", b"BAD-"))  # the zombie
+        return real_copy(storage, pairs)
+
+    monkeypatch.setattr(S3FilesTarget, "_publish_partition", publish_partition)
+    monkeypatch.setattr(S3Storage, "copy_files", copy_files)
+    with pytest.raises(StagedFileChangedError):
+        sink.commit(txn)  # finisher B
+    monkeypatch.undo()
+    assert saved["A"] == "published"
+    sink.storage.write_atomic(saved["path"], saved["bytes"])  # the advice: put it back, then `eo recover`
+    world.sink().recover(IV)
+    assert world.read_rows() == world.rows({PART: [NEW]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_version_placed_into_a_delta_table_on_s3_is_checked_after_its_copies(world, monkeypatch):
+    """The Delta target used on its own copies a version staged elsewhere into the table: a staged object
+    rewritten as the copy starts (after the check before it) is refused by its copy's ETag, never committed."""
+    if world.kind != "delta-s3":
+        pytest.skip("only Delta on S3 copies a version staged outside the table into it")
+    from exactly_once.records import manifest as manifests
+    from exactly_once.targets.base import StagedVersion
+    from protocol_helpers import write_parquet
+
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    txn = sink.begin(IV)
+    st, root = sink.storage, sink.storage.join(sink.home, "elsewhere", txn.name)
+    for i, rows in enumerate([NEW[:2], NEW[2:]]):
+        write_parquet(sink, st.join(root, PART, f"f{i}.parquet"), rows)
+    files = tuple(manifests.describe(st, st.join(root, e.rel), e.rel.split("/")[-1], e.size, True, e)
+                  for e in st.walk_files(root))
+    staged = StagedVersion.on(st, root, {PART: files})
+    sink.target.check(txn, staged)  # ... the decision ...
+    real, hit = S3Storage.copy_files, []
+
+    def copy_files(storage, pairs):
+        if pairs and not hit and "/elsewhere/" in pairs[0][0]:
+            hit.append(pairs[-1][0])
+            storage.write_atomic(pairs[-1][0], storage.read_bytes(pairs[-1][0]).replace(b"new-", b"BAD-"))
+        return real(storage, pairs)
+
+    monkeypatch.setattr(S3Storage, "copy_files", copy_files)
+    with pytest.raises(StagedFileChangedError):
+        sink.target.publish(txn, staged)
+    monkeypatch.undo()
+    assert hit and world.read_rows() == world.rows({PART: [make_rows("old", 3)]})
+
+
+def test_without_checksums_a_plain_etag_that_moved_still_refuses(world, monkeypatch):
+    """``checksums=False``: no sha256 to read again, but two plain (single-part) ETags are each the MD5 of
+    the bytes - a different one proves other bytes: refused, never published."""
+    if world.kind not in ("files-s3", "delta-s3"):
+        pytest.skip("ETags: S3 only")
+    sink = world.sink(checksums=False)
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    txn = staged_version(world, sink)
+    st, sealed = sink.storage, sink.sealed_dir(txn)
+    victim = st.join(sealed, sorted(e.rel for e in st.walk_files(sealed) if e.rel.endswith(".parquet"))[-1])
+
+    def rewrite() -> None:  # after the decision, before the publish
+        st.write_atomic(victim, st.read_bytes(victim).replace(b"new-", b"BAD-"))
+
+    state = interleave(monkeypatch, TwoPhaseCommitSink, "_publish", lambda *a: True, rewrite)
+    with pytest.raises(StagedFileChangedError, match=r"was rewritten \(ETag"):
+        sink.commit(txn)
+    assert state["fired"] and not bad(world.read_rows())
