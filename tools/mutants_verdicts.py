@@ -86,6 +86,15 @@ VERDICTS: dict[str, str] = {
         "equivalent: where the copies are split around the commit.mid_publish failpoint (a test hook)",
     "targets/s3files.py:_publish_partition:NumberReplacer:e88024ab0b":
         "equivalent: where the copies are split around the commit.mid_publish failpoint (a test hook)",
+    "targets/s3files.py:-:NumberReplacer:1767e9426b": TUNING,
+    "targets/s3files.py:_publish_partition:AddNot:87c6f0496e":
+        ("equivalent: a live object is reused (not copied again) only if it has the sealed file's size and plain "
+         "MD5 ETag - the same bytes, whichever log wrote it (a multipart or missing ETag: copied again); the "
+         "mutant lists the live prefix for a foreign manifest and copies everything under our own"),
+    "targets/s3files.py:_ours:ReplaceOrWithAnd:7378f21d8a":
+        ("equivalent: it reads the log for a legacy manifest of another interval too; whatever it answers, "
+         "_publish_partition then refuses a partition live with another interval's version, and a version "
+         "never supersedes one of another interval"),
     "targets/s3files.py:sweep:AddNot:90de8ddd32":
         ("equivalent where a manifest is live: it lists only its own version's files (`published_name(version, "
          "...)`, a rollback copies under the new version's names), which the version check keeps anyway; a "
