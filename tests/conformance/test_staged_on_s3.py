@@ -158,19 +158,12 @@ def test_without_checksums_a_plain_etag_that_moved_still_refuses(world, monkeypa
     assert state["fired"] and not bad(world.read_rows())
 
 
-def test_a_multipart_staged_object_rewritten_after_the_decision_is_refused_and_put_back_publishes(world, monkeypatch):
-    """Spark's S3A committers upload staged files as multipart uploads: their ETags (``-N``) are not MD5s of
-    the bytes, so a rewrite (a plain PUT, another ETag) is judged by the sha256 read again - refused; the
-    file put back the same way (other ETag, the sealed bytes) publishes, and no copy of a multipart object
-    is trusted by its ETag."""
-    if world.kind not in ("files-s3", "delta-s3"):
-        pytest.skip("ETags: S3 only")
-    sink = world.sink()
-    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+def staged_multipart(world, sink):
+    """A version of NEW staged as S3A's committers upload: each file a (one-part) multipart upload, pre-committed."""
     txn = sink.begin(IV)
     world.stage(sink, txn, {PART: [NEW[:2], NEW[2:]]})
     st = sink.storage
-    for e in st.walk_files(sink.data_dir(txn)):  # each staged object again, as a one-part multipart upload
+    for e in st.walk_files(sink.data_dir(txn)):
         if e.rel.endswith(".parquet"):
             path = st.join(sink.data_dir(txn), e.rel)
             data, (bucket, key, _) = st.read_bytes(path), st.fs.split_path(path)
@@ -180,7 +173,43 @@ def test_a_multipart_staged_object_rewritten_after_the_decision_is_refused_and_p
                           MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
     st.fs.invalidate_cache()
     sink.pre_commit(txn)
-    sealed = sink.sealed_dir(txn)
+    return txn
+
+
+def test_a_published_multipart_version_whose_record_was_lost_is_already_published(world, monkeypatch, tmp_path):
+    """A crash after the publish (its staging retired) and before its `published` record: recover publishes
+    again and must find it "already" live - the copies of multipart objects cannot be judged by their ETags
+    and their staging is gone, so they are not judged at all, never refused as gone."""
+    if world.kind != "files-s3":
+        pytest.skip("only files-s3 copies staged objects into the live partition")
+    from exactly_once.errors import FailpointError
+
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    txn = staged_multipart(world, sink)
+    monkeypatch.setenv("EO_FAILPOINTS", "commit.after_publish=error:once")
+    monkeypatch.setenv("EO_FAILPOINTS_STATE", str(tmp_path / "fp"))
+    with pytest.raises(FailpointError):
+        sink.commit(txn)
+    monkeypatch.delenv("EO_FAILPOINTS")
+    live = sink.storage.join(sink.table, PART, "_MANIFEST.json")
+    assert sink.storage.read_json(live)["owner"] == sink.target.owner.id  # a manifest names its owner
+    world.sink().recover(IV)
+    assert world.read_rows() == world.rows({PART: [NEW]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_multipart_staged_object_rewritten_after_the_decision_is_refused_and_put_back_publishes(world, monkeypatch):
+    """Spark's S3A committers upload staged files as multipart uploads: their ETags (``-N``) are not MD5s of
+    the bytes, so a rewrite (a plain PUT, another ETag) is judged by the sha256 read again - refused; the
+    file put back the same way (other ETag, the sealed bytes) publishes, and no copy of a multipart object
+    is trusted by its ETag."""
+    if world.kind not in ("files-s3", "delta-s3"):
+        pytest.skip("ETags: S3 only")
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    txn = staged_multipart(world, sink)
+    st, sealed = sink.storage, sink.sealed_dir(txn)
     parquet = [e for e in st.walk_files(sealed) if e.rel.endswith(".parquet")]  # sorted by path
     assert parquet and all(e.etag and "-" in e.etag for e in parquet), parquet
     victim, saved = st.join(sealed, parquet[-1].rel), {}
