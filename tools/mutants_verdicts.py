@@ -101,6 +101,29 @@ VERDICTS: dict[str, str] = {
     "targets/s3files.py:sweep:ReplaceOrWithAnd:bf1459c9c8":
         ("equivalent where a manifest is live: the files it lists are kept by the `keep` set (only its own "
          "version's); with no manifest (an operator deleted it) gc raises - nothing removed, nothing published"),
+    "targets/s3files.py:-:NumberReplacer:d9804ace84": TUNING,
+    "targets/s3files.py:_check_staged:NumberReplacer:74904effa4": MESSAGE,
+    "targets/s3files.py:_check_staged:NumberReplacer:efe72e8143": MESSAGE,
+    "targets/s3files.py:_ours:ReplaceAndWithOr:0bb78152a6":
+        ("equivalent since session 20: a legacy manifest wrongly taken for ours is 'already' only if its live "
+         "copies have the sealed plain-MD5 ETags - the same bytes; otherwise the version is copied again "
+         "(test_review44::test_a_restarted_log_never_takes_an_old_legacy_manifest_of_the_same_sizes_for_its_own "
+         "passes with the mutant)"),
+    "targets/s3files.py:_ours:ReplaceComparisonOperator_Is_IsNot:5acc3a29bb":
+        ("equivalent since session 20: a legacy manifest wrongly taken for ours is 'already' only if its live "
+         "copies have the sealed plain-MD5 ETags - the same bytes; otherwise the version is copied again "
+         "(test_review44::test_a_restarted_log_never_takes_an_old_legacy_manifest_of_the_same_sizes_for_its_own "
+         "passes with the mutant)"),
+    "targets/s3files.py:_outcome_if_done:AddNot:0fbcc377df":
+        ("harmless: the early 'superseded' is skipped; the switch loop re-reads the manifest and returns "
+         "superseded before switching - the copies stay for gc, as for any late finisher"),
+    "targets/s3files.py:sweep:ReplaceAndWithOr:f9d1fb3179":
+        ("equivalent: the table's top level holds no version-named object (a partition is a folder; the "
+         "claim and logs are `_`-prefixed), so its files are never sweep candidates"),
+    "targets/base.py:staged_change:ReplaceAndWithOr:dd7d8ec2dc":
+        ("equivalent on S3 (this row): a moved ETag is always in `moved`; on local disk with checksums=False it "
+         "raises, killed in the local rows by test_promises::test_without_checksums_a_file_touched_after_the_"
+         "decision_is_published_by_its_size"),
     "targets/s3files.py:sweep:AddNot:90de8ddd32":
         ("equivalent where a manifest is live: it lists only its own version's files (`published_name(version, "
          "...)`, a rollback copies under the new version's names), which the version check keeps anyway; a "

@@ -10,7 +10,7 @@ from exactly_once.ops.maintenance import gc
 from exactly_once.ops.rollback import rollback
 from protocol_helpers import interleave, make_rows
 
-from .conftest import IV, PART
+from .conftest import IV, IV2, PART, PART2
 
 
 @pytest.mark.parametrize("at", ["deciding", "publishing"])
@@ -109,3 +109,18 @@ def test_a_rollback_to_a_version_missing_one_of_its_files_is_refused_and_changes
     assert t1.name in said and ("are gone" in said or "are missing" in said), said  # says why, not a raw error
     assert world.read_rows() == world.rows({PART: [new]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_gc_sweeps_every_partition_not_only_the_first(world):
+    """gc walks the table partition by partition: one with nothing to remove (its only version live) must not
+    end the sweep before a later one whose replaced version is garbage."""
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [make_rows("a", 2)]})  # the first partition: nothing to sweep
+    t1 = world.commit(sink, IV2, {PART2: [make_rows("b", 2, start=10)]})
+    world.commit(sink, IV2, {PART2: [make_rows("c", 3, start=20)]})  # the second: t1 replaced
+    stored = world.stored_paths(sink, t1)
+    assert stored and all(sink.storage.exists(p) for p in stored)
+    gc(world.sink(), min_age=0)
+    assert [p for p in stored if sink.storage.exists(p)] == [], "gc stopped before the second partition"
+    assert world.read_rows() == world.rows({PART: [make_rows("a", 2)], PART2: [make_rows("c", 3, start=20)]})
+    assert world.leftovers() == []

@@ -434,3 +434,30 @@ def test_a_staged_file_rewritten_while_the_publish_copies_never_goes_live(world,
     world.sink().recover(IV)
     assert world.read_rows() == world.rows({PART: [new]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_without_checksums_a_file_touched_after_the_decision_is_published_by_its_size(world, monkeypatch):
+    """``checksums=False`` records no sha256: a sealed file whose mtime moved after the decision (touched,
+    its bytes unchanged) cannot be judged by content, and only its size is compared - published, with a
+    warning, never a raw error."""
+    import os
+
+    from exactly_once.protocol.transaction import TwoPhaseCommitSink
+
+    sink = world.sink(checksums=False)
+    if not sink.storage.can_rename:
+        pytest.skip("local mtimes (S3: test_staged_on_s3's plain ETags)")
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    txn = sink.begin(IV)
+    new = make_rows("new", 4, start=30)
+    world.stage(sink, txn, {PART: [new[:2], new[2:]]})
+    sink.pre_commit(txn)
+
+    def touch() -> None:
+        for e in sink.storage.walk_files(sink.sealed_dir(txn)):
+            path = sink.storage.join(sink.sealed_dir(txn), e.rel)
+            os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 1_000_000_123))
+
+    state = interleave(monkeypatch, TwoPhaseCommitSink, "_publish", lambda *a: True, touch)
+    sink.commit(txn)
+    assert state["fired"] and world.read_rows() == world.rows({PART: [new]})
