@@ -174,10 +174,15 @@ def _trusted_file_rows(todo: list[tuple[str | None, str, str, int, FileEntry]], 
 
 def sha256_of(storage: Storage, path: str) -> str:
     """The sha256 of a file's content (read in 1 MiB chunks)."""
-    digest = hashlib.sha256()
     with storage.open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+        return sha256_read(f)
+
+
+def sha256_read(f: Any) -> str:
+    """The sha256 of what is left to read of an open binary file (read in 1 MiB chunks)."""
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

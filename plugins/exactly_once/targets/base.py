@@ -11,7 +11,6 @@ committed, the log does not know yet).
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import posixpath
@@ -22,7 +21,7 @@ from typing import IO, Any, Callable, Iterator, Mapping
 
 from ..errors import StagedFileChangedError, UnsafeIdentifierError
 from ..ids import Interval, TxnRef, check_partition
-from ..records.manifest import ManifestFile
+from ..records.manifest import ManifestFile, sha256_read
 from ..records.ownership import Owner, check_location, claim_location
 
 log = logging.getLogger(__name__)
@@ -199,12 +198,10 @@ def _stat_of(fh: IO[bytes]) -> tuple[float | None, int | None]:
 
 def _sha256(fh: IO[bytes]) -> str:
     """The sha256 of an open file's whole content; leaves it at its start."""
-    digest = hashlib.sha256()
     fh.seek(0)
-    for chunk in iter(lambda: fh.read(1 << 20), b""):
-        digest.update(chunk)
+    digest = sha256_read(fh)
     fh.seek(0)
-    return digest.hexdigest()
+    return digest
 
 
 def partition_values(partition: str) -> dict[str, str]:

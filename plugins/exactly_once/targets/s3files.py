@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..errors import StorageError
 from ..ids import parse_txn_name, published_name, version_of
@@ -94,10 +94,8 @@ class S3FilesTarget(FilesTarget):
             return None
         changed: list[tuple[StagedFile, str]] = []
         if copied:
-            copies = {e.rel: e for e in self.storage.walk_files(live) if "/" not in e.rel}
-            changed = [(f, "was rewritten while it was copied (its copy is not the sealed bytes)") for f in files
-                       if f.etag and "-" not in f.etag
-                       and not copied_as_sealed(copies.get(published_name(txn.name, f.name)), f)]
+            changed = [(f, "was rewritten while it was copied (its copy is not the sealed bytes)")
+                       for f in self._unsealed_copies(live, txn, files)]
             files = [f for f in files if not f.etag or "-" in f.etag]
         found = {e.rel: e for e in self.storage.walk_files(staged.path(part))} if files else {}
         changed += [(f, what) for f in files if (what := self._change(staged, part, f, found.get(f.name)))]
@@ -110,6 +108,13 @@ class S3FilesTarget(FilesTarget):
             return "superseded"
         raise altered(self.storage.url(staged.path(part, changed[0][0].name)), changed[0][1])
 
+    def _unsealed_copies(self, live: str, txn: TxnRef, files: Iterable[StagedFile]) -> list[StagedFile]:
+        """The ``files`` with a plain-MD5 sealed ETag whose copy in ``live`` (one LIST) is not the sealed bytes
+        (:func:`copied_as_sealed`); a multipart ETag's copy cannot be judged so and is not listed here."""
+        copies = {e.rel: e for e in self.storage.walk_files(live) if "/" not in e.rel}
+        return [f for f in files if f.etag and "-" not in f.etag
+                and not copied_as_sealed(copies.get(published_name(txn.name, f.name)), f)]
+
     def _outcome_if_done(self, live: str, txn: TxnRef, staged: StagedVersion, part: str) -> str | None:
         """"already" if ``txn``'s version is live here with copies as sealed (where their ETags tell: a copy
         made over them of changed bytes is made again), "superseded" if a newer one of ours is, else None."""
@@ -117,10 +122,7 @@ class S3FilesTarget(FilesTarget):
         if not self._ours(now, txn, staged, part):
             return None
         if now and now["version"] == txn.name:
-            copies = {e.rel: e for e in self.storage.walk_files(live) if "/" not in e.rel}
-            ok = all(copied_as_sealed(copies.get(published_name(txn.name, f.name)), f)
-                     for f in staged.partitions.get(part, ()) if f.etag and "-" not in f.etag)
-            return "already" if ok else None
+            return None if self._unsealed_copies(live, txn, staged.partitions.get(part, ())) else "already"
         if now and supersedes(now["version"], txn.name):
             return "superseded"
         return None
