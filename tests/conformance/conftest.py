@@ -479,3 +479,19 @@ def delta_dir(tmp_path) -> Path:
     """A fresh local directory for the Delta tests that use local files only (another engine's handle on
     the table, a private clock probe)."""
     return tmp_path
+
+
+def staged_elsewhere(sink: Any, txn: Any, files: list[list]) -> Any:
+    """A version of ``txn`` staged outside the table (``<home>/elsewhere/<txn>/<PART>/f<i>.parquet``, one file
+    per rows list) as the Delta target used on its own receives it: its StagedVersion, described like a
+    pre_commit manifest (sizes, sha256, ETags)."""
+    from exactly_once.records import manifest as manifests
+    from exactly_once.targets.base import StagedVersion
+    from protocol_helpers import write_parquet
+
+    st, root = sink.storage, sink.storage.join(sink.home, "elsewhere", txn.name)
+    for i, rows in enumerate(files):
+        write_parquet(sink, st.join(root, PART, f"f{i}.parquet"), rows)
+    described = tuple(manifests.describe(st, st.join(root, e.rel), e.rel.split("/")[-1], e.size, True, e)
+                      for e in st.walk_files(root))
+    return StagedVersion.on(st, root, {PART: described})

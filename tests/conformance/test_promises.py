@@ -309,22 +309,16 @@ def test_a_version_staged_outside_a_delta_table_is_checked_before_it_is_copied_i
     the staged files before the copy - never committed. Locally they are renamed in and checked there."""
     if not world.is_delta:
         pytest.skip("a Delta table places a version staged elsewhere")
-    from exactly_once.records import manifest as manifests
-    from exactly_once.targets.base import StagedVersion
-    from protocol_helpers import write_parquet
+    from .conftest import staged_elsewhere
 
     sink = world.sink()
     old, new = make_rows("old", 3), make_rows("new", 4, start=30)
     world.commit(sink, IV, {PART: [old]})
     txn = sink.begin(IV)
-    st, root = sink.storage, sink.storage.join(sink.home, "elsewhere", txn.name)
-    for i, rows in enumerate([new[:2], new[2:]]):
-        write_parquet(sink, st.join(root, PART, f"f{i}.parquet"), rows)
-    files = tuple(manifests.describe(st, st.join(root, e.rel), e.rel.split("/")[-1], e.size, True, e)
-                  for e in st.walk_files(root))
-    staged = StagedVersion.on(st, root, {PART: files})
+    staged = staged_elsewhere(sink, txn, [new[:2], new[2:]])
+    st = sink.storage
     sink.target.check(txn, staged)  # ... the decision ...
-    victim = st.join(root, PART, files[-1].name)
+    victim = staged.path(PART, staged.partitions[PART][-1].name)
     sealed = st.read_bytes(victim)
     st.write_atomic(victim, sealed.replace(b"new-", b"BAD-"))  # the same size, other rows
     with pytest.raises(StagedFileChangedError) as refused:

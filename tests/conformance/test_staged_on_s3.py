@@ -109,19 +109,12 @@ def test_a_version_placed_into_a_delta_table_on_s3_is_checked_after_its_copies(w
     rewritten as the copy starts (after the check before it) is refused by its copy's ETag, never committed."""
     if world.kind != "delta-s3":
         pytest.skip("only Delta on S3 copies a version staged outside the table into it")
-    from exactly_once.records import manifest as manifests
-    from exactly_once.targets.base import StagedVersion
-    from protocol_helpers import write_parquet
+    from .conftest import staged_elsewhere
 
     sink = world.sink()
     world.commit(sink, IV, {PART: [make_rows("old", 3)]})
     txn = sink.begin(IV)
-    st, root = sink.storage, sink.storage.join(sink.home, "elsewhere", txn.name)
-    for i, rows in enumerate([NEW[:2], NEW[2:]]):
-        write_parquet(sink, st.join(root, PART, f"f{i}.parquet"), rows)
-    files = tuple(manifests.describe(st, st.join(root, e.rel), e.rel.split("/")[-1], e.size, True, e)
-                  for e in st.walk_files(root))
-    staged = StagedVersion.on(st, root, {PART: files})
+    staged = staged_elsewhere(sink, txn, [NEW[:2], NEW[2:]])
     sink.target.check(txn, staged)  # ... the decision ...
     real, hit = S3Storage.copy_files, []
 
