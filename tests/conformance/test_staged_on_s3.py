@@ -244,3 +244,21 @@ def test_a_multipart_staged_object_rewritten_while_it_is_copied_is_refused(world
         sink.commit(txn)
     monkeypatch.undo()
     assert len(calls) == 2 and world.read_rows() == world.rows({PART: [make_rows("old", 3)]})
+
+
+def test_a_sealed_object_gone_on_s3_is_named_by_its_s3_url(world):
+    """A target that reads the staged version (the databases, Redis) through ``StagedVersion.open`` names a
+    sealed object that is gone by the URL an operator can put it back at (``s3://bucket/key``), not the bare key."""
+    if world.kind != "files-s3":
+        pytest.skip("one S3 kind is enough: StagedVersion.open is the same for every target staged on S3")
+    from .conftest import staged_elsewhere
+
+    sink = world.sink()
+    staged = staged_elsewhere(sink, sink.begin(IV), [NEW[:2], NEW[2:]])
+    gone = staged.partitions[PART][0].name
+    sink.storage.remove_tree(staged.path(PART, gone))
+    with pytest.raises(StagedFileChangedError) as err:
+        staged.open(PART, gone).close()
+    assert err.value.path == sink.storage.url(staged.path(PART, gone)) and err.value.path.startswith("s3://")
+    assert str(err.value).startswith(f"sealed staged file s3://{staged.path(PART, gone)} is gone")
+    staged.open(PART, staged.partitions[PART][1].name).close()  # the other one is as sealed

@@ -52,6 +52,8 @@ class StagedVersion:
     # they named their owner) from another log's by what they list
     committed_files: Callable[[int, str], tuple[StagedFile, ...] | None] | None = \
         field(default=None, repr=False, compare=False)
+    # a storage path -> the URL an error shows (``s3://bucket/key``; the storage's ``url``), else the path
+    url: Callable[[str], str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for part, files in self.partitions.items():
@@ -73,7 +75,7 @@ class StagedVersion:
            committed_files: Callable[[int, str], tuple[StagedFile, ...] | None] | None = None) -> "StagedVersion":
         """The version whose files are ``<root>/<partition>/<name>`` on ``storage`` (the sealed staging)."""
         return cls(partitions, lambda part, name: storage.open(storage.join(root, part, name), "rb"), root,
-                   newest_committed, committed_files)
+                   newest_committed, committed_files, storage.url)
 
     def newer_committed(self, epoch: int) -> bool:
         """True if the log now holds a COMMITTED epoch newer than ``epoch`` (asked where the target's own
@@ -111,7 +113,9 @@ class StagedVersion:
         return {(part, f.name): f for part, files in self.partitions.items() for f in files}
 
     def _where(self, partition: str, name: str) -> str:
-        return self.path(partition, name) if self.root is not None else f"{partition}/{name}"
+        if self.root is None:
+            return f"{partition}/{name}"
+        return self.url(self.path(partition, name)) if self.url else self.path(partition, name)
 
     @property
     def rows(self) -> int | None:
