@@ -359,7 +359,7 @@ class DatabaseTarget(PublishTarget):
         if info is None:
             raise TargetSchemaError(f"table {self.table} does not exist in {self.endpoint().describe()}; create it "
                                     f"(columns as the job writes them{', plus the partition keys' if self.partition_columns else ''})")
-        file_cols, part_cols = self._staged_columns(staged)
+        file_cols, part_cols = self._staged_columns(staged, d)
         cols, table_sql = self._table_columns(info, d, [*file_cols, *part_cols]), d.table(self.table)
         parts = sorted(set(staged.partitions) | set(marker.partitions))
         if self.mode == "replace":
@@ -369,8 +369,7 @@ class DatabaseTarget(PublishTarget):
             return 0
         counted = [0]
         check = self.interval_column if self.mode == "replace" else None
-        in_file = next((c for c in file_cols if check and (c == check or (
-            d.case_insensitive_columns and c.lower() == check.lower()))), None)
+        in_file = next((c for c in file_cols if check and d.same_name(c, check)), None)
         keys = self._check_keys(info, d, cols, cur) if self.mode == "upsert" else []
         batches = self._batches(staged, d, file_cols, part_cols, counted,
                                 (in_file, txn, [False]) if in_file else None,
@@ -409,8 +408,10 @@ class DatabaseTarget(PublishTarget):
                     if inside < loaded else f"{inside - loaded} are not the staged rows (another writer inserting "
                     "into the interval, a trigger adding rows): stop it, then run the interval again"))
 
-    def _staged_columns(self, staged: StagedVersion) -> tuple[list[str], list[str]]:
-        """(columns of the staged files, partition keys to add as columns), from the first file."""
+    def _staged_columns(self, staged: StagedVersion, d: Dialect) -> tuple[list[str], list[str]]:
+        """(columns of the staged files, partition keys to add as columns), from the first file. A key the
+        files carry themselves - by the dialect's rule for names: ``DT`` is ``dt`` on MariaDB - is not added
+        again: :meth:`_batches` checks the files' values against their directory instead."""
         files = list(staged.files())
         if not files:
             return [], []
@@ -421,7 +422,7 @@ class DatabaseTarget(PublishTarget):
         for p in staged.partitions:
             if self.partition_columns and list(partition_values(p)) != keys:
                 raise TargetSchemaError(f"partitions {part!r} and {p!r} have different keys")
-        return file_cols, [k for k in keys if k not in file_cols]
+        return file_cols, [k for k in keys if not any(d.same_name(c, k) for c in file_cols)]
 
     def _table_columns(self, info: TableInfo, d: Dialect, wanted: Sequence[str]) -> list[str]:
         out, missing = [], []
@@ -467,8 +468,7 @@ class DatabaseTarget(PublishTarget):
         names = [*file_cols, *part_cols]
         for part, f in staged.files():
             values = partition_values(part)
-            own = {c: values[k] for k in values if k not in part_cols for c in file_cols
-                       if c == k or (d.case_insensitive_columns and c.lower() == k.lower())} \
+            own = {c: values[k] for k in values if k not in part_cols for c in file_cols if d.same_name(c, k)} \
                 if self.partition_columns else {}
             with staged.open(part, f.name) as fh:
                 pf = pq.ParquetFile(fh)

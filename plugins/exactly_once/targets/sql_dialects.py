@@ -82,6 +82,10 @@ class Dialect(ABC):
     quote_char = '"'
     upsert_matches_any_unique = False  # MySQL's ON DUPLICATE KEY UPDATE: any unique index, not only the key
 
+    def same_name(self, a: str, b: str) -> bool:
+        """Do column names ``a`` and ``b`` name one column here (MariaDB's column names ignore case)?"""
+        return a == b or (self.case_insensitive_columns and a.lower() == b.lower())
+
     def quote(self, ident: str) -> str:
         return f"{self.quote_char}{check_identifier(ident, 'column')}{self.quote_char}"
 
