@@ -3,6 +3,7 @@
 
     python -m tools.mutants run    [--rows files-local,redis,...] [--work DIR] [--limit N] [--fresh]
     python -m tools.mutants report [--work DIR]
+    python -m tools.mutants save   [--work DIR]   (record a work DB's kills in tools/mutants_killed.json)
 
 The mutants come from cosmic-ray (its operators and work database; docs/RELIABILITY.md says why this
 library). Everything runs in a scratch copy of the checkout (``<work>/tree``): the checkout is never
@@ -25,7 +26,9 @@ A survivor is then judged by :data:`tools.mutants_verdicts.VERDICTS` (equivalent
 or counted as a real survivor. The report (``<work>/report.md``, also printed) has the per-row table:
 killed / survived / equivalent / not covered and the score, killed / (killed + real survivors).
 Results persist in ``<work>/<row>.sqlite`` (cosmic-ray's work DB): a run resumes where the last one
-stopped unless the row's code changed (then that row starts over) or ``--fresh``.
+stopped unless the row's code changed (then that row starts over) or ``--fresh``. Kills also go to the
+committed ``tools/mutants_killed.json`` (:mod:`tools.mutants_carry`), so a row too long for one machine's
+life goes on where the last machine stopped: a kill carries while its function is unchanged.
 """
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
+
+from tools import mutants_carry
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "plugins/exactly_once"
@@ -244,7 +249,7 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
     if not fresh and db_path.exists() and stamp.exists() and stamp.read_text() == code:
         return db_path
     spans = {f: Spans.of(tree / PKG / f) for f in files}
-    kept = {} if fresh or not db_path.exists() else killed_before(db_path)
+    kept = {} if fresh else {**carried_kills(row), **(killed_before(db_path) if db_path.exists() else {})}
     db_path.unlink(missing_ok=True)
     with use_db(str(db_path), WorkDB.Mode.create) as db:
         items = []
@@ -267,6 +272,21 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
         print(f"{row}: {len(items)} mutants, {carried} killed before in unchanged code (kept)", flush=True)
     stamp.write_text(code)
     return db_path
+
+
+def carried_kills(row: str) -> dict[tuple[str, str, str], object]:
+    """The row's kills recorded in :data:`tools.mutants_carry.CARRY` by earlier runs, as results."""
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    return {e: WorkResult(WorkerOutcome.NORMAL, output=f"scope {e[1]}\ncarried: killed by an earlier run "
+                          f"({mutants_carry.CARRY.name})", test_outcome=TestOutcome.KILLED)
+            for e in mutants_carry.load(row)}
+
+
+def save_kills(work: Path, row: str) -> int:
+    """Record the row's kills (its work DB's, carried ones included) in :data:`tools.mutants_carry.CARRY`."""
+    db_path = work / f"{row}.sqlite"
+    return mutants_carry.save(row, killed_before(db_path)) if db_path.exists() else 0
 
 
 def killed_before(db_path: Path) -> dict[tuple[str, str, str], object]:
@@ -365,6 +385,8 @@ def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, 
             res = WorkResult(res.worker_outcome, output=f"scope {spans[module].scope(m.start_pos)}\n"
                              + (res.output or "")[-4000:], test_outcome=res.test_outcome, diff=res.diff)
             db.set_result(item.job_id, res)
+            if n % 20 == 19:
+                mutants_carry.save(row, killed_before(work / f"{row}.sqlite"))
             print(f"{row} {n + 1}/{len(pending)} {module}:{m.start_pos[0]} {m.operator_name.rsplit('/', 1)[-1]}: "
                   f"{res.test_outcome.value if res.test_outcome else res.worker_outcome.value} "
                   f"({time.time() - t0:.0f} s, {len(tests)} tests)", flush=True)
@@ -421,12 +443,12 @@ def report(work: Path, rows: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.mutants", description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", choices=["run", "report"])
+    ap.add_argument("command", choices=["run", "report", "save"])
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
     ap.add_argument("--work", default=os.environ.get("MUTANTS_DIR", str(ROOT / ".mutants")))
     ap.add_argument("--limit", type=int, help="at most this many mutants per row this time")
     ap.add_argument("--hours", type=float, help="start no mutant after this many hours")
-    ap.add_argument("--fresh", action="store_true", help="forget earlier results")
+    ap.add_argument("--fresh", action="store_true", help="forget earlier results, the carried kills too")
     ap.add_argument("--row-minutes", type=float, help="start no mutant of a row after this many minutes on it "
                     "(the pending order is random: a time-boxed row is a random sample)")
     ap.add_argument("--confirm", action="store_true", help="run each survivor again against its row's whole share")
@@ -449,6 +471,11 @@ def main(argv: list[str] | None = None) -> int:
             row_deadline = time.time() + args.row_minutes * 60 if args.row_minutes else None
             ends = [d for d in (deadline, row_deadline) if d is not None]
             run_row(tree, work, row, cov, args.limit, min(ends) if ends else None, args.confirm)
+            print(f"{row}: {save_kills(work, row)} kills recorded in {mutants_carry.CARRY}", flush=True)
+    if args.command == "save":  # a work DB's kills, recorded for the next run on any machine
+        for row in rows:
+            print(f"{row}: {save_kills(work, row)} kills recorded in {mutants_carry.CARRY}")
+        return 0
     text = report(work, rows)
     (work / "report.md").write_text("# Mutation testing report (make mutants)\n\n" + text)
     print(text)

@@ -62,3 +62,57 @@ def test_a_mutant_cosmic_ray_cannot_make_is_skipped_not_fatal(tmp_path):
     assert made[("core/ExceptionReplacer", 0)] is True  # ValueError
     assert made[("core/ExceptionReplacer", 1)] is False  # io.UnsupportedOperation: the operator fails
     assert all(ok for (op, _), ok in made.items() if op != "core/ExceptionReplacer")
+
+
+def test_kills_carry_to_the_next_machine_while_their_function_is_unchanged(tmp_path, monkeypatch):
+    """A row longer than one machine's life goes on elsewhere: the kills a run records in the committed
+    file come back killed in a new work DB (no earlier DB on this machine), each only while its whole
+    function is unchanged; ``--fresh`` ignores them; survivors are never recorded."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    from tools import mutants, mutants_carry
+
+    tree, work = tmp_path / "tree", tmp_path / "work"
+    (tree / mutants.PKG / "targets").mkdir(parents=True)
+    work.mkdir()
+    source = textwrap.dedent('''\
+        def kept(n):
+            return n + 1 if n > 0 else n
+        def edited(n):
+            return n * 2 if n < 10 else n
+        ''')
+    (tree / mutants.PKG / "targets" / "tiny.py").write_text(source)
+    monkeypatch.setitem(mutants.ROWS, "tiny", (["targets/tiny.py"], ["files-local"]))
+    monkeypatch.setattr(mutants_carry, "CARRY", tmp_path / "killed.json")
+
+    def outcomes() -> dict[tuple[str, str], str]:
+        with use_db(str(work / "tiny.sqlite"), WorkDB.Mode.open) as db:
+            done = {i.job_id: r for i, r in db.completed_work_items}
+            return {(i.mutations[0].definition_name, i.job_id): done[i.job_id].test_outcome.value if i.job_id in done
+                    else "pending" for i in db.work_items}
+
+    db_path = mutants.init_row(tree, work, "tiny", fresh=True)
+    with use_db(str(db_path), WorkDB.Mode.open) as db:  # this machine's run: kill every mutant, one survives
+        items = list(db.pending_work_items)
+        assert {i.mutations[0].definition_name for i in items} == {"kept", "edited"} and len(items) >= 6
+        survivor = next(i.job_id for i in items if i.mutations[0].definition_name == "kept")
+        for item in items:
+            scope = mutants.Spans.of(tree / mutants.PKG / "targets" / "tiny.py").scope(item.mutations[0].start_pos)
+            db.set_result(item.job_id, WorkResult(WorkerOutcome.NORMAL, output=f"scope {scope}\n",
+                          test_outcome=TestOutcome.SURVIVED if item.job_id == survivor else TestOutcome.KILLED,
+                          diff=mutants._diff(item, tree)))
+    recorded = mutants.save_kills(work, "tiny")
+    assert recorded == len(items) - 1 and len(mutants_carry.load("tiny")) == recorded
+
+    for f in work.iterdir():  # a new machine: no work DB, the committed file only ...
+        f.unlink()
+    (tree / mutants.PKG / "targets" / "tiny.py").write_text(source.replace("n * 2", "n * 3"))  # ... `edited` changed
+    mutants.init_row(tree, work, "tiny", fresh=False)
+    got = sorted(outcomes().items())  # the new DB's job ids are new: compare by function
+    assert [o for (d, _), o in got if d == "kept"].count("pending") == 1  # the survivor runs again
+    assert [o for (d, _), o in got if d == "kept"].count("killed") == len([i for i in items if
+                                                                          i.mutations[0].definition_name == "kept"]) - 1
+    assert {o for (d, _), o in got if d == "edited"} == {"pending"}  # its function changed: run again
+    mutants.init_row(tree, work, "tiny", fresh=True)
+    assert set(outcomes().values()) == {"pending"}
