@@ -131,6 +131,34 @@ def test_replace_by_interval_column(db, tmp_path):
     assert got == [("d", 2), ("x", 1), ("y", 1)]
 
 
+@pytest.mark.parametrize("first", ["hour", "day"])
+def test_an_interval_overlapping_a_published_one_is_refused_by_the_check(db, tmp_path, first):
+    """replace by ``interval_column``: an hour, then the day holding it (or the reverse) into one table. The
+    second's delete of its range would wipe the first's rows while the first's marker says published: the
+    target's own ``check`` - before the decision - refuses it, and so does its publish."""
+    from exactly_once.ids import TxnRef
+
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    ts_type = "timestamptz" if db.kind == "postgresql" else "datetime(6)"
+    db.run(f"CREATE TABLE {db.q(name)} (event_time {ts_type} NOT NULL, k varchar(20) NOT NULL)")
+    t = target(db, name, interval_column="event_time", partition_columns=False)
+    schema = pa.schema([("event_time", pa.timestamp("us", tz="UTC")), ("k", pa.string())])
+    hour = Interval(IV.start.replace(hour=5), IV.start.replace(hour=6))
+    ivs = {"hour": (hour, "05:30"), "day": (IV, "10:30")}
+    (iv1, at1), (iv2, at2) = [ivs[first], ivs["day" if first == "hour" else "hour"]]
+
+    def version(at: str, k: str):
+        return stage(tmp_path, {PART: [[{"event_time": datetime.fromisoformat(f"{DAY}T{at}:00+00:00"), "k": k}]]},
+                     schema)
+
+    assert t.publish(TxnRef("p", "s", iv1, 1), version(at1, first)) == {PART: "published"}
+    second = TxnRef("p", "s", iv2, 1)
+    for step in (t.check, t.publish):
+        with pytest.raises(TargetSchemaError, match="overlaps"):
+            step(second, version(at2, "second"))
+    assert [r[0] for r in db.rows(name, "k")] == [first] and t.live_epoch(iv1) == 1 and t.live_epoch(iv2) is None
+
+
 # ------------------------------------------------------------------------- upsert
 def test_upsert_reprocess_updates_and_keeps_keys_it_no_longer_produces(db, table, tmp_path):
     t = target(db, table, mode="upsert", key_columns=("dt", "app_id"))
