@@ -413,6 +413,12 @@ def results(work: Path, row: str) -> Iterator[Result]:
                          m.start_pos[0], outcome, res.diff or "")
 
 
+def verdict(verdicts: dict[str, str], row: str, key: str) -> str | None:
+    """The verdict on survivor ``key`` in ``row``: one for that row only (``"<row> <key>"``: another
+    dialect's code is equivalent in this row, not in its own), else one for every row."""
+    return verdicts.get(f"{row} {key}") or verdicts.get(key)
+
+
 def report(work: Path, rows: list[str]) -> str:
     from tools.mutants_verdicts import VERDICTS
 
@@ -429,14 +435,14 @@ def report(work: Path, rows: list[str]) -> str:
         res = list(results(work, row))
         count = lambda o: sum(1 for r in res if r.outcome == o)  # noqa: E731
         survivors = [r for r in res if r.outcome == "survived"]
-        judged = [r for r in survivors if r.key in VERDICTS]
-        real = [r for r in survivors if r.key not in VERDICTS]
+        judged = [r for r in survivors if verdict(VERDICTS, row, r.key)]
+        real = [r for r in survivors if not verdict(VERDICTS, row, r.key)]
         killed = count("killed")
         score = f"{100 * killed / (killed + len(real)):.1f}%" if killed + len(real) else "-"
         table.append(f"| {row} | {total} | {killed} | {len(real)} | {len(judged)} | {count('message')} | "
                      f"{count('not covered')} | {pending + count('error')} | {score} |")
         for r in sorted(survivors, key=lambda r: (r.module, r.line)):
-            why = VERDICTS.get(r.key, "NOT JUDGED: a real survivor (add a test, or a verdict with the reason)")
+            why = verdict(VERDICTS, row, r.key) or "NOT JUDGED: a real survivor (add a test, or a verdict with the reason)"
             details.append(f"### {row}: `{r.key}` ({r.module}:{r.line})\n{why}\n```diff\n{r.diff.strip()}\n```\n")
     return "\n".join(table) + "\n\n## Survivors\n\n" + ("\n".join(details) or "none\n")
 

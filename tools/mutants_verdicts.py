@@ -2,7 +2,8 @@
 equivalent (no input tells it from the original) or harmless (it changes no row, no marker and no
 decision). A survivor without a verdict is a real one: the suite misses a bug; add a test, not a verdict.
 Keys are :func:`tools.mutants.mutant_key` (module, function, operator, hash of the changed lines), so a
-verdict follows its mutant through edits elsewhere and lapses when the line itself changes."""
+verdict follows its mutant through edits elsewhere and lapses when the line itself changes; a key prefixed
+with a row and a space (``"postgresql targets/..."``) judges the mutant in that row only."""
 from __future__ import annotations
 
 TUNING = ("equivalent: a tuning constant (a timeout, a SCAN batch size, a retry budget, a file mode) - one more "
@@ -214,9 +215,18 @@ VERDICTS: dict[str, str] = {
     "targets/db_retries.py:with_retries:ReplaceAndWithOr:391c53ed91": CONFIG,
     "targets/sql_dialects.py:classify:ReplaceAndWithOr:9618474ea0": CONFIG,
     "targets/sql_dialects.py:classify:ReplaceOrWithAnd:da57ece02a": CONFIG,
-    "targets/sql_dialects.py:-:NumberReplacer:756e18f471": OTHER_DIALECT,
-    "targets/sql_dialects.py:-:NumberReplacer:c29479c0f4": OTHER_DIALECT,
+    # MariaDB's error codes (_MY_SCHEMA, _MY_UNAVAILABLE, _MY_PERMISSION) in the PostgreSQL row
+    **{f"postgresql targets/sql_dialects.py:-:NumberReplacer:{h}": OTHER_DIALECT
+       for h in ("756e18f471", "c29479c0f4", "1c1ed2cb78", "7541d83862")},
+    "mysql targets/sql_dialects.py:-:NumberReplacer:7ce2a0350c":
+        ("equivalent: MariaDB's 1062 (duplicate entry) reaches classify as pymysql's IntegrityError, which is "
+         "'schema' by its type too (test_duplicate_keys_in_the_staged_rows_publish_nothing[mysql])"),
     "targets/endpoint.py:describe:AddNot:c263fd91c2": MESSAGE,
+    # the error's URL of a staged file: the same as its path on local disk, where these rows stage
+    **{f"{row} targets/base.py:_where:AddNot:00b9176f01":
+       ("equivalent in this row: it stages on local disk, where a path is its own URL (Storage.url); the "
+        "files-s3 row kills it (test_staged_on_s3::test_a_sealed_object_gone_on_s3_is_named_by_its_s3_url)")
+       for row in ("files-local", "delta-local", "postgresql", "mysql", "redis")},
     "targets/database.py:_dry_run:ReplaceAndWithOr:fe672a3947":
         ("harmless: the interval-overlap check runs on every dry run instead of an interval's first; it leaves "
          "the interval itself out, so it finds exactly the clashes it found before"),

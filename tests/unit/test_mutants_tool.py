@@ -116,3 +116,14 @@ def test_kills_carry_to_the_next_machine_while_their_function_is_unchanged(tmp_p
     assert {o for (d, _), o in got if d == "edited"} == {"pending"}  # its function changed: run again
     mutants.init_row(tree, work, "tiny", fresh=True)
     assert set(outcomes().values()) == {"pending"}
+
+
+def test_a_verdict_for_one_row_does_not_judge_the_mutant_in_another():
+    """Another dialect's error codes are equivalent in the PostgreSQL row and a real survivor in MariaDB's."""
+    from tools.mutants import ROWS, verdict
+    from tools.mutants_verdicts import VERDICTS
+
+    key = "targets/sql_dialects.py:-:NumberReplacer:1c1ed2cb78"
+    assert verdict(VERDICTS, "postgresql", key) and verdict(VERDICTS, "mysql", key) is None
+    assert verdict({key: "any row"}, "mysql", key) == "any row"
+    assert all(k.split(" ")[0] in ROWS for k in VERDICTS if " " in k)  # a row's verdict names a row
