@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
+from urllib.parse import quote
 
 import pyarrow as pa
 import pytest
@@ -333,6 +334,23 @@ def test_staged_files_that_disagree_on_columns_publish_nothing(db, table, tmp_pa
     with pytest.raises(TargetSchemaError, match=r"lacks column\(s\) \['uv'\].*nothing was published"):
         t.publish(txn(epoch=1), stage(tmp_path, {PART: [good, short]}))
     assert db.count(table) == 0 and t.live_epoch(IV) is None
+    # the other way round: the columns are the first file's, so a later file's own column would be dropped
+    # (its values lost, or - a partition key in another case - never checked against its directory)
+    with pytest.raises(TargetSchemaError, match=r"has column\(s\) \['uv'\] that other staged files lack"):
+        t.check(txn(epoch=1), stage(tmp_path, {PART: [short, good]}))
+    assert db.count(table) == 0 and t.live_epoch(IV) is None
+
+
+def test_two_staged_columns_that_are_one_column_of_the_table_are_refused(db, tmp_path):
+    """MariaDB's column names ignore case: ``v`` and ``V`` of one file would both load into ``v`` (LOAD DATA
+    keeps the last, without a word): refused before the decision. PostgreSQL's table has no ``V``."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, k int, v varchar(20))")
+    rows = [{"k": 1, "v": "lower", "V": "upper"}]
+    with pytest.raises(TargetSchemaError, match="one column" if db.kind == "mysql" else "no column") as err:
+        DatabaseTarget(name, url=db.url).check(txn(epoch=1), stage(tmp_path, {PART: [rows]}))
+    assert "'V'" in str(err.value), err.value
+    assert db.count(name) == 0
 
 
 @pytest.mark.parametrize("mode", ["replace", "upsert"])
@@ -475,7 +493,7 @@ def test_credentials_only_in_an_airflow_connection_reach_the_server(db, table, t
     ones the target logs in with: MariaDB checks them for real (a user of our own with a password: the
     connection publishes, the same one without its password is refused and says so); PostgreSQL here trusts
     loopback, so its session's own record of the password it was given is compared."""
-    secret = "C0nn-only-pw-" + uuid.uuid4().hex[:6]
+    secret = "C0nn-only-pw-ü€-" + uuid.uuid4().hex[:6]  # not ASCII: sent as UTF-8, as the server stored it
     user = f"eo_u_{uuid.uuid4().hex[:8]}"
     hostpart = db.url.split("@", 1)[1]  # host:port/database
     if db.kind == "mysql":
@@ -487,7 +505,7 @@ def test_credentials_only_in_an_airflow_connection_reach_the_server(db, table, t
         db.run(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {user}")
         db.run(f"GRANT ALL ON SCHEMA public TO {user}")
     scheme = "postgres" if db.kind == "postgresql" else "mysql"
-    monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_ONLY", f"{scheme}://{user}:{secret}@{hostpart}")
+    monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_ONLY", f"{scheme}://{user}:{quote(secret, safe='')}@{hostpart}")
     monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_NO_PW", f"{scheme}://{user}@{hostpart}")
     t = DatabaseTarget(table, conn_id="eo_conn_only")
     ep = t.endpoint()

@@ -37,7 +37,8 @@ from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, 
     partition_values
 from .db_retries import close_quietly as _close_quietly, rollback_quietly as _rollback_quietly  # noqa: F401
 from .db_retries import with_retries
-from .db_rows import refuse_null_keys, refuse_other_unique, refuse_outside, same_partition_value
+from .db_rows import (refuse_null_keys, refuse_one_column_twice, refuse_other_unique, refuse_outside,
+                      same_partition_value)
 from .endpoint import Endpoint, resolve, same_database, where, without_password
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
@@ -361,6 +362,7 @@ class DatabaseTarget(PublishTarget):
                                     f"(columns as the job writes them{', plus the partition keys' if self.partition_columns else ''})")
         file_cols, part_cols = self._staged_columns(staged, d)
         cols, table_sql = self._table_columns(info, d, [*file_cols, *part_cols]), d.table(self.table)
+        refuse_one_column_twice([*file_cols, *part_cols], cols, self.table)
         parts = sorted(set(staged.partitions) | set(marker.partitions))
         if self.mode == "replace":
             for where, params in self._interval_rows(d, info, txn.interval, parts):
@@ -473,9 +475,11 @@ class DatabaseTarget(PublishTarget):
             with staged.open(part, f.name) as fh:
                 pf = pq.ParquetFile(fh)
                 missing = sorted(set(file_cols) - set(pf.schema_arrow.names))
-                if missing:
-                    raise TargetSchemaError(f"staged file {part}/{f.name} lacks column(s) {missing} that other "
-                                            "staged files have; the job must write one schema")
+                extra = sorted(set(pf.schema_arrow.names) - set(file_cols))
+                if missing or extra:  # the columns are the first file's: another's own would be dropped
+                    raise TargetSchemaError(f"staged file {part}/{f.name} " + (
+                        f"lacks column(s) {missing} that other staged files have" if missing else
+                        f"has column(s) {extra} that other staged files lack") + "; the job must write one schema")
                 for b in pf.iter_batches(batch_size=self.batch_rows, columns=file_cols):
                     for col, value in own.items():
                         same_partition_value(b.column(col), value, f"{part}/{f.name}", col)

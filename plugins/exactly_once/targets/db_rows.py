@@ -100,3 +100,13 @@ def refuse_other_unique(d: "Dialect", cur: Any, info: "TableInfo", table: str, k
             "update the row matching any of them, so a staged row could silently overwrite another row and be "
             "lost. Drop those indexes (ALTER TABLE ... DROP INDEX), make the key the only unique one, or "
             "publish with mode='replace'")
+
+
+def refuse_one_column_twice(staged: list[str], cols: list[str], table: str) -> None:
+    """TargetSchemaError if two ``staged`` columns resolve to one of ``table``'s columns ``cols`` (MariaDB's
+    names ignore case: ``v`` and ``V``); LOAD DATA (v, v) would keep the last one's value without a word."""
+    twice = sorted({c for c in cols if cols.count(c) > 1})
+    if twice:
+        named = [n for n, c in zip(staged, cols) if c in twice]
+        raise TargetSchemaError(f"staged columns {named} are one column {twice} of table {table} (its column "
+                                "names ignore case): one of them would be lost; rename it in the job")

@@ -381,7 +381,8 @@ class MySQL(Dialect):
 
         opts: dict[str, Any] = {"connect_timeout": 10, "charset": "utf8mb4", **ep.options}
         opts["connect_timeout"] = int(opts["connect_timeout"])
-        conn = pymysql.connect(host=ep.host, port=ep.port, user=ep.user or "", password=ep.password or "",
+        # the password as UTF-8 bytes (PyMySQL would encode text as latin-1: a non-ASCII one never matches)
+        conn = pymysql.connect(host=ep.host, port=ep.port, user=ep.user or "", password=(ep.password or "").encode(),
                                database=ep.database, local_infile=True, autocommit=False, **opts)
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,"
