@@ -20,7 +20,7 @@ from exactly_once import State
 from exactly_once.errors import ExactlyOnceError
 from protocol_helpers import make_rows, open_sink
 
-from .conftest import IV, PART, ddl, redis_client
+from .conftest import IV, PART, PIPELINE, SINK, ddl, redis_client
 
 
 def only(world, *kinds: str, why: str) -> None:
@@ -151,15 +151,28 @@ def test_a_plain_directory_at_a_partition_path_is_refused(world, obstacle):
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
-def test_two_tables_whose_names_differ_only_in_case_are_two_tables(world):
+@pytest.mark.parametrize("tables", ["new", "made_by_an_older_release"])
+def test_two_tables_whose_names_differ_only_in_case_are_two_tables(world, tables):
+    """... also where the commit and claims tables were made before names compared exactly (MariaDB: a
+    case-insensitive collation on their ``target``): the next publish makes them exact first."""
     only(world, "postgresql", "mysql", why="table names of a database")
+    if tables != "new":
+        only(world, "mysql", why="only MariaDB's commit tables of older releases compared names ignoring case")
     db = world.place.db
     upper = world.name.upper()
     db.run(ddl(world.kind, upper))
     if world.kind == "mysql" and db.run("SELECT @@lower_case_table_names")[0][0] != 0:
         pytest.skip("this server folds table names to lower case: `t` and `T` are one table")
-    mine, theirs = world.sink(), open_sink(world.log_url("q", "t"), pipeline="q", sink="t",
-                                           target={**world.spec, "table": upper})
+    spec = dict(world.spec)
+    if tables != "new":  # a commit table of their own, as an older release made it: `t` and `T` one name
+        spec["commit_table"] = f"_eo_old_{world.name}"
+        db.run(f"CREATE TABLE {db.q(spec['commit_table'])} (target varchar(255) CHARACTER SET utf8mb4 COLLATE "
+               "utf8mb4_general_ci NOT NULL, interval_token varchar(64) NOT NULL, epoch bigint NOT NULL, "
+               "pipeline varchar(128), sink varchar(128), partitions text, rows_loaded bigint, "
+               "interval_start datetime(6), interval_end datetime(6), committed_at datetime(6), "
+               "PRIMARY KEY (target, interval_token)) ENGINE=InnoDB")
+    mine = open_sink(world.log_url(PIPELINE, SINK), pipeline=PIPELINE, sink=SINK, target=spec)
+    theirs = open_sink(world.log_url("q", "t"), pipeline="q", sink="t", target={**spec, "table": upper})
     a, b, a2 = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20)
     world.commit(mine, IV, {PART: [a]})
     world.commit(theirs, IV, {PART: [b]})  # another pipeline on its own table `T`: not refused
