@@ -507,9 +507,13 @@ def test_credentials_only_in_an_airflow_connection_reach_the_server(db, table, t
     scheme = "postgres" if db.kind == "postgresql" else "mysql"
     monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_ONLY", f"{scheme}://{user}:{quote(secret, safe='')}@{hostpart}")
     monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_NO_PW", f"{scheme}://{user}@{hostpart}")
+    monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_NO_DB", f"{scheme}://{user}:{quote(secret, safe='')}@{hostpart.split('/')[0]}")
     t = DatabaseTarget(table, conn_id="eo_conn_only")
     ep = t.endpoint()
-    assert (ep.user, ep.password) == (user, secret) and secret not in repr(ep) + t.describe()
+    assert (ep.user, ep.password, ep.database) == (user, secret, hostpart.split("/")[1])
+    assert secret not in repr(ep) + t.describe()
+    no_db = DatabaseTarget(table, conn_id="eo_conn_no_db").endpoint()  # the server's default database, as a URL
+    assert (no_db.database, no_db.tls, no_db.password) == (None, False, secret)
     if db.kind == "postgresql":
         conn = t.dialect.connect(ep)
         try:
