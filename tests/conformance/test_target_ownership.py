@@ -237,7 +237,8 @@ def test_eo_commands_finish_a_decided_commit_into_the_database(kind, command, tm
         w.close()
 
 
-def test_rollback_refuses_a_version_of_another_interval(tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["files-local"])  # the sink's own table: make mutants' files-local row runs it
+def test_rollback_refuses_a_version_of_another_interval(tmp_path, capsys, kind):
     url = str(tmp_path / "warehouse" / "t")
     sink = open_sink(url)
     commit_version(sink, IV, {PART: [make_rows("a1", 2)]})

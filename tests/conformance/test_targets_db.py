@@ -383,15 +383,17 @@ def test_a_target_that_is_not_a_transactional_table_is_refused(db, table, tmp_pa
 
 
 # ------------------------------------------------------------------------- SQL metacharacters
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])  # a kind: make mutants' rows run it
 @pytest.mark.parametrize("bad", ['app_pv"; DROP TABLE x; --', "app_pv`; DROP TABLE x", "a b", "1abc", "t;",
                                  "s.t.u", "", "app_pv'--"])
-def test_unsafe_identifiers_are_refused(bad):
+def test_unsafe_identifiers_are_refused(bad, kind):
+    url = f"{kind}://root@127.0.0.1:{PORTS[kind]}/x"
     with pytest.raises(UnsafeIdentifierError):
-        DatabaseTarget(bad, url="postgresql://postgres@127.0.0.1:5432/x")
+        DatabaseTarget(bad, url=url)
     with pytest.raises(UnsafeIdentifierError):
-        DatabaseTarget("t", url="postgresql://postgres@127.0.0.1:5432/x", mode="upsert", key_columns=(bad,))
+        DatabaseTarget("t", url=url, mode="upsert", key_columns=(bad,))
     with pytest.raises(UnsafeIdentifierError):
-        DatabaseTarget("t", url="postgresql://postgres@127.0.0.1:5432/x", commit_table=bad)
+        DatabaseTarget("t", url=url, commit_table=bad)
 
 
 def test_values_and_reserved_word_columns_travel_verbatim(db, tmp_path):

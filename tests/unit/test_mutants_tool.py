@@ -127,3 +127,17 @@ def test_a_verdict_for_one_row_does_not_judge_the_mutant_in_another():
     assert verdict(VERDICTS, "postgresql", key) and verdict(VERDICTS, "mysql", key) is None
     assert verdict({key: "any row"}, "mysql", key) == "any row"
     assert all(k.split(" ")[0] in ROWS for k in VERDICTS if " " in k)  # a row's verdict names a row
+
+
+def test_every_conformance_test_names_the_kind_it_tests():
+    """``make mutants`` runs a row's share by kind (``-k <kind>``): a conformance test without a kind in its
+    parameter ids is run by no row, so the mutants it would kill count as survivors."""
+    import subprocess
+    import sys
+
+    from tools.mutants import KIND_RE, ROOT
+
+    listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                             "tests/conformance"], cwd=ROOT, capture_output=True, text=True, timeout=600).stdout
+    tests = [line for line in listed.splitlines() if "::" in line]
+    assert len(tests) > 500 and [t for t in tests if not KIND_RE.search(t)] == []
