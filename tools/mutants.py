@@ -69,6 +69,13 @@ ROWS: dict[str, tuple[list[str], list[str]]] = {
     "protocol": (["protocol/transaction.py", "protocol/decisions.py", "protocol/staging.py"],
                  ["files-local", "delta-local", "postgresql", "mysql", "redis"]),
 }
+# another dialect's code in a shared file is not the row's: its mutants are the other row's, never made here
+# (row -> module -> top-level classes and constants)
+FOREIGN: dict[str, dict[str, set[str]]] = {
+    "postgresql": {"targets/sql_dialects.py": {"MySQL", "_MY_SCHEMA", "_MY_UNAVAILABLE", "_MY_PERMISSION",
+                                               "_TRANSACTIONAL"}},
+    "mysql": {"targets/sql_dialects.py": {"Postgres"}},
+}
 # a test's kind: one of its parameter ids ("[mysql-0]", "[qualified name-postgresql]", "[delta-local-compact]")
 KIND_RE = re.compile(r"[\[-](files-local|files-s3|delta-local|delta-s3|postgresql|mysql|redis)(?=[\]-])")
 # one replacement per operator (cosmic-ray makes every pair): the boundary shift and the negation of a
@@ -129,6 +136,17 @@ class Spans:
                     node.func.attr in ("debug", "info", "warning", "error", "exception"):
                 msg.append(span(node))
         return Spans(ann, msg, scopes, bodies)
+
+    @staticmethod
+    def top_level(path: Path, names: set[str]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+        """The spans of ``path``'s top-level classes, functions and assignments named in ``names``."""
+        out = []
+        for node in ast.parse(path.read_text()).body:
+            named = {node.name} if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else \
+                {t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}
+            if named & names:
+                out.append(((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)))
+        return out
 
     def at_import(self, start: tuple[int, int]) -> bool:
         """Whether code at ``start`` runs once, when the module is imported (module or class level, a
@@ -249,6 +267,7 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
     if not fresh and db_path.exists() and stamp.exists() and stamp.read_text() == code:
         return db_path
     spans = {f: Spans.of(tree / PKG / f) for f in files}
+    foreign = {f: Spans.top_level(tree / PKG / f, FOREIGN.get(row, {}).get(f, set())) for f in files}
     kept = {} if fresh else {**carried_kills(row), **(killed_before(db_path) if db_path.exists() else {})}
     db_path.unlink(missing_ok=True)
     with use_db(str(db_path), WorkDB.Mode.create) as db:
@@ -257,7 +276,7 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
             m = item.mutations[0]
             module = str(Path(m.module_path).relative_to(tree / PKG))
             if reduced(m.operator_name) and not Spans.inside(spans[module].annotations, m.start_pos, m.end_pos) \
-                    and _mutates(item, tree):
+                    and not Spans.inside(foreign[module], m.start_pos, m.end_pos) and _mutates(item, tree):
                 items.append(item)
         db.add_work_items(items)
         carried = 0

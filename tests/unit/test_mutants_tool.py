@@ -141,3 +141,22 @@ def test_every_conformance_test_names_the_kind_it_tests():
                              "tests/conformance"], cwd=ROOT, capture_output=True, text=True, timeout=600).stdout
     tests = [line for line in listed.splitlines() if "::" in line]
     assert len(tests) > 500 and [t for t in tests if not KIND_RE.search(t)] == []
+
+
+def test_another_dialects_code_is_not_the_rows(tmp_path):
+    """MariaDB's dialect class and error-code sets in the shared sql_dialects.py make no mutants in the
+    PostgreSQL row (they are the MariaDB row's), and PostgreSQL's class none in MariaDB's."""
+    from tools.mutants import FOREIGN, PKG, ROOT
+
+    path = ROOT / PKG / "targets" / "sql_dialects.py"
+    lines = path.read_text().splitlines()
+    for row, other in (("postgresql", "class MySQL("), ("mysql", "class Postgres(")):
+        spans = Spans.top_level(path, FOREIGN[row]["targets/sql_dialects.py"])
+        starts = {lines[s[0] - 1].split(" =")[0] for s, _ in spans}
+        assert any(line.startswith(other) for line in starts)
+        assert Spans.inside(spans, (spans[0][0][0] + 1, 4), (spans[0][0][0] + 1, 8))  # a line inside the first
+    my = Spans.top_level(path, FOREIGN["postgresql"]["targets/sql_dialects.py"])
+    assert {lines[s[0] - 1].split(" =")[0] for s, _ in my} == {"class MySQL(Dialect):", "_MY_SCHEMA", "_MY_UNAVAILABLE",
+                                                                "_MY_PERMISSION", "_TRANSACTIONAL"}
+    dialect_base = next(i for i, line in enumerate(lines, 1) if line.startswith("class Dialect("))
+    assert not Spans.inside(my, (dialect_base + 3, 4), (dialect_base + 3, 8))  # the shared base is every row's
