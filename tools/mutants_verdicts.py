@@ -227,6 +227,30 @@ VERDICTS: dict[str, str] = {
     "mysql targets/sql_dialects.py:-:NumberReplacer:b2b8b923c0": CONFIG,  # code 0: errors without a code
     "mysql targets/sql_dialects.py:-:NumberReplacer:45bcbf8ab3": CONFIG,  # 3948: local_infile off (server-wide)
     "targets/sql_dialects.py:_csv_chunks:NumberReplacer:6a77d9d110": TUNING,
+    "targets/sql_dialects.py:_csv_chunks:ReplaceAndWithOr:43828a2e97":
+        ("equivalent with the pinned pyarrow (WriteOptions.null_string exists, so `refill` is always empty): the "
+         "mutant also sets null_string when `null` is '', which is pyarrow's default"),
+    "targets/sql_dialects.py:-:ReplaceTrueWithFalse:8c8d715bf6":
+        "equivalent: TableInfo is never mutated nor hashed; frozen only guards against a future mistake",
+    "targets/db_retries.py:with_retries:NumberReplacer:f8032e9d49": TUNING,
+    "targets/base.py:staged_change:AddNot:824514ed67": MESSAGE,  # the warning that only sizes were compared
+    "targets/database.py:_check_landed:AddNot:6c50b65f9f": MESSAGE,  # which predicate the refusal names
+    "postgresql targets/database.py:_load:ReplaceAndWithOr:b6c91a64f9":
+        ("equivalent in this row: without an interval column the mutant asks same_name(column, None), which is "
+         "False where names compare exactly (PostgreSQL); MariaDB's row kills it (None has no lower())"),
+    "postgresql targets/database.py:_ts:AddNot:7fada919e7":
+        ("equivalent in this row: PostgreSQL gets the bounds as naive UTC instead of aware datetimes, and its "
+         "session's time zone is UTC (set at connect), so a timestamptz compares the same"),
+    "mysql targets/sql_dialects.py:Dialect:ReplaceFalseWithTrue:7a03f57b14":
+        "equivalent in this row: the base class's default, which MariaDB's dialect overrides (True)",
+    "mysql targets/sql_dialects.py:-:NumberReplacer:47f9c96e3f":
+        ("equivalent: 1451 (a foreign key's parent row) reaches classify as PyMySQL's IntegrityError, 'schema' by "
+         "its type too; 1452 is in the set already"),
+    "mysql targets/sql_dialects.py:classify:ReplaceOrWithAnd:15f27b1b19": CONFIG,
+    "mysql targets/sql_dialects.py:-:NumberReplacer:756e18f471":
+        ("equivalent: 1364 (a NOT NULL column without a default) never reaches classify - LOAD DATA LOCAL turns "
+         "it into a warning, which raise_on_warnings raises as TargetSchemaError "
+         "(test_a_not_null_column_the_rows_lack_is_refused_before_the_decision, replace and upsert)"),
     "targets/sql_dialects.py:prefetch:NumberReplacer:c154fd1088": TUNING,
     "targets/database.py:DatabaseTarget:ReplaceFalseWithTrue:de46a52c13":
         ("equivalent: no code compares two DatabaseTargets (the dataclass __eq__ is never called); owners are "

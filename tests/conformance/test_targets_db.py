@@ -325,6 +325,21 @@ def test_a_column_that_does_not_exist(db, table, tmp_path):
     assert db.count(table) == 0 and t.live_epoch(IV) is None
 
 
+@pytest.mark.parametrize("mode", ["replace", "upsert"])
+def test_a_not_null_column_the_rows_lack_is_refused_before_the_decision(db, tmp_path, mode):
+    """A NOT NULL column without a default that the staged rows do not carry: the database refuses the
+    load (MariaDB 1364, PostgreSQL 23502) and the dry run says so as a schema refusal - the interval aborts
+    before the decision, never retried as if the server were away."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, k int NOT NULL, v varchar(20), must int NOT NULL, "
+           "PRIMARY KEY (dt, k))")
+    t = target(db, name, mode=mode, key_columns=("dt", "k") if mode == "upsert" else (), retries=0)
+    with pytest.raises(TargetSchemaError) as err:
+        t.check(txn(epoch=1), stage(tmp_path, {PART: [[{"k": 1, "v": "a"}]]}))
+    assert "must" in str(err.value), err.value
+    assert db.count(name) == 0 and t.live_epoch(IV) is None
+
+
 def test_staged_files_that_disagree_on_columns_publish_nothing(db, table, tmp_path):
     """The second file lacks a column: found while the bulk load streams (in the prefetch thread), raised
     in the publisher, rolled back."""
