@@ -247,6 +247,31 @@ VERDICTS: dict[str, str] = {
         ("equivalent: 1451 (a foreign key's parent row) reaches classify as PyMySQL's IntegrityError, 'schema' by "
          "its type too; 1452 is in the set already"),
     "mysql targets/sql_dialects.py:classify:ReplaceOrWithAnd:15f27b1b19": CONFIG,
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:cb385626ef":
+        "equivalent: no code compares two StagedVersions (the dataclass __eq__ is never called)",
+    "targets/database.py:-:ReplaceTrueWithFalse:8c8d715bf6":
+        ("equivalent: nothing assigns a DatabaseTarget's fields after it is made (claim() sets the owner with "
+         "object.__setattr__) and nothing hashes one; frozen only guards against a future mistake"),
+    "targets/database.py:DatabaseTarget:ReplaceFalseWithTrue:f864850a9e":
+        "harmless: the repr then shows the owner record (an id, names and a path: no secret)",
+    "targets/database.py:__post_init__:ReplaceComparisonOperator_Eq_NotEq:8a7a443882": CONFIG,
+    "targets/database.py:_peek_marker:NumberReplacer:3c828c7c57":
+        ("equivalent: the marker of a missing commit table, epoch 0 or -1: both below every epoch (>= 1) and "
+         "neither > 0, and the overlap check that asks `== 0` also needs the commit table to exist"),
+    "targets/database.py:_load:NumberReplacer:96684eaf30":
+        "equivalent: `counted` is a one-element list; [0] and [-1] are the same element",
+    "targets/database.py:_check_landed:NumberReplacer:10a6fdd3d3":
+        "equivalent: SELECT count(*) returns one column; [0] and [-1] are the same",
+    "mysql targets/sql_dialects.py:-:NumberReplacer:676718bfea":
+        ("equivalent: 1146 (no such table) reaches classify as PyMySQL's ProgrammingError, 'schema' by its type "
+         "too"),
+    "mysql targets/sql_dialects.py:-:NumberReplacer:1d010414e5":
+        ("equivalent: 1262 (a row truncated) is only a LOAD DATA LOCAL warning, raised as TargetSchemaError by "
+         "raise_on_warnings; it never reaches classify"),
+    "mysql targets/sql_dialects.py:-:NumberReplacer:e2074719a2": CONFIG,  # 1148: LOAD DATA LOCAL off server-wide
+    "mysql targets/sql_dialects.py:classify:NumberReplacer:8ce9ba7d99":
+        ("equivalent: 1205 (lock wait timeout) is PyMySQL's OperationalError, 'unavailable' by its type, and "
+         "with_retries starts an unavailable error over exactly like a transient one"),
     "mysql targets/sql_dialects.py:-:NumberReplacer:756e18f471":
         ("equivalent: 1364 (a NOT NULL column without a default) never reaches classify - LOAD DATA LOCAL turns "
          "it into a warning, which raise_on_warnings raises as TargetSchemaError "

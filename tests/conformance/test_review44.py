@@ -84,6 +84,21 @@ def forget_marker(world) -> None:
         redis_client().delete(f"{world.name}:_eo:marker:{IV.token}")
 
 
+def test_a_commit_table_emptied_of_a_tables_rows_is_claimed_again_and_the_reprocess_published(world):
+    """An operator deletes every row of our table from the commit table (its claim and its markers: a
+    TRUNCATE, a cleanup script): the next publish makes the claim again, as ours, and publishes."""
+    only(world, "postgresql", "mysql", why="the commit table of a database target")
+    db, sink = world.place.db, world.sink()
+    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
+    db.run(f"DELETE FROM {db.q('_eo_commits')} WHERE target = %s", (world.name,))
+    new = make_rows("new", 2, start=50)
+    world.commit(sink, IV, {PART: [new]})
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert db.run(f"SELECT count(*) FROM {db.q('_eo_commits')} WHERE target = %s AND interval_token = '_owner'",
+                  (world.name,))[0][0] == 1
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
 def test_a_late_finisher_never_publishes_over_a_newer_version_whose_marker_is_gone(world, monkeypatch):
     only(world, "redis", "postgresql", "mysql", "files-local", "files-s3",
          why="Delta's marker (its txn action, else the version's live files) is lost only by another engine: "

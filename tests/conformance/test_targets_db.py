@@ -312,6 +312,7 @@ def test_create_sql_makes_a_missing_table_once(db, tmp_path):
     name = f"t_{uuid.uuid4().hex[:10]}"
     t = target(db, name, create_sql=app_pv_ddl(db.kind, name))
     rows = pv_rows("a", 5)
+    t.check(txn(epoch=1), stage(tmp_path, {PART: [rows]}))  # before the decision: made for the dry run too
     assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) == {PART: "published"}
     assert t.publish(txn(epoch=2), stage(tmp_path, {PART: [rows]})) == {PART: "published"}  # exists: not rerun
     assert app_rows(db, name) == expected(rows)
