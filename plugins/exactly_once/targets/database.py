@@ -37,8 +37,8 @@ from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, 
     partition_values
 from .db_retries import close_quietly as _close_quietly, rollback_quietly as _rollback_quietly  # noqa: F401
 from .db_retries import with_retries
-from .db_rows import (refuse_null_keys, refuse_one_column_twice, refuse_other_unique, refuse_outside,
-                      same_partition_value)
+from .db_rows import (one_schema, refuse_null_keys, refuse_one_column_twice, refuse_other_unique, refuse_outside,
+                      same_partition_value, staged_columns)
 from .endpoint import Endpoint, resolve, same_database, where, without_password
 from .sql_dialects import DIALECTS, Dialect, TableInfo, split_table
 
@@ -360,7 +360,7 @@ class DatabaseTarget(PublishTarget):
         if info is None:
             raise TargetSchemaError(f"table {self.table} does not exist in {self.endpoint().describe()}; create it "
                                     f"(columns as the job writes them{', plus the partition keys' if self.partition_columns else ''})")
-        file_cols, part_cols = self._staged_columns(staged, d)
+        file_cols, part_cols = staged_columns(staged, d, self.partition_columns)
         cols, table_sql = self._table_columns(info, d, [*file_cols, *part_cols]), d.table(self.table)
         refuse_one_column_twice([*file_cols, *part_cols], cols, self.table)
         parts = sorted(set(staged.partitions) | set(marker.partitions))
@@ -410,22 +410,6 @@ class DatabaseTarget(PublishTarget):
                     if inside < loaded else f"{inside - loaded} are not the staged rows (another writer inserting "
                     "into the interval, a trigger adding rows): stop it, then run the interval again"))
 
-    def _staged_columns(self, staged: StagedVersion, d: Dialect) -> tuple[list[str], list[str]]:
-        """(columns of the staged files, partition keys to add as columns), from the first file. A key the
-        files carry themselves - by the dialect's rule for names: ``DT`` is ``dt`` on MariaDB - is not added
-        again: :meth:`_batches` checks the files' values against their directory instead."""
-        files = list(staged.files())
-        if not files:
-            return [], []
-        part, first = files[0]
-        with staged.open(part, first.name) as fh:
-            file_cols = list(pq.ParquetFile(fh).schema_arrow.names)
-        keys = list(partition_values(part)) if self.partition_columns else []
-        for p in staged.partitions:
-            if self.partition_columns and list(partition_values(p)) != keys:
-                raise TargetSchemaError(f"partitions {part!r} and {p!r} have different keys")
-        return file_cols, [k for k in keys if not any(d.same_name(c, k) for c in file_cols)]
-
     def _table_columns(self, info: TableInfo, d: Dialect, wanted: Sequence[str]) -> list[str]:
         out, missing = [], []
         for c in wanted:
@@ -474,12 +458,7 @@ class DatabaseTarget(PublishTarget):
                 if self.partition_columns else {}
             with staged.open(part, f.name) as fh:
                 pf = pq.ParquetFile(fh)
-                missing = sorted(set(file_cols) - set(pf.schema_arrow.names))
-                extra = sorted(set(pf.schema_arrow.names) - set(file_cols))
-                if missing or extra:  # the columns are the first file's: another's own would be dropped
-                    raise TargetSchemaError(f"staged file {part}/{f.name} " + (
-                        f"lacks column(s) {missing} that other staged files have" if missing else
-                        f"has column(s) {extra} that other staged files lack") + "; the job must write one schema")
+                one_schema(pf.schema_arrow.names, file_cols, f"{part}/{f.name}")
                 for b in pf.iter_batches(batch_size=self.batch_rows, columns=file_cols):
                     for col, value in own.items():
                         same_partition_value(b.column(col), value, f"{part}/{f.name}", col)

@@ -2,13 +2,15 @@
 loads them (in its dry run before the decision, and again in the publish)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Sequence
+
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from typing import TYPE_CHECKING, Any, Sequence
+import pyarrow.parquet as pq
 
 from ..errors import TargetSchemaError
 from ..ids import TxnRef
+from .base import StagedVersion, partition_values
 
 if TYPE_CHECKING:
     from .sql_dialects import Dialect, TableInfo
@@ -110,3 +112,31 @@ def refuse_one_column_twice(staged: list[str], cols: list[str], table: str) -> N
         named = [n for n, c in zip(staged, cols) if c in twice]
         raise TargetSchemaError(f"staged columns {named} are one column {twice} of table {table} (its column "
                                 "names ignore case): one of them would be lost; rename it in the job")
+
+
+def staged_columns(staged: StagedVersion, d: "Dialect", partition_columns: bool) -> tuple[list[str], list[str]]:
+    """(columns of the staged files, partition keys to add as columns), from the first file. A key the
+    files carry themselves - by the dialect's rule for names: ``DT`` is ``dt`` on MariaDB - is not added
+    again: the load checks the files' values against their directory instead (:func:`same_partition_value`)."""
+    files = list(staged.files())
+    if not files:
+        return [], []
+    part, first = files[0]
+    with staged.open(part, first.name) as fh:
+        file_cols = list(pq.ParquetFile(fh).schema_arrow.names)
+    keys = list(partition_values(part)) if partition_columns else []
+    for p in staged.partitions:
+        if partition_columns and list(partition_values(p)) != keys:
+            raise TargetSchemaError(f"partitions {part!r} and {p!r} have different keys")
+    return file_cols, [k for k in keys if not any(d.same_name(c, k) for c in file_cols)]
+
+
+def one_schema(names: Sequence[str], file_cols: Sequence[str], where: str) -> None:
+    """TargetSchemaError unless a staged file's columns ``names`` are the first file's ``file_cols``: the
+    load takes the first file's columns, so another file's own columns would be dropped without a word."""
+    missing = sorted(set(file_cols) - set(names))
+    extra = sorted(set(names) - set(file_cols))
+    if missing or extra:
+        raise TargetSchemaError(f"staged file {where} " + (
+            f"lacks column(s) {missing} that other staged files have" if missing else
+            f"has column(s) {extra} that other staged files lack") + "; the job must write one schema")
