@@ -365,6 +365,9 @@ class DatabaseTarget(PublishTarget):
         refuse_one_column_twice([*file_cols, *part_cols], cols, self.table)
         parts = sorted(set(staged.partitions) | set(marker.partitions))
         if self.mode == "replace":
+            if not self.interval_column:  # by partition columns
+                db_claims.refuse_others_rows(d, cur, self.commit_table, self.table, txn.name, txn.interval,
+                                             lambda ps: self._interval_rows(d, info, txn.interval, ps), parts)
             for where, params in self._interval_rows(d, info, txn.interval, parts):
                 cur.execute(f"DELETE FROM {table_sql} WHERE {where}", params)
         if not cols:

@@ -16,11 +16,13 @@ whatever the commit table. Both claims are made at bind and checked in every pub
 """
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Callable
 
 from ..errors import OwnershipError, TargetSchemaError
 from ..ids import Interval
 from ..records.ownership import Owner, refuse_other_owner
+from .base import partition_values
 from .sql_dialects import Dialect, Resolved
 
 CLAIM = "_owner"
@@ -185,3 +187,42 @@ def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: st
             f"replacing [{iv.start.isoformat()}, {iv.end.isoformat()}) by {column} would delete their rows. "
             f"Publish one interval grid per table (e.g. always daily), or delete those intervals' rows and "
             f"their markers in {commit_table} first")
+
+
+def refuse_others_rows(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
+                       clauses: Callable[[list[str]], list[tuple[str, tuple[Any, ...]]]], parts: list[str]) -> None:
+    """replace by partition columns: TargetSchemaError if deleting ``parts`` (the interval's partitions,
+    ``clauses`` their WHERE clauses) would delete rows of a partition another interval's marker names -
+    compared by the database, not by the text: ``hour=3`` is ``hour=03`` in an int column, ``EU`` is
+    ``eu`` under a case-insensitive collation. The text claims catch a job writing outside its interval
+    only in the same spelling; without this its publish would wipe the other interval's rows while that
+    interval's marker says published. Rows no marker names (another writer's) are replaced, as before."""
+    ours = clauses(parts)
+    if not ours:
+        return
+    where = " OR ".join(f"({w})" for w, _ in ours)
+    params = tuple(p for _, ps in ours for p in ps)
+    cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE {where}", params)
+    if not int(cur.fetchone()[0]):
+        return  # nothing to delete (an interval's first publish)
+    keys = list(partition_values(parts[0]))
+    cur.execute(f"SELECT interval_token, partitions FROM {d.table(commit_table)} WHERE target = %s AND "
+                "interval_token <> %s AND interval_token <> %s AND epoch > 0", (table, iv.token, CLAIM))
+    theirs = [(token, p) for token, ps in cur.fetchall() for p in (json.loads(ps) if ps else ())
+              if list(partition_values(p)) == keys]
+    for i in range(0, len(theirs), 200):  # bounded statements; the error path names the first clash
+        chunk = theirs[i:i + 200]
+        other = clauses([p for _, p in chunk])
+        cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE ({where}) AND (" + " OR ".join(
+            f"({w})" for w, _ in other) + ")", params + tuple(p for _, ps in other for p in ps))
+        if int(cur.fetchone()[0]):
+            for token, part in chunk:
+                (w, ps), = clauses([part])
+                cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE ({where}) AND ({w})", params + ps)
+                if n := int(cur.fetchone()[0]):
+                    raise TargetSchemaError(
+                        f"{name}: replacing partition(s) {parts} would delete {n} row(s) that interval {token} "
+                        f"published as its partition {part!r} ({table}'s database finds the values equal, e.g. "
+                        "hour=3 and hour=03 in an int column, EU and eu under a case-insensitive collation). The "
+                        "job wrote outside its interval: write each interval's partitions with its own values, "
+                        "in one spelling, then run the interval again; nothing was published")

@@ -1,0 +1,58 @@
+"""The database targets' test cases share these: one fresh database per server and per test module (dropped
+after), a fresh app_pv-shaped table per test, and readers of the rows and markers. A module imports the fixtures
+(``db_url``, ``db``, ``table``) to run each of its tests on both servers (their kinds: ``postgresql``, ``mysql``)."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from eo_testing import need
+from target_helpers import Db, app_pv_ddl, fresh_database, reachable
+
+from exactly_once import Interval
+from exactly_once.targets import DatabaseTarget
+
+DAY = "2026-01-01"
+IV = Interval.daily(DAY)
+PART = f"dt={DAY}"
+PORTS = {"postgresql": 5432, "mysql": 3306}
+
+
+@pytest.fixture(scope="module", params=["postgresql", "mysql"])
+def db_url(request):
+    need(reachable(PORTS[request.param]), f"{request.param} is not running on 127.0.0.1:{PORTS[request.param]}")
+    yield from fresh_database(request.param)
+
+
+@pytest.fixture
+def db(db_url):
+    d = Db(db_url)
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def table(db):
+    """A fresh app_pv-shaped table (primary key dt, app_id) in the module's database."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    db.run(app_pv_ddl(db.kind, name))
+    return name
+
+
+def target(db, table, **kw) -> DatabaseTarget:
+    return DatabaseTarget(table, url=db.url, **kw)
+
+
+def app_rows(db, table) -> list[tuple]:
+    return [(str(r[0]), r[1], int(r[2]), int(r[3]), int(r[4]))
+            for r in db.rows(table, "dt, app_id, pv, uv, cumulative_pv", "dt, app_id")]
+
+
+def expected(rows: list[dict], day: str = DAY) -> list[tuple]:
+    return sorted((day, r["app_id"], r["pv"], r["uv"], r["cumulative_pv"]) for r in rows)
+
+
+def marker(db, table, interval=IV):
+    rows = db.run("SELECT epoch, pipeline, sink, partitions, rows_loaded FROM _eo_commits WHERE target = %s AND "
+                  "interval_token = %s", (table, interval.token))
+    return rows[0] if rows else None
