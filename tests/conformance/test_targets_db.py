@@ -69,35 +69,93 @@ def test_replace_empties_partitions_a_reprocess_no_longer_produces(db, tmp_path)
     assert rows == [(DAY, 0, "a", 10), ("2026-01-02", 0, "n", 9)]
 
 
-@pytest.mark.parametrize("col,ours,theirs", [("hour int", "03", "3"), ("region varchar(8)", "EU", "eu")])
+def _hours_table(db, col: str = "hour int") -> tuple[str, DatabaseTarget]:
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, {col} NOT NULL, k varchar(20) NOT NULL, v int)")
+    return name, target(db, name)
+
+
+@pytest.mark.parametrize("col,ours,theirs", [("hour int", "hour=03", "hour=3"), ("hour int", "hour=03", "hour=3/dt"),
+                                             ("region varchar(8)", "region=EU", "region=eu")])
 def test_a_partition_another_interval_publishes_in_another_spelling_is_not_deleted(db, tmp_path, col, ours, theirs):
     """A job writing a partition outside its own interval, spelled so that the text claims differ but the
-    database finds the values equal (``hour=3`` beside the published ``hour=03`` in an int column; ``eu`` beside
-    ``EU`` under MariaDB's case-insensitive collation): its publish would delete the other interval's rows while
-    that interval's marker says published. Refused by the check (before the decision) and by the publish;
-    the other interval's rows stay. Where the values differ (PostgreSQL's ``EU``/``eu``) both publish."""
-    name, key = f"t_{uuid.uuid4().hex[:10]}", col.split()[0]
-    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, {col} NOT NULL, k varchar(20) NOT NULL, v int)")
-    t = target(db, name)
-    mine = {f"{PART}/{key}={ours}": [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]}
-    assert t.publish(txn(epoch=1), stage(tmp_path, mine)) == {f"{PART}/{key}={ours}": "published"}
-    stray = stage(tmp_path, {f"{PART}/{key}={theirs}": [[{"k": "z", "v": 9}]]})  # the next day's job, off its day
+    database finds the values equal (``hour=3`` beside the published ``hour=03`` in an int column, also with
+    its keys in another order; ``eu`` beside ``EU`` under MariaDB's case-insensitive collation): its publish
+    would delete the other interval's rows while that interval's marker says published. Refused by the check
+    (before the decision) and by the publish; the other interval's rows stay. Where the values differ
+    (PostgreSQL's ``EU``/``eu``) both publish."""
+    name, t = _hours_table(db, col)
+    mine = f"{PART}/{ours}"
+    stray = f"{theirs.split('/')[0]}/{PART}" if theirs.endswith("/dt") else f"{PART}/{theirs}"
+    key = col.split()[0]
+    assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]})) == \
+        {mine: "published"}
+    staged = stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]})  # the next day's job, off its day
     rows = lambda: sorted((str(r[0]), str(r[1]), r[2], int(r[3])) for r in db.rows(name, f"dt, {key}, k, v", "k"))
     before = rows()
     if db.kind == "postgresql" and key == "region":  # case-sensitive text: two values, two partitions
-        assert t.publish(txn("2026-01-02", epoch=1), stray) == {f"{PART}/{key}={theirs}": "published"}
-        assert rows() == sorted(before + [(DAY, theirs, "z", 9)])
+        assert t.publish(txn("2026-01-02", epoch=1), staged) == {stray: "published"}
+        assert rows() == sorted(before + [(DAY, "eu", "z", 9)])
         return
     for step in (t.check, t.publish):
         with pytest.raises(TargetSchemaError, match=f"interval {IV.token}") as err:
-            step(txn("2026-01-02", epoch=1), stray)
-        assert "outside its interval" in str(err.value), err.value
+            step(txn("2026-01-02", epoch=1), staged)
+        assert "outside its own interval" in str(err.value), err.value
         assert rows() == before and t.live_epoch(IV) == 1
     assert t.live_epoch(Interval.daily("2026-01-02")) is None
-    # the interval's own reprocess still replaces its rows, however the other job spelled them
-    assert t.publish(txn(epoch=2), stage(tmp_path, {f"{PART}/{key}={ours}": [[{"k": "c", "v": 3}]]})) == \
-        {f"{PART}/{key}={ours}": "published"}
+    # the interval's own reprocess still replaces its rows, in either spelling
+    assert t.publish(txn(epoch=2), stage(tmp_path, {mine: [[{"k": "c", "v": 3}]]})) == {mine: "published"}
     assert [r[2:] for r in rows()] == [("c", 3)]
+
+
+def test_a_stray_partition_published_first_refuses_the_owner_and_loses_nothing(db, tmp_path):
+    """The other order: the stray (``hour=3`` of the next day's job) is published while the owner's interval
+    has no rows there yet; the owner's first publish of ``hour=03`` is refused then (its delete would take
+    the stray's rows, which a marker says are published), nothing is lost, and once the stray is fixed (its
+    job run again without it) the owner publishes."""
+    name, t = _hours_table(db)
+    stray, mine = f"{PART}/hour=3", f"{PART}/hour=03"
+    assert t.publish(txn("2026-01-02", epoch=1), stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]})) == \
+        {stray: "published"}
+    with pytest.raises(TargetSchemaError, match="interval 20260102"):
+        t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}]]}))
+    assert db.rows(name, "k", "k") == [("z",)] and t.live_epoch(IV) is None
+    fixed = {"dt=2026-01-02/hour=3": [[{"k": "y", "v": 8}]]}  # the next day's job writes its own day
+    assert t.publish(txn("2026-01-02", epoch=2), stage(tmp_path, fixed)) == {"dt=2026-01-02/hour=3": "published"}
+    assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}]]})) == {mine: "published"}
+    assert [(str(r[0]), int(r[1]), r[2]) for r in db.rows(name, "dt, hour, k", "k")] == \
+        [(DAY, 3, "a"), ("2026-01-02", 3, "y")]
+
+
+def test_a_first_publish_racing_a_stray_of_its_partition_is_seen_by_it(db, tmp_path, monkeypatch):
+    """The owner's first publish of ``hour=03`` has loaded its rows, not yet committed; the stray ``hour=3``
+    of another interval is published meanwhile. It must queue on the table's partition lock (seen waiting)
+    and, once the owner commits, see its rows and be refused - not delete them (its delete reads the latest
+    committed rows, its check would have found none)."""
+    name, t = _hours_table(db)
+    mine, stray = f"{PART}/hour=03", f"{PART}/hour=3"
+    real_load, result = DatabaseTarget._load, {}
+
+    def load(self, *args):
+        out = real_load(self, *args)
+        if "thread" not in result:
+            def other() -> None:
+                try:
+                    result["b"] = target(db, name).publish(txn("2026-01-02", epoch=1),
+                                                           stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]}))
+                except TargetSchemaError as exc:
+                    result["b"] = exc
+            result["thread"] = threading.Thread(target=other)
+            result["thread"].start()
+            _wait_until_blocked(db, user_lock=True)
+        return out
+
+    monkeypatch.setattr(DatabaseTarget, "_load", load)
+    assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]})) == \
+        {mine: "published"}
+    result["thread"].join(120)
+    assert isinstance(result["b"], TargetSchemaError), result["b"]
+    assert db.rows(name, "k", "k") == [("a",), ("b",)] and t.live_epoch(IV) == 1
 
 
 def test_replace_by_interval_column(db, tmp_path):
@@ -179,10 +237,12 @@ def test_duplicate_keys_in_the_staged_rows_publish_nothing(db, table, tmp_path):
 
 
 # ------------------------------------------------------------------------- two publishers at once
-def _wait_until_blocked(db, deadline: float = 60.0) -> None:
-    """Until another session of this database waits for a lock (the second publisher queued on the marker)."""
+def _wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> None:
+    """Until another session of this database waits for a lock (the second publisher queued on the marker;
+    ``user_lock``: on the table's partition lock, an advisory lock / GET_LOCK)."""
     sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-           if db.kind == "postgresql" else
+           + (" AND wait_event = 'advisory'" if user_lock else "") if db.kind == "postgresql" else
+           "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'" if user_lock else
            "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
     end = time.monotonic() + deadline
     while db.run(sql)[0][0] == 0:

@@ -367,7 +367,8 @@ class DatabaseTarget(PublishTarget):
         if self.mode == "replace":
             if not self.interval_column:  # by partition columns
                 db_claims.refuse_others_rows(d, cur, self.commit_table, self.table, txn.name, txn.interval,
-                                             lambda ps: self._interval_rows(d, info, txn.interval, ps), parts)
+                                             lambda ps: self._interval_rows(d, info, txn.interval, ps),
+                                             sorted(set(staged.partitions) - set(marker.partitions)))
             for where, params in self._interval_rows(d, info, txn.interval, parts):
                 cur.execute(f"DELETE FROM {table_sql} WHERE {where}", params)
         if not cols:

@@ -16,13 +16,13 @@ whatever the commit table. Both claims are made at bind and checked in every pub
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Callable
 
-from ..errors import OwnershipError, TargetSchemaError
+from ..errors import OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..ids import Interval
 from ..records.ownership import Owner, refuse_other_owner
-from .base import partition_values
 from .sql_dialects import Dialect, Resolved
 
 CLAIM = "_owner"
@@ -189,40 +189,56 @@ def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: st
             f"their markers in {commit_table} first")
 
 
+# one lock per table for publishes that bring an interval partitions new to it (held to the transaction's end;
+# MariaDB's GET_LOCK to the session's, which ends with the attempt's connection)
+TABLE_LOCK = {"postgresql": "SELECT 1, pg_advisory_xact_lock(hashtext(%s))", "mysql": "SELECT GET_LOCK(%s, 600)"}
+
+
 def refuse_others_rows(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
-                       clauses: Callable[[list[str]], list[tuple[str, tuple[Any, ...]]]], parts: list[str]) -> None:
-    """replace by partition columns: TargetSchemaError if deleting ``parts`` (the interval's partitions,
-    ``clauses`` their WHERE clauses) would delete rows of a partition another interval's marker names -
-    compared by the database, not by the text: ``hour=3`` is ``hour=03`` in an int column, ``EU`` is
-    ``eu`` under a case-insensitive collation. The text claims catch a job writing outside its interval
-    only in the same spelling; without this its publish would wipe the other interval's rows while that
-    interval's marker says published. Rows no marker names (another writer's) are replaced, as before."""
-    ours = clauses(parts)
-    if not ours:
+                       clauses: Callable[[list[str]], list[tuple[str, tuple[Any, ...]]]], new: list[str]) -> None:
+    """replace by partition columns, for the partitions ``new`` to the interval (not in its marker;
+    ``clauses``: the WHERE clauses of partitions): TargetSchemaError if the table's rows there are rows of a
+    partition another interval's marker names - compared by the database, not by the text: ``hour=3`` is
+    ``hour=03`` in an int column, ``EU`` is ``eu`` under a case-insensitive collation, ``hour=3/dt=..``
+    is ``dt=../hour=3``. The text claims see two partitions; the delete would wipe the other interval's rows
+    while its marker says published. Under a lock per table, so a concurrent first publish of the other
+    spelling is committed (and seen) first. Rows no marker names (another writer's) are replaced, as before;
+    the interval's own partitions were checked when they were new to it."""
+    if not new:
         return
+    key = "eo-parts-" + hashlib.sha1(".".join(d.identity(cur, table)).encode()).hexdigest()[:40]
+    cur.execute(TABLE_LOCK[d.name], (key,))
+    if cur.fetchone()[0] != 1:
+        raise TargetUnavailableError(f"{name}: waited 10 minutes for {table}'s partition lock; publish again")
+    ours = clauses(new)
     where = " OR ".join(f"({w})" for w, _ in ours)
     params = tuple(p for _, ps in ours for p in ps)
     cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE {where}", params)
     if not int(cur.fetchone()[0]):
-        return  # nothing to delete (an interval's first publish)
-    keys = list(partition_values(parts[0]))
+        return  # nothing there: nothing to delete
     cur.execute(f"SELECT interval_token, partitions FROM {d.table(commit_table)} WHERE target = %s AND "
                 "interval_token <> %s AND interval_token <> %s AND epoch > 0", (table, iv.token, CLAIM))
-    theirs = [(token, p) for token, ps in cur.fetchall() for p in (json.loads(ps) if ps else ())
-              if list(partition_values(p)) == keys]
-    for i in range(0, len(theirs), 200):  # bounded statements; the error path names the first clash
-        chunk = theirs[i:i + 200]
-        other = clauses([p for _, p in chunk])
+    theirs = []
+    for token, ps in cur.fetchall():
+        for part in json.loads(ps) if ps else ():
+            try:
+                theirs.append((token, part, clauses([part])[0]))
+            except TargetSchemaError:  # keys that are not all columns of the table: they select no rows
+                continue
+
+    def shared(named: list[tuple[str, str, tuple[str, tuple[Any, ...]]]]) -> int:
+        """How many rows of ``new`` are rows of the ``named`` partitions too."""
         cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE ({where}) AND (" + " OR ".join(
-            f"({w})" for w, _ in other) + ")", params + tuple(p for _, ps in other for p in ps))
-        if int(cur.fetchone()[0]):
-            for token, part in chunk:
-                (w, ps), = clauses([part])
-                cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE ({where}) AND ({w})", params + ps)
-                if n := int(cur.fetchone()[0]):
-                    raise TargetSchemaError(
-                        f"{name}: replacing partition(s) {parts} would delete {n} row(s) that interval {token} "
-                        f"published as its partition {part!r} ({table}'s database finds the values equal, e.g. "
-                        "hour=3 and hour=03 in an int column, EU and eu under a case-insensitive collation). The "
-                        "job wrote outside its interval: write each interval's partitions with its own values, "
-                        "in one spelling, then run the interval again; nothing was published")
+            f"({w})" for _, _, (w, _) in named) + ")", params + tuple(p for _, _, (_, ps) in named for p in ps))
+        return int(cur.fetchone()[0])
+
+    for i in range(0, len(theirs), 200):  # bounded statements; only a clash looks at its partitions one by one
+        if shared(chunk := theirs[i:i + 200]):
+            n, token, part = next((n, t, p) for t, p, c in chunk if (n := shared([(t, p, c)])))
+            raise TargetSchemaError(
+                f"{name}: partition(s) {new} hold {n} row(s) of partition {part!r} that interval {token} "
+                f"published into {table} (the database finds the values equal: hour=3 and hour=03 in an int "
+                "column, EU and eu under a case-insensitive collation); replacing them would delete that "
+                "interval's rows. One of the two jobs writes a partition outside its own interval: fix it "
+                "(each interval's partitions with its own values, in one spelling) and run that interval "
+                "again")
