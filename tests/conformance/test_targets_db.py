@@ -108,18 +108,21 @@ def test_a_partition_another_interval_publishes_in_another_spelling_is_not_delet
     assert [r[2:] for r in rows()] == [("c", 3)]
 
 
-def test_a_stray_partition_published_first_refuses_the_owner_and_loses_nothing(db, tmp_path):
-    """The other order: the stray (``hour=3`` of the next day's job) is published while the owner's interval
-    has no rows there yet; the owner's first publish of ``hour=03`` is refused then (its delete would take
-    the stray's rows, which a marker says are published), nothing is lost, and once the stray is fixed (its
-    job run again without it) the owner publishes."""
+@pytest.mark.parametrize("empty", [False, True])
+def test_a_stray_partition_published_first_refuses_the_owner_and_loses_nothing(db, tmp_path, empty):
+    """The other order: the stray (``hour=3`` of the next day's job, with rows or empty) is published before
+    the owner's interval; the owner's first publish of ``hour=03`` is refused then - an empty partition is
+    claimed too: accepted, the stray job's next run would delete the owner's rows while its marker says
+    published - nothing is lost, and once the stray is fixed (its job run again without it) the owner
+    publishes."""
     name, t = _hours_table(db)
     stray, mine = f"{PART}/hour=3", f"{PART}/hour=03"
-    assert t.publish(txn("2026-01-02", epoch=1), stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]})) == \
-        {stray: "published"}
-    with pytest.raises(TargetSchemaError, match="interval 20260102"):
-        t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}]]}))
-    assert db.rows(name, "k", "k") == [("z",)] and t.live_epoch(IV) is None
+    assert t.publish(txn("2026-01-02", epoch=1), stage(tmp_path, {stray: [] if empty else [[{"k": "z", "v": 9}]]})) \
+        == {stray: "published"}
+    for step in (t.check, t.publish):
+        with pytest.raises(TargetSchemaError, match="interval 20260102"):
+            step(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}]]}))
+    assert db.rows(name, "k", "k") == ([] if empty else [("z",)]) and t.live_epoch(IV) is None
     fixed = {"dt=2026-01-02/hour=3": [[{"k": "y", "v": 8}]]}  # the next day's job writes its own day
     assert t.publish(txn("2026-01-02", epoch=2), stage(tmp_path, fixed)) == {"dt=2026-01-02/hour=3": "published"}
     assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}]]})) == {mine: "published"}

@@ -366,9 +366,8 @@ class DatabaseTarget(PublishTarget):
         parts = sorted(set(staged.partitions) | set(marker.partitions))
         if self.mode == "replace":
             if not self.interval_column:  # by partition columns
-                db_claims.refuse_others_rows(d, cur, self.commit_table, self.table, txn.name, txn.interval,
-                                             lambda ps: self._interval_rows(d, info, txn.interval, ps),
-                                             sorted(set(staged.partitions) - set(marker.partitions)))
+                db_claims.refuse_same_partitions(d, cur, self.commit_table, self.table, txn.name, txn.interval,
+                                                 info, sorted(set(staged.partitions) - set(marker.partitions)))
             for where, params in self._interval_rows(d, info, txn.interval, parts):
                 cur.execute(f"DELETE FROM {table_sql} WHERE {where}", params)
         if not cols:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..ids import Interval
 from ..records.ownership import Owner, refuse_other_owner
-from .sql_dialects import Dialect, Resolved
+from .base import partition_values
+from .sql_dialects import Dialect, Resolved, TableInfo
 
 CLAIM = "_owner"
 CLAIMS_TABLE = "_eo_claims"
@@ -192,53 +193,69 @@ def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: st
 # one lock per table for publishes that bring an interval partitions new to it (held to the transaction's end;
 # MariaDB's GET_LOCK to the session's, which ends with the attempt's connection)
 TABLE_LOCK = {"postgresql": "SELECT 1, pg_advisory_xact_lock(hashtext(%s))", "mysql": "SELECT GET_LOCK(%s, 600)"}
+PROBE = {"postgresql": "CREATE TEMPORARY TABLE {name} ON COMMIT DROP AS ", "mysql": "CREATE TEMPORARY TABLE {name} AS "}
 
 
-def refuse_others_rows(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
-                       clauses: Callable[[list[str]], list[tuple[str, tuple[Any, ...]]]], new: list[str]) -> None:
-    """replace by partition columns, for the partitions ``new`` to the interval (not in its marker;
-    ``clauses``: the WHERE clauses of partitions): TargetSchemaError if the table's rows there are rows of a
-    partition another interval's marker names - compared by the database, not by the text: ``hour=3`` is
-    ``hour=03`` in an int column, ``EU`` is ``eu`` under a case-insensitive collation, ``hour=3/dt=..``
-    is ``dt=../hour=3``. The text claims see two partitions; the delete would wipe the other interval's rows
-    while its marker says published. Under a lock per table, so a concurrent first publish of the other
-    spelling is committed (and seen) first. Rows no marker names (another writer's) are replaced, as before;
-    the interval's own partitions were checked when they were new to it."""
+def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
+                           info: TableInfo, new: list[str]) -> None:
+    """replace by partition columns, for the partitions ``new`` to the interval (not in its marker):
+    TargetSchemaError if one of them is, for the database, a partition another interval's marker names -
+    its values compared as values of the table's columns (their types and collations), not as text:
+    ``hour=3`` is ``hour=03`` in an int column, ``EU`` is ``eu`` under a case-insensitive collation, and
+    ``hour=3/dt=..`` is ``dt=../hour=3``; a key one of the two lacks does not tell them apart. Replacing it
+    would delete the other interval's rows while its marker says published (the text claims see two
+    partitions). Empty partitions count: a marker claims its partitions whether or not they hold rows. Under
+    a lock per table, so two first publishes of one partition in two spellings run one after the other and
+    the second sees the first's marker; the interval's own partitions were checked when they were new."""
     if not new:
         return
     key = "eo-parts-" + hashlib.sha1(".".join(d.identity(cur, table)).encode()).hexdigest()[:40]
     cur.execute(TABLE_LOCK[d.name], (key,))
     if cur.fetchone()[0] != 1:
         raise TargetUnavailableError(f"{name}: waited 10 minutes for {table}'s partition lock; publish again")
-    ours = clauses(new)
-    where = " OR ".join(f"({w})" for w, _ in ours)
-    params = tuple(p for _, ps in ours for p in ps)
-    cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE {where}", params)
-    if not int(cur.fetchone()[0]):
-        return  # nothing there: nothing to delete
+
+    def columns(part: str) -> dict[str, str] | None:  # {table column: value}; None: a key is no column
+        values = partition_values(part)
+        cols = {info.column(k, d.case_insensitive_columns): v for k, v in values.items()}
+        return None if None in cols else cols
+
     cur.execute(f"SELECT interval_token, partitions FROM {d.table(commit_table)} WHERE target = %s AND "
                 "interval_token <> %s AND interval_token <> %s AND epoch > 0", (table, iv.token, CLAIM))
-    theirs = []
-    for token, ps in cur.fetchall():
-        for part in json.loads(ps) if ps else ():
-            try:
-                theirs.append((token, part, clauses([part])[0]))
-            except TargetSchemaError:  # keys that are not all columns of the table: they select no rows
-                continue
+    theirs = [(token, part, cols) for token, ps in cur.fetchall() for part in (json.loads(ps) if ps else ())
+              if (cols := columns(part)) is not None]
+    ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
+    if not theirs or not ours:
+        return
+    equal = _equal_values(d, cur, table, ours, theirs)
+    for part, mine in ours:
+        for token, other, cols in theirs:
+            if all((c, mine[c], cols[c]) in equal for c in mine.keys() & cols.keys()):
+                raise TargetSchemaError(
+                    f"{name}: partition {part!r} is, for the database, partition {other!r} that interval {token} "
+                    f"published into {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
+                    "and eu under a case-insensitive collation); replacing it would delete that interval's rows. "
+                    "One of the two jobs writes a partition outside its own interval: fix it (each interval's "
+                    "partitions with its own values, in one spelling) and run that interval again")
 
-    def shared(named: list[tuple[str, str, tuple[str, tuple[Any, ...]]]]) -> int:
-        """How many rows of ``new`` are rows of the ``named`` partitions too."""
-        cur.execute(f"SELECT count(*) FROM {d.table(table)} WHERE ({where}) AND (" + " OR ".join(
-            f"({w})" for _, _, (w, _) in named) + ")", params + tuple(p for _, _, (_, ps) in named for p in ps))
-        return int(cur.fetchone()[0])
 
-    for i in range(0, len(theirs), 200):  # bounded statements; only a clash looks at its partitions one by one
-        if shared(chunk := theirs[i:i + 200]):
-            n, token, part = next((n, t, p) for t, p, c in chunk if (n := shared([(t, p, c)])))
-            raise TargetSchemaError(
-                f"{name}: partition(s) {new} hold {n} row(s) of partition {part!r} that interval {token} "
-                f"published into {table} (the database finds the values equal: hour=3 and hour=03 in an int "
-                "column, EU and eu under a case-insensitive collation); replacing them would delete that "
-                "interval's rows. One of the two jobs writes a partition outside its own interval: fix it "
-                "(each interval's partitions with its own values, in one spelling) and run that interval "
-                "again")
+def _equal_values(d: Dialect, cur: Any, table: str, ours: list, theirs: list) -> set[tuple[str, str, str]]:
+    """(column, our spelling, their spelling) of every pair of spellings the database finds equal as values of
+    ``table``'s column: each distinct spelling once, in two temporary tables typed like the table's columns
+    (made nullable by an outer join), compared column by column in one join."""
+    cols = sorted({c for _, mine in ours for c in mine} | {c for *_, cs in theirs for c in cs})
+    spelled = {"eo_ours": sorted({(c, v) for _, mine in ours for c, v in mine.items()}),
+               "eo_theirs": sorted({(c, v) for *_, cs in theirs for c, v in cs.items()})}
+    for side, values in spelled.items():
+        cur.execute(PROBE[d.name].format(name=side) + "SELECT 0 AS eo_col, 0 AS eo_id, " + ", ".join(
+            f"t.{d.quote(c)}" for c in cols) + f" FROM (SELECT 1 AS one) x LEFT JOIN {d.table(table)} t ON 1 = 0 "
+            "WHERE 1 = 0")
+        rows = [(cols.index(c), i, *(v if c == other else None for other in cols)) for i, (c, v) in enumerate(values)]
+        for i in range(0, len(rows), 500):
+            chunk = rows[i:i + 500]
+            cur.execute(f"INSERT INTO {side} VALUES " + ", ".join(
+                "(" + ", ".join(["%s"] * (len(cols) + 2)) + ")" for _ in chunk), tuple(x for r in chunk for x in r))
+    cur.execute("SELECT a.eo_id, b.eo_id FROM eo_ours a JOIN eo_theirs b ON a.eo_col = b.eo_col AND (" + " OR ".join(
+        f"a.{d.quote(c)} = b.{d.quote(c)}" for c in cols) + ")")
+    found = cur.fetchall()
+    cur.execute(("DROP TABLE" if d.name == "postgresql" else "DROP TEMPORARY TABLE") + " eo_ours, eo_theirs")
+    return {(c, v, spelled["eo_theirs"][b][1]) for a, b in found for c, v in [spelled["eo_ours"][a]]}
