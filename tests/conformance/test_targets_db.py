@@ -72,7 +72,7 @@ def test_replace_empties_partitions_a_reprocess_no_longer_produces(db, tmp_path)
 def _hours_table(db, col: str = "hour int") -> tuple[str, DatabaseTarget]:
     name = f"t_{uuid.uuid4().hex[:10]}"
     db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, {col} NOT NULL, k varchar(20) NOT NULL, v int)")
-    return name, target(db, name)
+    return name, target(db, name, commit_table=f"c_{name}")  # its own: a check may come before any marker
 
 
 @pytest.mark.parametrize("col,ours,theirs", [("hour int", "hour=03", "hour=3"), ("hour int", "hour=03", "hour=3/dt"),
@@ -88,6 +88,7 @@ def test_a_partition_another_interval_publishes_in_another_spelling_is_not_delet
     mine = f"{PART}/{ours}"
     stray = f"{theirs.split('/')[0]}/{PART}" if theirs.endswith("/dt") else f"{PART}/{theirs}"
     key = col.split()[0]
+    t.check(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]}))  # no commit table yet
     assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]})) == \
         {mine: "published"}
     staged = stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]})  # the next day's job, off its day
@@ -144,7 +145,7 @@ def test_a_first_publish_racing_a_stray_of_its_partition_is_seen_by_it(db, tmp_p
         if "thread" not in result:
             def other() -> None:
                 try:
-                    result["b"] = target(db, name).publish(txn("2026-01-02", epoch=1),
+                    result["b"] = target(db, name, commit_table=f"c_{name}").publish(txn("2026-01-02", epoch=1),
                                                            stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]}))
                 except TargetSchemaError as exc:
                     result["b"] = exc

@@ -207,7 +207,7 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
     partitions). Empty partitions count: a marker claims its partitions whether or not they hold rows. Under
     a lock per table, so two first publishes of one partition in two spellings run one after the other and
     the second sees the first's marker; the interval's own partitions were checked when they were new."""
-    if not new:
+    if not new or d.table_info(cur, commit_table) is None:  # a check before the first publish: no markers yet
         return
     key = "eo-parts-" + hashlib.sha1(".".join(d.identity(cur, table)).encode()).hexdigest()[:40]
     cur.execute(TABLE_LOCK[d.name], (key,))
