@@ -73,10 +73,16 @@ def fleet(tmp_path_factory):
 
 
 def hosts_by_day(deploy: Deployment) -> dict[str, dict[str, str]]:
-    rows = deploy.db.query("select dr.data_interval_start, ti.task_id, ti.hostname from task_instance ti join dag_run dr "
-                           "using (dag_id, run_id) where ti.dag_id = 'pv_pipeline'")
+    """day -> phase -> the worker that ran it: ``task_instance.hostname``, else (Airflow left it empty for a
+    task that ran: seen once on a loaded machine) the one worker whose private log dir holds the task's log."""
+    rows = deploy.db.query("select dr.data_interval_start, ti.run_id, ti.task_id, ti.hostname from task_instance ti "
+                           "join dag_run dr using (dag_id, run_id) where ti.dag_id = 'pv_pipeline'")
     out: dict[str, dict[str, str]] = {}
-    for start, task_id, host in rows:
+    for start, run_id, task_id, host in rows:
+        if not host:
+            logged = [w for w in deploy.celery.names if any((deploy.celery.home(w) / "logs" / "dag_id=pv_pipeline" /
+                      f"run_id={run_id}" / f"task_id={task_id}").glob("attempt=*.log"))]
+            host = logged[0] if len(logged) == 1 else ""
         out.setdefault(start.astimezone(timezone.utc).date().isoformat(), {})[task_id.rsplit(".", 1)[-1]] = host
     return out
 
