@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from tools import mutants_carry
+from tools.mutants_carry import PKG, carried_kills, killed_before, mutant_key, save_kills  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-PKG = "plugins/exactly_once"
 DB_FILES = ["targets/database.py", "targets/db_claims.py", "targets/db_retries.py", "targets/sql_dialects.py",
             "targets/endpoint.py", "targets/base.py"]
 # row -> (the files whose mutants it counts, the conformance kinds whose share tests them)
@@ -161,13 +161,6 @@ class Spans:
     @staticmethod
     def inside(spans: list, start: tuple[int, int], end: tuple[int, int]) -> bool:
         return any(s <= start and end <= e for s, e in spans)
-
-
-def mutant_key(module: str, definition: str | None, operator: str, diff: str) -> str:
-    """A mutant's name that survives edits elsewhere in its file: module, function, operator and a hash
-    of the changed lines (not their numbers). :data:`tools.mutants_verdicts.VERDICTS` is keyed by it."""
-    core = "\n".join(line.strip() for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-    return f"{module}:{definition or '-'}:{operator.rsplit('/', 1)[-1]}:{hashlib.sha1(core.encode()).hexdigest()[:10]}"
 
 
 def files_hash(tree: Path, files: Iterable[str]) -> str:
@@ -291,38 +284,6 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
         print(f"{row}: {len(items)} mutants, {carried} killed before in unchanged code (kept)", flush=True)
     stamp.write_text(code)
     return db_path
-
-
-def carried_kills(row: str) -> dict[tuple[str, str, str], object]:
-    """The row's kills recorded in :data:`tools.mutants_carry.CARRY` by earlier runs, as results."""
-    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
-
-    return {e: WorkResult(WorkerOutcome.NORMAL, output=f"scope {e[1]}\ncarried: killed by an earlier run "
-                          f"({mutants_carry.CARRY.name})", test_outcome=TestOutcome.KILLED)
-            for e in mutants_carry.load(row)}
-
-
-def save_kills(work: Path, row: str) -> int:
-    """Record the row's kills (its work DB's, carried ones included) in :data:`tools.mutants_carry.CARRY`."""
-    db_path = work / f"{row}.sqlite"
-    return mutants_carry.save(row, killed_before(db_path)) if db_path.exists() else 0
-
-
-def killed_before(db_path: Path) -> dict[tuple[str, str, str], object]:
-    """The killed mutants of an earlier run: (module, source hash of their def, key) -> result. A mutant
-    whose def is unchanged stays killed (tests are only added); every other one runs again."""
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome
-
-    out = {}
-    with use_db(str(db_path), WorkDB.Mode.open) as db:
-        for item, res in db.completed_work_items:
-            m = item.mutations[0]
-            if res.test_outcome is TestOutcome.KILLED and res.output and res.output.startswith("scope "):
-                scope, _, _ = res.output[6:].partition("\n")
-                module = m.module_path.as_posix().split(f"{PKG}/", 1)[-1]
-                out[(module, scope, mutant_key(module, m.definition_name, m.operator_name, res.diff or ""))] = res
-    return out
 
 
 @dataclass(frozen=True)

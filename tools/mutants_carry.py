@@ -4,11 +4,15 @@ A full database row is about 740 mutants, several hours on two cores: more than 
 lives. Each run therefore writes its row's killed mutants here, and the next run - on any machine - starts
 with them killed instead of running them again, as Stryker's incremental mode does with its committed
 report. An entry is ``module``, the source hash of the mutant's ``def`` (its *scope*) and its key
-(:func:`tools.mutants.mutant_key`): a kill carries only while that whole function is unchanged, and only
+(:func:`mutant_key`): a kill carries only while that whole function is unchanged, and only
 because the conformance suite only grows (a test removed or weakened needs ``--fresh``, which ignores this
-file). Survivors are never carried: they run again, so a verdict or a new test answers them."""
+file). Survivors are never carried: they run again, so a verdict or a new test answers them.
+
+Here too: :func:`mutant_key` (a mutant's name across edits), what a run's work DB killed (:func:`killed_before`)
+and the carried kills as cosmic-ray results (:func:`carried_kills`, :func:`save_kills`)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,6 +20,7 @@ from typing import Iterable
 
 Entry = tuple[str, str, str]  # (module, scope, key)
 CARRY = Path(__file__).resolve().parent / "mutants_killed.json"
+PKG = "plugins/exactly_once"
 
 
 def load(row: str, path: Path | None = None) -> set[Entry]:
@@ -41,3 +46,42 @@ def save(row: str, killed: Iterable[Entry], path: Path | None = None) -> int:
     tmp.write_text(json.dumps(dict(sorted(rows.items())), indent=0) + "\n")
     os.replace(tmp, path)
     return len(rows[row])
+
+
+def mutant_key(module: str, definition: str | None, operator: str, diff: str) -> str:
+    """A mutant's name that survives edits elsewhere in its file: module, function, operator and a hash
+    of the changed lines (not their numbers). :data:`tools.mutants_verdicts.VERDICTS` is keyed by it."""
+    core = "\n".join(line.strip() for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+    return f"{module}:{definition or '-'}:{operator.rsplit('/', 1)[-1]}:{hashlib.sha1(core.encode()).hexdigest()[:10]}"
+
+
+def carried_kills(row: str) -> dict[tuple[str, str, str], object]:
+    """The row's kills recorded in :data:`tools.CARRY` by earlier runs, as results."""
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    return {e: WorkResult(WorkerOutcome.NORMAL, output=f"scope {e[1]}\ncarried: killed by an earlier run "
+                          f"({CARRY.name})", test_outcome=TestOutcome.KILLED)
+            for e in load(row)}
+
+
+def save_kills(work: Path, row: str) -> int:
+    """Record the row's kills (its work DB's, carried ones included) in :data:`tools.CARRY`."""
+    db_path = work / f"{row}.sqlite"
+    return save(row, killed_before(db_path)) if db_path.exists() else 0
+
+
+def killed_before(db_path: Path) -> dict[tuple[str, str, str], object]:
+    """The killed mutants of an earlier run: (module, source hash of their def, key) -> result. A mutant
+    whose def is unchanged stays killed (tests are only added); every other one runs again."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
+    out = {}
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        for item, res in db.completed_work_items:
+            m = item.mutations[0]
+            if res.test_outcome is TestOutcome.KILLED and res.output and res.output.startswith("scope "):
+                scope, _, _ = res.output[6:].partition("\n")
+                module = m.module_path.as_posix().split(f"{PKG}/", 1)[-1]
+                out[(module, scope, mutant_key(module, m.definition_name, m.operator_name, res.diff or ""))] = res
+    return out

@@ -1,7 +1,7 @@
 """Verdicts on the survivors of ``make mutants`` (:mod:`tools.mutants`): mutant key -> why it is
 equivalent (no input tells it from the original) or harmless (it changes no row, no marker and no
 decision). A survivor without a verdict is a real one: the suite misses a bug; add a test, not a verdict.
-Keys are :func:`tools.mutants.mutant_key` (module, function, operator, hash of the changed lines), so a
+Keys are :func:`tools.mutants_carry.mutant_key` (module, function, operator, hash of the changed lines), so a
 verdict follows its mutant through edits elsewhere and lapses when the line itself changes; a key prefixed
 with a row and a space (``"postgresql targets/..."``) judges the mutant in that row only."""
 from __future__ import annotations
