@@ -76,22 +76,22 @@ def _hours_table(db, col: str = "hour int") -> tuple[str, DatabaseTarget]:
 
 
 @pytest.mark.parametrize("col,ours,theirs", [("hour int", "hour=03", "hour=3"), ("hour int", "hour=03", "hour=3/dt"),
-                                             ("region varchar(8)", "region=EU", "region=eu")])
+                                             ("hour int", "hour=03", "dt"), ("region varchar(8)", "region=EU", "region=eu")])
 def test_a_partition_another_interval_publishes_in_another_spelling_is_not_deleted(db, tmp_path, col, ours, theirs):
     """A job writing a partition outside its own interval, spelled so that the text claims differ but the
     database finds the values equal (``hour=3`` beside the published ``hour=03`` in an int column, also with
-    its keys in another order; ``eu`` beside ``EU`` under MariaDB's case-insensitive collation): its publish
+    its keys in another order, or the whole day with the hour in its rows; ``eu`` beside ``EU`` under MariaDB's case-insensitive collation): its publish
     would delete the other interval's rows while that interval's marker says published. Refused by the check
     (before the decision) and by the publish; the other interval's rows stay. Where the values differ
     (PostgreSQL's ``EU``/``eu``) both publish."""
     name, t = _hours_table(db, col)
     mine = f"{PART}/{ours}"
-    stray = f"{theirs.split('/')[0]}/{PART}" if theirs.endswith("/dt") else f"{PART}/{theirs}"
-    key = col.split()[0]
+    stray = f"{theirs.split('/')[0]}/{PART}" if theirs.endswith("/dt") else PART if theirs == "dt" else f"{PART}/{theirs}"
+    key = col.split()[0]  # theirs "dt": the whole day, its hour a column of the rows - a key only one side has
     t.check(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]}))  # no commit table yet
     assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]})) == \
         {mine: "published"}
-    staged = stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]})  # the next day's job, off its day
+    staged = stage(tmp_path, {stray: [[{"k": "z", "v": 9, **({"hour": 3} if theirs == "dt" else {})}]]})  # off its day
     rows = lambda: sorted((str(r[0]), str(r[1]), r[2], int(r[3])) for r in db.rows(name, f"dt, {key}, k, v", "k"))
     before = rows()
     if db.kind == "postgresql" and key == "region":  # case-sensitive text: two values, two partitions
