@@ -3,6 +3,7 @@ after), a fresh app_pv-shaped table per test, and readers of the rows and marker
 (``db_url``, ``db``, ``table``) to run each of its tests on both servers (their kinds: ``postgresql``, ``mysql``)."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -56,3 +57,16 @@ def marker(db, table, interval=IV):
     rows = db.run("SELECT epoch, pipeline, sink, partitions, rows_loaded FROM _eo_commits WHERE target = %s AND "
                   "interval_token = %s", (table, interval.token))
     return rows[0] if rows else None
+
+
+def wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> None:
+    """Until another session of this database waits for a lock (the second publisher queued on the marker;
+    ``user_lock``: on the table's partition lock, an advisory lock / GET_LOCK)."""
+    sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+           + (" AND wait_event = 'advisory'" if user_lock else "") if db.kind == "postgresql" else
+           "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'" if user_lock else
+           "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+    end = time.monotonic() + deadline
+    while db.run(sql)[0][0] == 0:
+        assert time.monotonic() < end, "the second publisher never queued on the marker lock"
+        time.sleep(0.15)  # InnoDB refreshes INNODB_TRX only when it was not read for 0.1 s

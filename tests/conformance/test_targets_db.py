@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from datetime import datetime
 
@@ -23,7 +22,8 @@ from exactly_once import Interval, UnsafeIdentifierError
 from exactly_once.errors import TargetSchemaError, TargetUnavailableError
 from exactly_once.targets import DatabaseTarget
 
-from .db_cases import DAY, IV, PART, PORTS, app_rows, db, db_url, expected, marker, table, target  # noqa: F401
+from .db_cases import (DAY, IV, PART, PORTS, app_rows, db, db_url, expected, marker, table, target,  # noqa: F401
+                       wait_until_blocked)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -67,99 +67,6 @@ def test_replace_empties_partitions_a_reprocess_no_longer_produces(db, tmp_path)
     t.publish(txn(epoch=2), stage(tmp_path, {f"{PART}/hour=00": [[{"k": "a", "v": 10}]]}))
     rows = [(str(r[0]), int(r[1]), r[2], int(r[3])) for r in db.rows(name, "dt, hour, k, v", "dt, hour, k")]
     assert rows == [(DAY, 0, "a", 10), ("2026-01-02", 0, "n", 9)]
-
-
-def _hours_table(db, col: str = "hour int") -> tuple[str, DatabaseTarget]:
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, {col} NOT NULL, k varchar(20) NOT NULL, v int)")
-    return name, target(db, name, commit_table=f"c_{name}")  # its own: a check may come before any marker
-
-
-@pytest.mark.parametrize("col,ours,theirs", [("hour int", "hour=03", "hour=3"), ("hour int", "hour=03", "hour=3/dt"),
-                                             ("hour int", "hour=03", "dt"), ("region varchar(8)", "region=EU", "region=eu")])
-def test_a_partition_another_interval_publishes_in_another_spelling_is_not_deleted(db, tmp_path, col, ours, theirs):
-    """A job writing a partition outside its own interval, spelled so that the text claims differ but the
-    database finds the values equal (``hour=3`` beside the published ``hour=03`` in an int column, also with
-    its keys in another order, or the whole day with the hour in its rows; ``eu`` beside ``EU`` under MariaDB's case-insensitive collation): its publish
-    would delete the other interval's rows while that interval's marker says published. Refused by the check
-    (before the decision) and by the publish; the other interval's rows stay. Where the values differ
-    (PostgreSQL's ``EU``/``eu``) both publish."""
-    name, t = _hours_table(db, col)
-    mine = f"{PART}/{ours}"
-    stray = f"{theirs.split('/')[0]}/{PART}" if theirs.endswith("/dt") else PART if theirs == "dt" else f"{PART}/{theirs}"
-    key = col.split()[0]  # theirs "dt": the whole day, its hour a column of the rows - a key only one side has
-    t.check(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]}))  # no commit table yet
-    assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]})) == \
-        {mine: "published"}
-    staged = stage(tmp_path, {stray: [[{"k": "z", "v": 9, **({"hour": 3} if theirs == "dt" else {})}]]})  # off its day
-    rows = lambda: sorted((str(r[0]), str(r[1]), r[2], int(r[3])) for r in db.rows(name, f"dt, {key}, k, v", "k"))
-    before = rows()
-    if db.kind == "postgresql" and key == "region":  # case-sensitive text: two values, two partitions
-        assert t.publish(txn("2026-01-02", epoch=1), staged) == {stray: "published"}
-        assert rows() == sorted(before + [(DAY, "eu", "z", 9)])
-        return
-    for step in (t.check, t.publish):
-        with pytest.raises(TargetSchemaError, match=f"interval {IV.token}") as err:
-            step(txn("2026-01-02", epoch=1), staged)
-        assert "outside its own interval" in str(err.value), err.value
-        assert rows() == before and t.live_epoch(IV) == 1
-    assert t.live_epoch(Interval.daily("2026-01-02")) is None
-    # the interval's own reprocess still replaces its rows, in either spelling
-    assert t.publish(txn(epoch=2), stage(tmp_path, {mine: [[{"k": "c", "v": 3}]]})) == {mine: "published"}
-    assert [r[2:] for r in rows()] == [("c", 3)]
-
-
-@pytest.mark.parametrize("empty", [False, True])
-def test_a_stray_partition_published_first_refuses_the_owner_and_loses_nothing(db, tmp_path, empty):
-    """The other order: the stray (``hour=3`` of the next day's job, with rows or empty) is published before
-    the owner's interval; the owner's first publish of ``hour=03`` is refused then - an empty partition is
-    claimed too: accepted, the stray job's next run would delete the owner's rows while its marker says
-    published - nothing is lost, and once the stray is fixed (its job run again without it) the owner
-    publishes."""
-    name, t = _hours_table(db)
-    stray, mine = f"{PART}/hour=3", f"{PART}/hour=03"
-    assert t.publish(txn("2026-01-02", epoch=1), stage(tmp_path, {stray: [] if empty else [[{"k": "z", "v": 9}]]})) \
-        == {stray: "published"}
-    for step in (t.check, t.publish):
-        with pytest.raises(TargetSchemaError, match="interval 20260102"):
-            step(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}]]}))
-    assert db.rows(name, "k", "k") == ([] if empty else [("z",)]) and t.live_epoch(IV) is None
-    fixed = {"dt=2026-01-02/hour=3": [[{"k": "y", "v": 8}]]}  # the next day's job writes its own day
-    assert t.publish(txn("2026-01-02", epoch=2), stage(tmp_path, fixed)) == {"dt=2026-01-02/hour=3": "published"}
-    assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}]]})) == {mine: "published"}
-    assert [(str(r[0]), int(r[1]), r[2]) for r in db.rows(name, "dt, hour, k", "k")] == \
-        [(DAY, 3, "a"), ("2026-01-02", 3, "y")]
-
-
-def test_a_first_publish_racing_a_stray_of_its_partition_is_seen_by_it(db, tmp_path, monkeypatch):
-    """The owner's first publish of ``hour=03`` has loaded its rows, not yet committed; the stray ``hour=3``
-    of another interval is published meanwhile. It must queue on the table's partition lock (seen waiting)
-    and, once the owner commits, see its rows and be refused - not delete them (its delete reads the latest
-    committed rows, its check would have found none)."""
-    name, t = _hours_table(db)
-    mine, stray = f"{PART}/hour=03", f"{PART}/hour=3"
-    real_load, result = DatabaseTarget._load, {}
-
-    def load(self, *args):
-        out = real_load(self, *args)
-        if "thread" not in result:
-            def other() -> None:
-                try:
-                    result["b"] = target(db, name, commit_table=f"c_{name}").publish(txn("2026-01-02", epoch=1),
-                                                           stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]}))
-                except TargetSchemaError as exc:
-                    result["b"] = exc
-            result["thread"] = threading.Thread(target=other)
-            result["thread"].start()
-            _wait_until_blocked(db, user_lock=True)
-        return out
-
-    monkeypatch.setattr(DatabaseTarget, "_load", load)
-    assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]})) == \
-        {mine: "published"}
-    result["thread"].join(120)
-    assert isinstance(result["b"], TargetSchemaError), result["b"]
-    assert db.rows(name, "k", "k") == [("a",), ("b",)] and t.live_epoch(IV) == 1
 
 
 def test_replace_by_interval_column(db, tmp_path):
@@ -241,19 +148,6 @@ def test_duplicate_keys_in_the_staged_rows_publish_nothing(db, table, tmp_path):
 
 
 # ------------------------------------------------------------------------- two publishers at once
-def _wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> None:
-    """Until another session of this database waits for a lock (the second publisher queued on the marker;
-    ``user_lock``: on the table's partition lock, an advisory lock / GET_LOCK)."""
-    sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-           + (" AND wait_event = 'advisory'" if user_lock else "") if db.kind == "postgresql" else
-           "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'" if user_lock else
-           "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
-    end = time.monotonic() + deadline
-    while db.run(sql)[0][0] == 0:
-        assert time.monotonic() < end, "the second publisher never queued on the marker lock"
-        time.sleep(0.15)  # InnoDB refreshes INNODB_TRX only when it was not read for 0.1 s
-
-
 @pytest.mark.parametrize("a_epoch,b_epoch,b_verdict", [(2, 2, "already"), (3, 2, "superseded"),
                                                        (2, 3, "published")])
 def test_two_publishers_at_once_one_marker_wins(db, table, tmp_path, monkeypatch, a_epoch, b_epoch, b_verdict):
@@ -275,7 +169,7 @@ def test_two_publishers_at_once_one_marker_wins(db, table, tmp_path, monkeypatch
             thread = threading.Thread(target=lambda: result.update(b=b.publish(txn(epoch=b_epoch), b_staged)))
             thread.start()
             result["thread"] = thread
-            _wait_until_blocked(db)
+            wait_until_blocked(db)
         return real_load(self, *args)
 
     monkeypatch.setattr(DatabaseTarget, "_load", load)
