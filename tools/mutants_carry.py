@@ -56,7 +56,7 @@ def mutant_key(module: str, definition: str | None, operator: str, diff: str) ->
 
 
 def carried_kills(row: str) -> dict[tuple[str, str, str], object]:
-    """The row's kills recorded in :data:`tools.CARRY` by earlier runs, as results."""
+    """The row's kills recorded in :data:`CARRY` by earlier runs, as results."""
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     return {e: WorkResult(WorkerOutcome.NORMAL, output=f"scope {e[1]}\ncarried: killed by an earlier run "
@@ -65,7 +65,7 @@ def carried_kills(row: str) -> dict[tuple[str, str, str], object]:
 
 
 def save_kills(work: Path, row: str) -> int:
-    """Record the row's kills (its work DB's, carried ones included) in :data:`tools.CARRY`."""
+    """Record the row's kills (its work DB's, carried ones included) in :data:`CARRY`."""
     db_path = work / f"{row}.sqlite"
     return save(row, killed_before(db_path)) if db_path.exists() else 0
 
