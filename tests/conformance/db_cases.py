@@ -62,10 +62,13 @@ def marker(db, table, interval=IV):
 def wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> None:
     """Until another session of this database waits for a lock (the second publisher queued on the marker;
     ``user_lock``: on the table's partition lock, an advisory lock / GET_LOCK)."""
-    sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-           + (" AND wait_event = 'advisory'" if user_lock else "") if db.kind == "postgresql" else
-           "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'" if user_lock else
-           "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+    if db.kind == "postgresql":
+        sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+               + (" AND wait_event = 'advisory'" if user_lock else ""))
+    elif user_lock:
+        sql = "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'"
+    else:
+        sql = "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
     end = time.monotonic() + deadline
     while db.run(sql)[0][0] == 0:
         assert time.monotonic() < end, "the second publisher never queued on the marker lock"
