@@ -6,6 +6,9 @@ verdict follows its mutant through edits elsewhere and lapses when the line itse
 with a row and a space (``"postgresql targets/..."``) judges the mutant in that row only."""
 from __future__ import annotations
 
+# endpoint.py's DEFAULT_PORTS mutants by dialect (the key's hash of the changed line: one up, one down)
+PORT_MUTANTS = {"postgresql": ("05de6442c6", "4bc6acac07"), "mysql": ("c5f51742f6", "f260b0548c"),
+                "redis": ("30f5a40281", "6880ef7bcc")}
 TUNING = ("equivalent: a tuning constant (a timeout, a SCAN batch size, a retry budget, a file mode) - one more "
           "or less changes no row, marker or decision")
 MESSAGE = "harmless: it changes only the text of a description, an error or its hint, never what is published"
@@ -200,14 +203,17 @@ VERDICTS: dict[str, str] = {
         "equivalent: an Endpoint is never mutated; frozen only guards",
     "targets/endpoint.py:Endpoint:ReplaceFalseWithTrue:39e2a4defc":
         "equivalent: every Endpoint is built by resolve(), which sets tls from the URL's scheme",
-    # every target row counts endpoint.py's default ports; each is killed in its own row
-    # (test_targets_db.py / test_targets_redis.py: a URL without a port), equivalent in the others
-    **{f"targets/endpoint.py:-:NumberReplacer:{h}": ("equivalent in the other rows: another dialect's default "
-                                                     "port; its own row's test of a URL without a port kills it")
-       for h in ("05de6442c6", "4bc6acac07", "c5f51742f6", "f260b0548c", "30f5a40281", "6880ef7bcc")},
+    # every row with endpoint.py counts its three default ports (5432, 3306, 6379, each one up and one down);
+    # each is equivalent in the other rows only, and killed in its own (test_targets_db_access.py,
+    # test_targets_redis.py: a URL without a port)
+    **{f"{row} targets/endpoint.py:-:NumberReplacer:{h}": ("equivalent in this row: another dialect's default "
+                                                           "port; its own row's test of a URL without a port kills it")
+       for row in PORT_MUTANTS for other, hashes in PORT_MUTANTS.items() if other != row for h in hashes},
     # databases
     "targets/database.py:__post_init__:ReplaceComparisonOperator_Lt_LtE:8ef8a3c37f": CONFIG,
     "targets/db_claims.py:claim_table:ReplaceOrWithAnd:c8d532c32b": MESSAGE,
+    "targets/database.py:_load:NumberReplacer:23ce63ff2e":
+        "equivalent: `counted` is a one-element list (the batches' running row count): [-1] is [0]",
     "targets/db_claims.py:refuse_same_partitions:NumberReplacer:9155fd0e57":
         "equivalent: the per-table lock's name keeps 41 hex digits of the table's hash instead of 40 - still one "
         "name per table, well under MariaDB's 64 characters",

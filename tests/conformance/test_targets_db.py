@@ -124,6 +124,9 @@ def test_upsert_reprocess_updates_and_keeps_keys_it_no_longer_produces(db, table
     v1 = pv_rows("k", 10)
     assert t.publish(txn(epoch=1), stage(tmp_path, {PART: split(v1, 2)})) == {PART: "published"}
     v2 = [{**r, "pv": r["pv"] + 1000} for r in v1[:5]]  # the reprocess produces only the first five keys
+    # ... published by the target rebuilt from its binding's spec (``eo recover``, a child process): same keys
+    t = DatabaseTarget.from_spec(json.loads(json.dumps(t.binding()["spec"])), url=db.url)
+    assert t.key_columns == ("dt", "app_id")
     assert t.publish(txn(epoch=2), stage(tmp_path, {PART: [v2]})) == {PART: "published"}
     assert t.publish(txn(epoch=2), stage(tmp_path, {PART: [v2]})) == {PART: "already"}
     assert app_rows(db, table) == sorted(expected(v2) + expected(v1[5:]))  # upsert never deletes
