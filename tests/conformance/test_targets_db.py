@@ -90,6 +90,22 @@ def test_replace_by_interval_column(db, tmp_path):
     assert got == [("d", 2), ("x", 1), ("y", 1)]
 
 
+def _hour_and_day(db, tmp_path):
+    """A table replaced by ``event_time``; its target; the hour 05:00-06:00 and the day holding it, each with a
+    row at its own time; and the staged version of each (``version(which, k)``)."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    ts_type = "timestamptz" if db.kind == "postgresql" else "datetime(6)"
+    db.run(f"CREATE TABLE {db.q(name)} (event_time {ts_type} NOT NULL, k varchar(20) NOT NULL)")
+    t = target(db, name, interval_column="event_time", partition_columns=False)
+    schema = pa.schema([("event_time", pa.timestamp("us", tz="UTC")), ("k", pa.string())])
+    ivs = {"hour": (Interval(IV.start.replace(hour=5), IV.start.replace(hour=6)), "05:30"), "day": (IV, "10:30")}
+
+    def version(which: str, k: str):
+        at = datetime.fromisoformat(f"{DAY}T{ivs[which][1]}:00+00:00")
+        return stage(tmp_path, {PART: [[{"event_time": at, "k": k}]]}, schema)
+    return name, t, {w: iv for w, (iv, _) in ivs.items()}, version
+
+
 @pytest.mark.parametrize("first", ["hour", "day"])
 def test_an_interval_overlapping_a_published_one_is_refused_by_the_check(db, tmp_path, first):
     """replace by ``interval_column``: an hour, then the day holding it (or the reverse) into one table. The
@@ -97,25 +113,45 @@ def test_an_interval_overlapping_a_published_one_is_refused_by_the_check(db, tmp
     target's own ``check`` - before the decision - refuses it, and so does its publish."""
     from exactly_once.ids import TxnRef
 
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    ts_type = "timestamptz" if db.kind == "postgresql" else "datetime(6)"
-    db.run(f"CREATE TABLE {db.q(name)} (event_time {ts_type} NOT NULL, k varchar(20) NOT NULL)")
-    t = target(db, name, interval_column="event_time", partition_columns=False)
-    schema = pa.schema([("event_time", pa.timestamp("us", tz="UTC")), ("k", pa.string())])
-    hour = Interval(IV.start.replace(hour=5), IV.start.replace(hour=6))
-    ivs = {"hour": (hour, "05:30"), "day": (IV, "10:30")}
-    (iv1, at1), (iv2, at2) = [ivs[first], ivs["day" if first == "hour" else "hour"]]
-
-    def version(at: str, k: str):
-        return stage(tmp_path, {PART: [[{"event_time": datetime.fromisoformat(f"{DAY}T{at}:00+00:00"), "k": k}]]},
-                     schema)
-
-    assert t.publish(TxnRef("p", "s", iv1, 1), version(at1, first)) == {PART: "published"}
-    second = TxnRef("p", "s", iv2, 1)
+    name, t, ivs, version = _hour_and_day(db, tmp_path)
+    other = "day" if first == "hour" else "hour"
+    assert t.publish(TxnRef("p", "s", ivs[first], 1), version(first, first)) == {PART: "published"}
     for step in (t.check, t.publish):
         with pytest.raises(TargetSchemaError, match="overlaps"):
-            step(second, version(at2, "second"))
-    assert [r[0] for r in db.rows(name, "k")] == [first] and t.live_epoch(iv1) == 1 and t.live_epoch(iv2) is None
+            step(TxnRef("p", "s", ivs[other], 1), version(other, "second"))
+    assert [r[0] for r in db.rows(name, "k")] == [first] and t.live_epoch(ivs[first]) == 1
+    assert t.live_epoch(ivs[other]) is None
+
+
+def test_two_first_publishes_of_overlapping_intervals_queue_and_the_second_is_refused(db, tmp_path, monkeypatch):
+    """The hour's first publish has loaded its rows, not yet committed; the day holding it publishes meanwhile.
+    Its overlap check must queue behind the hour's (on the table's lock, also unclaimed) and then see the hour's marker
+    and be refused - not find no published marker, delete the hour's rows and publish beside it."""
+    from exactly_once.ids import TxnRef
+
+    name, t, ivs, version = _hour_and_day(db, tmp_path)
+    real_load, result = DatabaseTarget._load, {}
+
+    def load(self, *args):
+        out = real_load(self, *args)
+        if "thread" not in result:
+            def day() -> None:
+                try:
+                    result["day"] = target(db, name, interval_column="event_time", partition_columns=False).publish(
+                        TxnRef("p", "s", ivs["day"], 1), version("day", "day"))
+                except TargetSchemaError as exc:
+                    result["day"] = exc
+            result["thread"] = threading.Thread(target=day)
+            result["thread"].start()
+            wait_until_blocked(db, user_lock=True)  # on the table's lock
+        return out
+
+    monkeypatch.setattr(DatabaseTarget, "_load", load)
+    assert t.publish(TxnRef("p", "s", ivs["hour"], 1), version("hour", "hour")) == {PART: "published"}
+    result["thread"].join(120)
+    assert isinstance(result["day"], TargetSchemaError) and "overlaps" in str(result["day"]), result["day"]
+    assert [r[0] for r in db.rows(name, "k")] == ["hour"] and t.live_epoch(ivs["hour"]) == 1
+    assert t.live_epoch(ivs["day"]) is None
 
 
 # ------------------------------------------------------------------------- upsert

@@ -173,11 +173,12 @@ def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: st
     """replace by ``column``: TargetSchemaError if another interval published into ``table`` (a marker of
     epoch > 0) overlaps ``iv`` (an hour, then the day holding it): deleting ``iv``'s range would wipe its
     rows while its marker says published. Checked at an interval's first publish, so two overlapping
-    intervals never both hold markers; ``lock``: under the table's claim row, so two first publishes of
-    overlapping intervals run one after the other (the second sees the first's marker)."""
+    intervals never both hold markers; ``lock``: under the table's lock (:func:`lock_table`), so two first
+    publishes of overlapping intervals run one after the other (the second sees the first's marker) - also
+    where no pipeline claimed the table (there was no claim row to lock)."""
     ct = d.table(commit_table)
     if lock:
-        cur.execute(f"SELECT epoch FROM {ct} WHERE target = %s AND interval_token = %s FOR UPDATE", (table, CLAIM))
+        lock_table(d, cur, table, name)
     cur.execute(f"SELECT interval_token FROM {ct} WHERE target = %s AND interval_token <> %s AND interval_token "
                 "<> %s AND epoch > 0 AND interval_start < %s AND interval_end > %s",
                 (table, iv.token, CLAIM, bounds[1], bounds[0]))
@@ -196,6 +197,16 @@ TABLE_LOCK = {"postgresql": "SELECT 1, pg_advisory_xact_lock(hashtext(%s))", "my
 PROBE = {"postgresql": "CREATE TEMPORARY TABLE {name} ON COMMIT DROP AS ", "mysql": "CREATE TEMPORARY TABLE {name} AS "}
 
 
+def lock_table(d: Dialect, cur: Any, table: str, name: str) -> None:
+    """Take ``table``'s lock for a publish that brings it what is new (an interval's first marker, partitions
+    new to it): PostgreSQL's advisory lock, to the transaction's end; MariaDB's ``GET_LOCK``, to the session's
+    (the attempt's connection). Named by where the table resolves, so two spellings of one table share it."""
+    key = "eo-parts-" + hashlib.sha1(".".join(d.identity(cur, table)).encode()).hexdigest()[:40]
+    cur.execute(TABLE_LOCK[d.name], (key,))
+    if cur.fetchone()[0] != 1:
+        raise TargetUnavailableError(f"{name}: waited 10 minutes for {table}'s lock; publish again")
+
+
 def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
                            info: TableInfo, new: list[str]) -> None:
     """replace by partition columns, for the partitions ``new`` to the interval (not in its marker):
@@ -209,10 +220,7 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
     the second sees the first's marker; the interval's own partitions were checked when they were new."""
     if not new or d.table_info(cur, commit_table) is None:  # a check before the first publish: no markers yet
         return
-    key = "eo-parts-" + hashlib.sha1(".".join(d.identity(cur, table)).encode()).hexdigest()[:40]
-    cur.execute(TABLE_LOCK[d.name], (key,))
-    if cur.fetchone()[0] != 1:
-        raise TargetUnavailableError(f"{name}: waited 10 minutes for {table}'s partition lock; publish again")
+    lock_table(d, cur, table, name)
 
     def columns(part: str) -> dict[str, str] | None:  # {table column: value}; None: a key is no column
         values = partition_values(part)
