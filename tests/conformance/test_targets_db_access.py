@@ -1,17 +1,20 @@
 """The database targets' endpoints and credentials against the real servers (PostgreSQL and MariaDB on
 loopback), each test on both: a URL without a port, credentials only in an Airflow connection, and no password
-in any text a user can see (repr, describe, errors, logs) - a driver's own error quoting it included."""
+in any text a user can see (repr, describe, errors, logs) - a driver's own error quoting it included; and what a
+connection may lack (a default database, the right to create temporary tables), each refused saying what to do."""
 from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime, timedelta, timezone
 from urllib.parse import quote
 
 import pytest
 from target_helpers import pv_rows, stage, txn
 
-from exactly_once import ConfigError
+from exactly_once import ConfigError, Interval
 from exactly_once.errors import TargetSchemaError, TargetUnavailableError
+from exactly_once.ids import TxnRef
 from exactly_once.targets import DatabaseTarget
 
 from .db_cases import PART, PORTS, app_rows, db, db_url, expected, table  # noqa: F401
@@ -128,3 +131,74 @@ def test_a_driver_error_quoting_the_password_is_redacted(db, table, tmp_path, mo
     with pytest.raises((TargetUnavailableError, ConfigError)) as err:
         t.publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
     assert secret not in str(err.value) and "***" in str(err.value), err.value
+
+
+# ------------------------------------------------------------------------- what the connection lacks
+def _hours(db) -> tuple[str, object]:
+    """A table replaced by partition columns dt/hour (an interval's second publish compares its partitions with
+    the first's: the guard's temporary tables), and the staged hour ``h`` of 2026-01-01."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, hour int NOT NULL, k varchar(20) NOT NULL)")
+    def hour(tmp_path, h: int):
+        start = datetime(2026, 1, 1, h, tzinfo=timezone.utc)
+        return (TxnRef("p", "s", Interval(start, start + timedelta(hours=1)), 1),
+                stage(tmp_path, {f"dt=2026-01-01/hour={h:02d}": [[{"k": f"k{h}"}]]}))
+    return name, hour
+
+
+def test_a_connection_naming_no_database_publishes_into_qualified_tables(db, tmp_path):
+    """MariaDB: a URL (or Airflow connection) without a database, the table and commit table qualified as
+    ``database.table``: every interval publishes - the partition guard's temporary tables go into the table's
+    database. Unqualified names without a database are refused with what to do, not as an outage."""
+    if db.kind != "mysql":
+        pytest.skip("mysql: PostgreSQL always connects to a database; a dotted name there is a schema")
+    name, hour = _hours(db)
+    database = db.url.rsplit("/", 1)[1]
+    url = db.url.rsplit("/", 1)[0]
+    t = DatabaseTarget(f"{database}.{name}", url=url, commit_table=f"{database}.c_{name}", retries=0)
+    for h in (3, 4):
+        assert t.publish(*hour(tmp_path, h)) == {f"dt=2026-01-01/hour={h:02d}": "published"}
+    assert sorted(r[0] for r in db.rows(name, "k")) == ["k3", "k4"]
+    with pytest.raises(ConfigError, match=r"names no database.*qualify table and commit_table"):
+        DatabaseTarget(f"{database}.{name}", url=url, retries=0).publish(*hour(tmp_path, 5))
+
+
+def test_a_user_who_may_not_create_temporary_tables_is_told_the_grant(db, tmp_path):
+    """A loader without the right to create temporary tables (MariaDB: no CREATE TEMPORARY TABLES; PostgreSQL:
+    TEMPORARY revoked from PUBLIC) publishes an interval's first partitions; the next interval's, compared with
+    them in two temporary tables, is refused naming the GRANT - nothing of it published -, and after the grant
+    it publishes."""
+    name, hour = _hours(db)
+    database, user = db.url.rsplit("/", 1)[1], f"eo_tmp_{uuid.uuid4().hex[:8]}"
+    hosts = ("%", "localhost", "127.0.0.1")
+    if db.kind == "mysql":
+        for host in hosts:
+            db.run(f"CREATE USER '{user}'@'{host}'")
+            db.run(f"GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP ON `{database}`.* TO "
+                   f"'{user}'@'{host}'")
+        grant = [f"GRANT CREATE TEMPORARY TABLES ON `{database}`.* TO '{user}'@'{host}'" for host in hosts]
+    else:
+        db.run(f'REVOKE TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
+        db.run(f"CREATE ROLE {user} LOGIN")
+        db.run(f"GRANT ALL ON SCHEMA public TO {user}")
+        db.run(f"GRANT ALL ON {db.q(name)} TO {user}")
+        grant = [f'GRANT TEMPORARY ON DATABASE "{database}" TO {user}']
+    try:
+        t = DatabaseTarget(name, url=db.url.replace("://root@", f"://{user}@").replace("://postgres@", f"://{user}@"),
+                           commit_table=f"c_{name}", retries=0)
+        assert t.publish(*hour(tmp_path, 3)) == {"dt=2026-01-01/hour=03": "published"}
+        for step in ("check", "publish"):
+            with pytest.raises(ConfigError, match=r"may not create them.*GRANT.*TEMPORARY.*then publish again"):
+                getattr(t, step)(*hour(tmp_path, 4))
+        assert [r[0] for r in db.rows(name, "k")] == ["k3"]
+        for sql in grant:
+            db.run(sql)
+        assert t.publish(*hour(tmp_path, 4)) == {"dt=2026-01-01/hour=04": "published"}
+        assert sorted(r[0] for r in db.rows(name, "k")) == ["k3", "k4"]
+    finally:
+        if db.kind == "mysql":
+            for host in hosts:
+                db.run(f"DROP USER IF EXISTS '{user}'@'{host}'")
+        else:
+            db.run(f"DROP OWNED BY {user}")
+            db.run(f"DROP ROLE {user}")

@@ -17,10 +17,11 @@ whatever the commit table. Both claims are made at bind and checked in every pub
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from typing import Any
+from typing import Any, Iterator
 
-from ..errors import OwnershipError, TargetSchemaError, TargetUnavailableError
+from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
 from ..ids import Interval
 from ..records.ownership import Owner, refuse_other_owner
 from .base import partition_values
@@ -234,16 +235,39 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
     ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
     if not theirs or not ours:
         return
-    equal = _equal_values(d, cur, table, ours, theirs)
+    for part, token, other in _same_partitions(_equal_values(d, cur, table, ours, theirs), ours, theirs):
+        raise TargetSchemaError(
+            f"{name}: partition {part!r} is, for the database, partition {other!r} that interval {token} "
+            f"published into {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
+            "and eu under a case-insensitive collation); replacing it would delete that interval's rows. "
+            "One of the two jobs writes a partition outside its own interval: fix it (each interval's "
+            "partitions with its own values, in one spelling) and run that interval again")
+
+
+def _same_partitions(equal: set[tuple[str, str, str]], ours: list, theirs: list) -> Iterator[tuple[str, str, str]]:
+    """(our partition, their interval, their partition) of each of ours equal to one of theirs: every column both
+    have holds equal values (``equal``: the database's pairs). Indexed - their partitions by their values over the
+    columns shared with ours, looked up by the spellings equal to ours -, not every pair: a year of hourly
+    partitions against a publish of a thousand is not 10^7 comparisons."""
+    same: dict[tuple[str, str], list[str]] = {}  # (column, our spelling) -> their spellings the database finds equal
+    for c, v, w in sorted(equal):
+        same.setdefault((c, v), []).append(w)
+    by_keys: dict[tuple[str, ...], list[tuple[str, str, dict[str, str]]]] = {}  # theirs by key set, in order
+    for token, other, cols in theirs:
+        by_keys.setdefault(tuple(sorted(cols)), []).append((token, other, cols))
+    index: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[tuple[str, ...], tuple[str, str]]] = {}
     for part, mine in ours:
-        for token, other, cols in theirs:
-            if all((c, mine[c], cols[c]) in equal for c in mine.keys() & cols.keys()):
-                raise TargetSchemaError(
-                    f"{name}: partition {part!r} is, for the database, partition {other!r} that interval {token} "
-                    f"published into {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
-                    "and eu under a case-insensitive collation); replacing it would delete that interval's rows. "
-                    "One of the two jobs writes a partition outside its own interval: fix it (each interval's "
-                    "partitions with its own values, in one spelling) and run that interval again")
+        for keys, group in by_keys.items():
+            shared = tuple(sorted(mine.keys() & set(keys)))
+            if (shared, keys) not in index:  # the first of the group by its values over `shared`
+                index[shared, keys] = {}
+                for token, other, cols in group:
+                    index[shared, keys].setdefault(tuple(cols[c] for c in shared), (token, other))
+            found = index[shared, keys]
+            for values in itertools.product(*(same.get((c, mine[c]), ()) for c in shared)):
+                if values in found:
+                    yield part, *found[values]
+                    break
 
 
 def _equal_values(d: Dialect, cur: Any, table: str, ours: list, theirs: list) -> set[tuple[str, str, str]]:
@@ -253,17 +277,33 @@ def _equal_values(d: Dialect, cur: Any, table: str, ours: list, theirs: list) ->
     cols = sorted({c for _, mine in ours for c in mine} | {c for *_, cs in theirs for c in cs})
     spelled = {"eo_ours": sorted({(c, v) for _, mine in ours for c, v in mine.items()}),
                "eo_theirs": sorted({(c, v) for *_, cs in theirs for c, v in cs.items()})}
+    # MariaDB's temporary tables live in a database: the table's own (a connection may name none)
+    database = d.identity(cur, table)[0]
+    at = f"{d.quote(database)}." if d.name == "mysql" else ""
     for side, values in spelled.items():
-        cur.execute(PROBE[d.name].format(name=side) + "SELECT 0 AS eo_col, 0 AS eo_id, " + ", ".join(
-            f"t.{d.quote(c)}" for c in cols) + f" FROM (SELECT 1 AS one) x LEFT JOIN {d.table(table)} t ON 1 = 0 "
-            "WHERE 1 = 0")
+        try:
+            cur.execute(PROBE[d.name].format(name=at + side) + "SELECT 0 AS eo_col, 0 AS eo_id, " + ", ".join(
+                f"t.{d.quote(c)}" for c in cols) + f" FROM (SELECT 1 AS one) x LEFT JOIN {d.table(table)} t ON 1 = 0 "
+                "WHERE 1 = 0")
+        except Exception as exc:
+            if d.classify(exc) != "permission":
+                raise
+            if d.name == "mysql":
+                grant = f"GRANT CREATE TEMPORARY TABLES ON {d.quote(database)}.* TO <user>"
+            else:
+                cur.connection.rollback()  # (the failed statement ended the transaction)
+                cur.execute("SELECT current_database()")
+                grant = f"GRANT TEMPORARY ON DATABASE {d.quote(cur.fetchone()[0])} TO <user>"
+            raise ConfigError(f"{table}: a publish that brings partitions new to its interval compares them with the "
+                              "other intervals' partitions in two temporary tables, and the database user may not "
+                              f"create them ({' '.join(str(exc).split())}). {grant}, then publish again") from None
         rows = [(cols.index(c), i, *(v if c == other else None for other in cols)) for i, (c, v) in enumerate(values)]
         for i in range(0, len(rows), 500):
             chunk = rows[i:i + 500]
-            cur.execute(f"INSERT INTO {side} VALUES " + ", ".join(
+            cur.execute(f"INSERT INTO {at}{side} VALUES " + ", ".join(
                 "(" + ", ".join(["%s"] * (len(cols) + 2)) + ")" for _ in chunk), tuple(x for r in chunk for x in r))
-    cur.execute("SELECT a.eo_id, b.eo_id FROM eo_ours a JOIN eo_theirs b ON a.eo_col = b.eo_col AND (" + " OR ".join(
-        f"a.{d.quote(c)} = b.{d.quote(c)}" for c in cols) + ")")
+    cur.execute(f"SELECT a.eo_id, b.eo_id FROM {at}eo_ours a JOIN {at}eo_theirs b ON a.eo_col = b.eo_col AND (" +
+                " OR ".join(f"a.{d.quote(c)} = b.{d.quote(c)}" for c in cols) + ")")
     found = cur.fetchall()
-    cur.execute(("DROP TABLE" if d.name == "postgresql" else "DROP TEMPORARY TABLE") + " eo_ours, eo_theirs")
+    cur.execute(("DROP TABLE" if d.name == "postgresql" else "DROP TEMPORARY TABLE") + f" {at}eo_ours, {at}eo_theirs")
     return {(c, v, spelled["eo_theirs"][b][1]) for a, b in found for c, v in [spelled["eo_ours"][a]]}

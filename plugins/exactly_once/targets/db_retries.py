@@ -54,6 +54,10 @@ def error(where: str, exc: BaseException, kind: str, ep: Endpoint, retries: int)
     if kind == "schema":
         return TargetSchemaError(f"{where}: the database refused the rows: {msg}. The transaction rolled back, "
                                  "nothing was published; fix the table or the job's output")
+    if kind == "config":
+        return ConfigError(f"{where}: {msg}. The connection names no database and a table name does not either: "
+                           "give the connection one (the Airflow connection's schema, the URL's /database) or "
+                           "qualify table and commit_table (database.table), then publish again")
     if kind == "permission":
         return ConfigError(f"{where}: the database user lacks a privilege: {msg}. Grant it (MySQL: also "
                            "local_infile=ON on the server for LOAD DATA LOCAL) and commit again")

@@ -143,7 +143,8 @@ class Dialect(ABC):
 
     @abstractmethod
     def classify(self, exc: BaseException) -> str | None:
-        """``schema`` | ``transient`` | ``unavailable`` | ``permission`` | None (not a database error)."""
+        """``schema`` | ``transient`` | ``unavailable`` | ``permission`` | ``config`` | None (not a database
+        error)."""
 
     def prepare(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Columns the CSV bulk path can carry exactly; refuses nested and binary columns."""
@@ -489,6 +490,8 @@ class MySQL(Dialect):
             return "unavailable"
         if code in _MY_PERMISSION:
             return "permission"
+        if code == 1046:  # "No database selected": the connection names none, a table name neither
+            return "config"
         if code in _MY_SCHEMA or isinstance(exc, (pymysql.err.DataError, pymysql.err.IntegrityError,
                                                   pymysql.err.ProgrammingError)):
             return "schema"
