@@ -218,11 +218,11 @@ VERDICTS: dict[str, str] = {
     "targets/db_retries.py:rollback_quietly:AddNot:21c25eca6b":
         ("equivalent: its one caller (with_retries) closes the connection right after, in `finally`, and the "
          "server rolls back what a closed session left open; with no connection, None.rollback() is swallowed"),
-    "targets/sql_dialects.py:prefetch:NumberReplacer:02fe3a5598": TUNING,
-    "targets/sql_dialects.py:prefetch:ReplaceTrueWithFalse:b4055e0a28":
+    "targets/csv_rows.py:prefetch:NumberReplacer:02fe3a5598": TUNING,
+    "targets/csv_rows.py:prefetch:ReplaceTrueWithFalse:b4055e0a28":
         ("harmless: the prefetch thread ends with its consumer (the generator's finally stops it); daemon only "
          "matters to an interpreter exiting while it runs, which the publish never leaves behind"),
-    "targets/sql_dialects.py:_csv_chunks:AddNot:84e494e6ba":
+    "targets/csv_rows.py:csv_chunks:AddNot:84e494e6ba":
         ("equivalent on every pyarrow the lock pins (WriteOptions has null_string: NATIVE_NULL_STRING), where "
          "refill is b'' either way; on an older pyarrow the mutant sets a null_string pyarrow lacks - an "
          "AttributeError, a failed publish, never a wrong row"),
@@ -241,8 +241,8 @@ VERDICTS: dict[str, str] = {
         "equivalent: split's limit does not change the first part (the user)",
     **{f"{row} targets/endpoint.py:from_url:ReplaceComparisonOperator_Eq_NotEq:5e71f646ab":
        "equivalent in this row: only the Redis dialect reads Endpoint.tls" for row in ("postgresql", "mysql")},
-    "postgresql targets/sql_dialects.py:_csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a":
-        ("equivalent in this row: PostgreSQL's COPY renders with null '' only (`_csv_chunks(batches)`), where "
+    "postgresql targets/csv_rows.py:csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a":
+        ("equivalent in this row: PostgreSQL's COPY renders with null '' only (`csv_chunks(batches)`), where "
          "both sides are false; MariaDB's 'NULL' is the mysql row's (test_values_and_reserved_word_columns)"),
     **{f"{row} targets/base.py:_sha256:NumberReplacer:7981ea9e85": (
         "equivalent in this row: the database loads read the staged Parquet through pyarrow, which seeks to the "
@@ -282,8 +282,8 @@ VERDICTS: dict[str, str] = {
          "'unavailable' by its type too (test_a_server_that_goes_away..., the unreachable port)"),
     "mysql targets/sql_dialects.py:-:NumberReplacer:b2b8b923c0": CONFIG,  # code 0: errors without a code
     "mysql targets/sql_dialects.py:-:NumberReplacer:45bcbf8ab3": CONFIG,  # 3948: local_infile off (server-wide)
-    "targets/sql_dialects.py:_csv_chunks:NumberReplacer:6a77d9d110": TUNING,
-    "targets/sql_dialects.py:_csv_chunks:ReplaceAndWithOr:43828a2e97":
+    "targets/csv_rows.py:csv_chunks:NumberReplacer:6a77d9d110": TUNING,
+    "targets/csv_rows.py:csv_chunks:ReplaceAndWithOr:43828a2e97":
         ("equivalent with the pinned pyarrow (WriteOptions.null_string exists, so `refill` is always empty): the "
          "mutant also sets null_string when `null` is '', which is pyarrow's default"),
     "targets/sql_dialects.py:-:ReplaceTrueWithFalse:8c8d715bf6":
@@ -352,7 +352,7 @@ VERDICTS: dict[str, str] = {
         ("equivalent: 1364 (a NOT NULL column without a default) never reaches classify - LOAD DATA LOCAL turns "
          "it into a warning, which raise_on_warnings raises as TargetSchemaError "
          "(test_a_not_null_column_the_rows_lack_is_refused_before_the_decision, replace and upsert)"),
-    "targets/sql_dialects.py:prefetch:NumberReplacer:c154fd1088": TUNING,
+    "targets/csv_rows.py:prefetch:NumberReplacer:c154fd1088": TUNING,
     "targets/database.py:DatabaseTarget:ReplaceFalseWithTrue:de46a52c13":
         ("equivalent: no code compares two DatabaseTargets (the dataclass __eq__ is never called); owners are "
          "compared by id in db_claims"),

@@ -59,9 +59,9 @@ def marker(db, table, interval=IV):
     return rows[0] if rows else None
 
 
-def wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> None:
-    """Until another session of this database waits for a lock (the second publisher queued on the marker;
-    ``user_lock``: on the table's partition lock, an advisory lock / GET_LOCK)."""
+def blocked(db, user_lock: bool = False) -> bool:
+    """Whether another session of this database waits for a lock (``user_lock``: the table's partition lock, an
+    advisory lock / GET_LOCK; else a row lock)."""
     if db.kind == "postgresql":
         sql = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
                + (" AND wait_event = 'advisory'" if user_lock else ""))
@@ -69,7 +69,13 @@ def wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> N
         sql = "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'"
     else:
         sql = "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+    return db.run(sql)[0][0] > 0
+
+
+def wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> None:
+    """Until another session of this database waits for a lock (the second publisher queued on the marker;
+    ``user_lock``: on the table's partition lock, an advisory lock / GET_LOCK)."""
     end = time.monotonic() + deadline
-    while db.run(sql)[0][0] == 0:
+    while not blocked(db, user_lock):
         assert time.monotonic() < end, "the second publisher never queued on the marker lock"
         time.sleep(0.15)  # InnoDB refreshes INNODB_TRX only when it was not read for 0.1 s

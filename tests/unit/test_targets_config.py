@@ -9,7 +9,8 @@ import pytest
 from exactly_once import ConfigError, UnsafeIdentifierError
 from exactly_once.targets import DatabaseTarget, RedisTarget, StagedFile, StagedVersion
 from exactly_once.targets.endpoint import from_url, redact
-from exactly_once.targets.sql_dialects import DIALECTS, prefetch
+from exactly_once.targets.csv_rows import prefetch
+from exactly_once.targets.sql_dialects import DIALECTS
 
 SECRET = "p@ss:w/rd#1"
 
@@ -106,11 +107,11 @@ def test_csv_nulls_are_written_the_same_with_or_without_pyarrows_null_string(mon
     import datetime as dt
     import decimal
 
-    from exactly_once.targets import sql_dialects
+    from exactly_once.targets import csv_rows
 
-    if native and not sql_dialects.NATIVE_NULL_STRING:
+    if native and not csv_rows.NATIVE_NULL_STRING:
         pytest.skip("this pyarrow has no WriteOptions.null_string")
-    monkeypatch.setattr(sql_dialects, "NATIVE_NULL_STRING", native)
+    monkeypatch.setattr(csv_rows, "NATIVE_NULL_STRING", native)
     batch = pa.record_batch([
         pa.array([None, "", 'a,"b"\n,', ",", None]),
         pa.array([1, None, 3, None, None], pa.int64()),
@@ -120,7 +121,7 @@ def test_csv_nulls_are_written_the_same_with_or_without_pyarrows_null_string(mon
         pa.array(["\n", None, "", None, None], pa.large_string()),
     ], names=list("abcdef"))
     single = pa.record_batch([pa.array([None, None, "x", None])], names=["a"])
-    got = b"".join(sql_dialects._csv_chunks(iter([batch, single]), "NULL"))
+    got = b"".join(csv_rows.csv_chunks(iter([batch, single]), "NULL"))
     assert got == (b'NULL,1,NULL,1952-01-01,1.50,"\n"\n'
                    b'"",NULL,2.5,NULL,NULL,NULL\n'
                    b'"a,""b""\n,",3,NULL,NULL,-2.00,""\n'
@@ -128,4 +129,4 @@ def test_csv_nulls_are_written_the_same_with_or_without_pyarrows_null_string(mon
                    b'NULL,NULL,NULL,NULL,NULL,NULL\n'
                    b'NULL\nNULL\n"x"\nNULL\n')
     # PostgreSQL's COPY reads an unquoted empty field as null: nothing to fill
-    assert b"".join(sql_dialects._csv_chunks(iter([single]))) == b'\n\n"x"\n\n'
+    assert b"".join(csv_rows.csv_chunks(iter([single]))) == b'\n\n"x"\n\n'

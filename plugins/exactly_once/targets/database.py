@@ -33,9 +33,9 @@ from ..failpoints import failpoint
 from ..ids import Interval, TxnRef
 from ..records.ownership import Owner
 from . import db_claims
+from .db_claims import Marker
 from .base import ALREADY, PUBLISHED, SUPERSEDED, PublishTarget, StagedVersion, check_identifier, outcome, \
     partition_values
-from .db_retries import close_quietly as _close_quietly, rollback_quietly as _rollback_quietly  # noqa: F401
 from .db_retries import with_retries
 from .db_rows import (one_schema, refuse_null_keys, refuse_one_column_twice, refuse_other_unique, refuse_outside,
                       same_partition_value, staged_columns)
@@ -46,17 +46,6 @@ logger = logging.getLogger(__name__)
 MODES = ("replace", "upsert")
 DB_DIALECTS = ("postgresql", "mysql")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Marker:
-    """The commit table's row for (target table, interval): the live epoch (0: none yet) and its owner."""
-
-    epoch: int
-    pipeline: str | None
-    sink: str | None
-    partitions: tuple[str, ...]
-    owner: str | None = None  # the owner id (None: written before owner ids)
 
 
 @dataclass(frozen=True)
@@ -196,7 +185,7 @@ class DatabaseTarget(PublishTarget):
         returns where this table's table claim lives and its key (:func:`.db_claims.claims_table`)."""
         d = self.dialect
         self._ensure_table(conn, cur, self.commit_table, d.commit_table_ddl(d.table(self.commit_table)))
-        db_claims.ensure_owner_columns(d, conn, cur, self.commit_table)
+        db_claims.ensure_marker_columns(d, conn, cur, self.commit_table)
         claims, key = db_claims.claims_table(d, cur, self.table)
         self._ensure_table(conn, cur, claims, db_claims.claims_table_ddl(d, claims))
         for table in (self.commit_table, claims):
@@ -228,6 +217,7 @@ class DatabaseTarget(PublishTarget):
         self._check_resolved(cur)
         if self.create_sql:
             self._ensure_table(conn, cur, self.table, self.create_sql)
+        db_claims.ensure_marker_columns(d, conn, cur, self.commit_table)
         marker = self._peek_marker(cur, txn.interval)
         self._refuse_foreign(marker, txn)  # before the decision, as the publish would
         if marker.epoch < txn.epoch:  # else already or superseded: the publish will load nothing
@@ -237,6 +227,27 @@ class DatabaseTarget(PublishTarget):
                 self._load(cur, d, txn, staged, marker)
             finally:
                 conn.rollback()
+            if self.mode == "replace":
+                self._reserve(conn, cur, txn, staged)
+
+    def _reserve(self, conn: Any, cur: Any, txn: TxnRef, staged: StagedVersion) -> None:
+        """After a dry run that passed: what the interval brings that is new to the table (its partitions, its
+        range) checked once more under the table's lock, against what other intervals published or reserved,
+        and reserved in its marker row (:func:`.db_claims.reserve`) - committed before the decision."""
+        d = self.dialect
+        self._ensure_commit_table(conn, cur)
+        marker = self._lock_marker(cur, txn.interval)
+        if marker.epoch < txn.epoch:
+            new = sorted(set(staged.partitions) - set(marker.partitions))
+            if self.interval_column:
+                new = []
+                if marker.epoch == 0:
+                    self._refuse_overlap(cur, d, txn, lock=True)
+            else:
+                db_claims.refuse_same_partitions(d, cur, self.commit_table, self.table, txn.name, txn.interval,
+                                                 d.table_info(cur, self.table), new)
+            db_claims.reserve(d, cur, self.commit_table, self.table, txn.interval, txn.epoch, new)
+        conn.commit()
 
     def live_epoch(self, interval: Interval) -> int | None:
         """The epoch the marker says is live for ``interval`` (None: never published here, or - once
@@ -285,7 +296,8 @@ class DatabaseTarget(PublishTarget):
         rows = self._load(cur, d, txn, staged, marker)
         parts = sorted(staged.partitions)
         cur.execute(f"UPDATE {d.table(self.commit_table)} SET epoch = %s, pipeline = %s, sink = %s, owner = %s, "
-                    "partitions = %s, rows_loaded = %s, committed_at = %s WHERE target = %s AND interval_token = %s",
+                    "partitions = %s, rows_loaded = %s, committed_at = %s, reserved = NULL WHERE target = %s AND "
+                    "interval_token = %s",
                     (txn.epoch, txn.pipeline, txn.sink, self.owner.id if self.owner else None, json.dumps(parts),
                      rows, self._ts(d, datetime.now(timezone.utc)), self.table, txn.interval.token))
         failpoint("commit.mid_publish")  # loaded, marker set, not committed: a crash here rolls both back
@@ -331,8 +343,7 @@ class DatabaseTarget(PublishTarget):
                                               self._ts(d, interval.end)))
         cur.execute(f"SELECT epoch, pipeline, sink, partitions, owner FROM {ct} WHERE target = %s AND "
                     "interval_token = %s FOR UPDATE", (self.table, interval.token))
-        epoch, pipeline, sink, parts, owner = cur.fetchone()
-        return Marker(int(epoch), pipeline, sink, tuple(json.loads(parts) if parts else ()), owner)
+        return db_claims.marker_row(*cur.fetchone())
 
     def _peek_marker(self, cur: Any, interval: Interval) -> Marker:
         """The marker of ``interval`` without locking it (epoch 0 if there is none)."""
@@ -340,13 +351,11 @@ class DatabaseTarget(PublishTarget):
         info = d.table_info(cur, self.commit_table)
         if info is None:
             return Marker(0, None, None, ())
-        owned = all(info.column(c, d.case_insensitive_columns) for c in db_claims.OWNER_COLUMNS)
-        cur.execute(f"SELECT epoch, pipeline, sink, partitions, {'owner' if owned else 'NULL'} FROM "
-                    f"{d.table(self.commit_table)} WHERE target = %s AND interval_token = %s",
-                    (self.table, interval.token))
+        owner = "owner" if info.column("owner", d.case_insensitive_columns) else "NULL"
+        cur.execute(f"SELECT epoch, pipeline, sink, partitions, {owner} FROM {d.table(self.commit_table)} "
+                    "WHERE target = %s AND interval_token = %s", (self.table, interval.token))
         row = cur.fetchone()
-        return Marker(int(row[0]), row[1], row[2], tuple(json.loads(row[3]) if row[3] else ()), row[4]) if row \
-            else Marker(0, None, None, ())
+        return db_claims.marker_row(*row) if row else Marker(0, None, None, ())
 
     def _read_marker(self, conn: Any, interval: Interval) -> Marker | None:
         """The marker of ``interval`` (None: none with an epoch > 0), read without a lock."""

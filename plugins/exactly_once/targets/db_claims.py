@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
@@ -29,7 +30,7 @@ from .sql_dialects import Dialect, Resolved, TableInfo
 
 CLAIM = "_owner"
 CLAIMS_TABLE = "_eo_claims"
-OWNER_COLUMNS = ("owner", "owner_home")
+RESERVED = "(epoch > 0 OR reserved IS NOT NULL)"  # a marker row that holds its partitions and range
 
 
 BINDING_HINTS = {  # what to do when a binding's spec key differs (records.ownership.refuse_spec_change)
@@ -61,20 +62,66 @@ def whereabouts(target: Any, conn: Any) -> dict[str, str]:
     return found
 
 
-def ensure_owner_columns(d: Dialect, conn: Any, cur: Any, commit_table: str) -> None:
-    """Add the owner columns to a commit table created before they existed (a concurrent adder may win)."""
+@dataclass(frozen=True)
+class Marker:
+    """The commit table's row for (target table, interval): the live epoch (0: none yet) and its owner."""
+
+    epoch: int
+    pipeline: str | None
+    sink: str | None
+    partitions: tuple[str, ...]
+    owner: str | None = None  # the owner id (None: written before owner ids)
+
+
+def marker_row(epoch: Any, pipeline: Any, sink: Any, parts: Any, owner: Any) -> Marker:
+    """A marker row's columns as a :class:`Marker`."""
+    return Marker(int(epoch), pipeline, sink, tuple(json.loads(parts) if parts else ()), owner)
+
+
+def ensure_marker_columns(d: Dialect, conn: Any, cur: Any, commit_table: str) -> None:
+    """Add the columns a commit table created before them lacks - the owner's (owner ids) and ``reserved``
+    (:func:`reserve`) -, in their own transaction (a concurrent adder may win)."""
     info = d.table_info(cur, commit_table)
-    if info is None or all(info.column(c, d.case_insensitive_columns) for c in OWNER_COLUMNS):
+    missing = [f"ADD COLUMN {c} {t}" for c, t in (("owner", "varchar(64)"), ("owner_home", d.text_type),
+                                                  ("reserved", d.text_type))
+               if info is not None and not info.column(c, d.case_insensitive_columns)]
+    if not missing:
         return
     try:
-        cur.execute(f"ALTER TABLE {d.table(commit_table)} ADD COLUMN owner varchar(64), "
-                    f"ADD COLUMN owner_home {d.text_type}")
+        cur.execute(f"ALTER TABLE {d.table(commit_table)} " + ", ".join(missing))
         conn.commit()
     except Exception as exc:  # lost the race: duplicate column
         if d.classify(exc) != "schema":
             raise
         conn.rollback()
     conn.commit()
+
+
+def reserve(d: Dialect, cur: Any, commit_table: str, table: str, iv: Interval, epoch: int, new: list[str]) -> None:
+    """Record in the interval's marker row (locked by the caller, at epoch 0 if it never published) what its
+    check found new to the table - ``new`` partitions, and (by the row's range) the interval itself - as
+    reserved by ``epoch``; unless a newer epoch of the interval reserved already. Another interval's check and
+    publish then count it as taken (:func:`refuse_same_partitions`, :func:`refuse_overlap`), so a commit
+    decided after this check is never refused at its publish for what another interval brought meanwhile. The
+    publish clears it; the interval's next check replaces it."""
+    ct = d.table(commit_table)
+    cur.execute(f"SELECT reserved FROM {ct} WHERE target = %s AND interval_token = %s", (table, iv.token))
+    row = cur.fetchone()
+    if row and row[0] and json.loads(row[0]).get("epoch", 0) > epoch:
+        return
+    cur.execute(f"UPDATE {ct} SET reserved = %s WHERE target = %s AND interval_token = %s",
+                (json.dumps({"epoch": epoch, "partitions": sorted(new)}), table, iv.token))
+
+
+def _taken(token: str, epoch: int, published: str | None, reserved: str | None) -> tuple[str, list[str]]:
+    """Who holds a marker row's partitions, and which: the published ones and those its check reserved."""
+    parts = list(json.loads(published) if epoch > 0 and published else ())
+    if reserved:
+        parts += json.loads(reserved).get("partitions", ())
+        return (f"{token} (its check reserved them: its commit is decided or about to be; a stale reservation is "
+                f"replaced by that interval's next run, or cleared with UPDATE <commit table> SET reserved = NULL "
+                f"WHERE interval_token = '{token}')"), parts
+    return token, parts
 
 
 def _insert_ignore(d: Dialect) -> str:
@@ -172,8 +219,9 @@ def claim_table(d: Dialect, cur: Any, claims: str, key: str, commit_table: str, 
 def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
                    bounds: tuple[Any, Any], column: str, lock: bool) -> None:
     """replace by ``column``: TargetSchemaError if another interval published into ``table`` (a marker of
-    epoch > 0) overlaps ``iv`` (an hour, then the day holding it): deleting ``iv``'s range would wipe its
-    rows while its marker says published. Checked at an interval's first publish, so two overlapping
+    epoch > 0), or reserved it at its check (:func:`reserve`), overlaps ``iv`` (an hour, then the day holding
+    it): deleting ``iv``'s range would wipe its rows while its marker says published. Checked at an interval's
+    check and first publish, so two overlapping
     intervals never both hold markers; ``lock``: under the table's lock (:func:`lock_table`), so two first
     publishes of overlapping intervals run one after the other (the second sees the first's marker) - also
     where no pipeline claimed the table (there was no claim row to lock)."""
@@ -181,12 +229,13 @@ def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: st
     if lock:
         lock_table(d, cur, table, name)
     cur.execute(f"SELECT interval_token FROM {ct} WHERE target = %s AND interval_token <> %s AND interval_token "
-                "<> %s AND epoch > 0 AND interval_start < %s AND interval_end > %s",
+                f"<> %s AND {RESERVED} AND interval_start < %s AND interval_end > %s",
                 (table, iv.token, CLAIM, bounds[1], bounds[0]))
     clash = sorted(r[0] for r in cur.fetchall())
     if clash:
         raise TargetSchemaError(
-            f"{name}: interval {iv.token} overlaps interval(s) {clash[:3]} already published into {table}; "
+            f"{name}: interval {iv.token} overlaps interval(s) {clash[:3]} published into {table} or reserved by "
+            "their checks (a stale reservation is replaced by that interval's next run); "
             f"replacing [{iv.start.isoformat()}, {iv.end.isoformat()}) by {column} would delete their rows. "
             f"Publish one interval grid per table (e.g. always daily), or delete those intervals' rows and "
             f"their markers in {commit_table} first")
@@ -228,9 +277,9 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
         cols = {info.column(k, d.case_insensitive_columns): v for k, v in values.items()}
         return None if None in cols else cols
 
-    cur.execute(f"SELECT interval_token, partitions FROM {d.table(commit_table)} WHERE target = %s AND "
-                "interval_token <> %s AND interval_token <> %s AND epoch > 0", (table, iv.token, CLAIM))
-    theirs = [(token, part, cols) for token, ps in cur.fetchall() for part in (json.loads(ps) if ps else ())
+    cur.execute(f"SELECT interval_token, epoch, partitions, reserved FROM {d.table(commit_table)} WHERE target = %s "
+                f"AND interval_token <> %s AND interval_token <> %s AND {RESERVED}", (table, iv.token, CLAIM))
+    theirs = [(who, part, cols) for row in cur.fetchall() for who, parts in [_taken(*row)] for part in parts
               if (cols := columns(part)) is not None]
     ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
     if not theirs or not ours:
@@ -238,7 +287,7 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
     for part, token, other in _same_partitions(_equal_values(d, cur, table, ours, theirs), ours, theirs):
         raise TargetSchemaError(
             f"{name}: partition {part!r} is, for the database, partition {other!r} that interval {token} "
-            f"published into {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
+            f"holds in {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
             "and eu under a case-insensitive collation); replacing it would delete that interval's rows. "
             "One of the two jobs writes a partition outside its own interval: fix it (each interval's "
             "partitions with its own values, in one spelling) and run that interval again")
