@@ -313,9 +313,14 @@ class World:
         if self.kind == "postgresql":
             return len(db.run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
                               "current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'"))
-        ids = [r[0] for r in db.run("SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t JOIN "
-                                    "information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE "
-                                    "p.DB = DATABASE() AND p.ID <> CONNECTION_ID()")]
+        end = time.monotonic() + 5  # the publisher waits in our callback; InnoDB's INNODB_TRX is a cache that
+        while True:                 # may lag a transaction that just began (refreshed at most every 0.1 s)
+            ids = [r[0] for r in db.run("SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t JOIN "
+                                        "information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE "
+                                        "p.DB = DATABASE() AND p.ID <> CONNECTION_ID()")]
+            if ids or time.monotonic() > end:
+                break
+            time.sleep(0.15)
         for i in ids:
             db.run(f"KILL {int(i)}")
         return len(ids)

@@ -48,7 +48,7 @@ def test_a_check_reserves_its_new_partitions_and_a_decided_commit_publishes_afte
     ours = stage(tmp_path, {mine: [[{"k": "a"}]]})
     t().check(TxnRef("p", "s", hour(3), 1), ours)
     assert _reserved(db, name, hour(3)) == {"epoch": 1, "partitions": [mine]}
-    with pytest.raises(TargetSchemaError, match=r"reserved them.*decided or about to be"):
+    with pytest.raises(TargetSchemaError, match=rf"reserved by its check.*`eo recover`.*WHERE target = '{name}' AND"):
         t().check(TxnRef("p", "s", hour(5), 1), stage(tmp_path, {theirs: [[{"k": "stray"}]]}))
     assert t().publish(TxnRef("p", "s", hour(3), 1), ours) == {mine: "published"}
     assert [r[0] for r in db.rows(name, "k")] == ["a"] and _reserved(db, name, hour(3)) is None
@@ -61,7 +61,7 @@ def test_a_stale_reservation_is_replaced_by_its_intervals_next_check_and_never_b
     epoch 1 (a zombie) does not put its reservation back over epoch 2's."""
     name, t = _partitioned(db)
     t().check(TxnRef("p", "s", hour(5), 1), stage(tmp_path, {f"{PART}/hour=3": [[{"k": "stray"}]]}))
-    with pytest.raises(TargetSchemaError, match="reserved them"):
+    with pytest.raises(TargetSchemaError, match="reserved by its check"):
         t().check(TxnRef("p", "s", hour(3), 1), stage(tmp_path, {f"{PART}/hour=03": [[{"k": "a"}]]}))
     fixed = stage(tmp_path, {f"{PART}/hour=05": [[{"k": "e"}]]})
     t().check(TxnRef("p", "s", hour(5), 2), fixed)
@@ -89,7 +89,7 @@ def test_an_interval_column_check_reserves_its_range(db, tmp_path):
     t = target(db, name, interval_column="event_time", partition_columns=False, commit_table=f"c_{name}")
     h = version("05:30", "hour")
     t.check(TxnRef("p", "s", hour(5), 1), h)
-    with pytest.raises(TargetSchemaError, match="overlaps.*reserved by their checks"):
+    with pytest.raises(TargetSchemaError, match="overlaps.*reserved by its check"):
         t.check(TxnRef("p", "s", Interval.daily(DAY), 1), version("10:30", "day"))
     assert t.publish(TxnRef("p", "s", hour(5), 1), h) == {PART: "published"}
     assert [r[0] for r in db.rows(name, "k")] == ["hour"] and t.live_epoch(Interval.daily(DAY)) is None
@@ -151,3 +151,31 @@ def test_two_checks_of_equal_partitions_racing_to_reserve_leave_one_reservation(
     assert len(refused) == 1, (ours, rival["error"])  # which one: whichever reserved second
     kept = hour(5) if refused == [hour(3)] else hour(3)
     assert _reserved(db, name, kept)["epoch"] == 1 and _reserved(db, name, refused[0]) is None
+
+
+def test_a_stray_fixed_and_reprocessed_through_the_protocol_lets_the_owner_publish(db, tmp_path):
+    """Through the protocol (its reprocess publishes the partitions an earlier version had and this one drops
+    as empty, to empty them): 05:00's job writes ``hour=3`` and publishes; 03:00's ``hour=03`` is refused at its
+    check. 05:00, fixed, is reprocessed with ``hour=05``: its stray rows are emptied and its marker no longer
+    holds ``hour=3`` - so 03:00 now publishes, and 05:00's next reprocess (which carries ``hour=3`` again, from
+    its first version) leaves 03:00's rows alone."""
+    from exactly_once import State
+    from protocol_helpers import commit_version, open_sink, write_output
+
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, hour int NOT NULL, k bigint NOT NULL, v varchar(20))")
+    sink = open_sink(str(tmp_path / "log"), pipeline="p", sink="t",
+                     target={"kind": "database", "url": db.url, "table": name, "commit_table": f"c_{name}"})
+    commit_version(sink, hour(5), {f"{PART}/hour=3": [[(1, "stray")]]})
+    owner = sink.begin(hour(3))
+    write_output(sink, owner, {f"{PART}/hour=03": [[(3, "owner")]]})
+    sink.pre_commit(owner)
+    with pytest.raises(Exception):
+        sink.commit(owner)
+    assert sink.status(hour(3))[owner.epoch].state is State.ABORTED
+    commit_version(sink, hour(5), {f"{PART}/hour=05": [[(5, "fixed")]]})
+    assert json.loads(db.run(f"SELECT partitions FROM {db.q('c_' + name)} WHERE interval_token = %s",
+                             (hour(5).token,))[0][0]) == [f"{PART}/hour=05"]
+    commit_version(sink, hour(3), {f"{PART}/hour=03": [[(3, "owner")]]})
+    commit_version(sink, hour(5), {f"{PART}/hour=05": [[(5, "again")]]})
+    assert sorted((int(h), int(k), v) for h, k, v in db.rows(name, "hour, k, v")) == [(3, 3, "owner"), (5, 5, "again")]

@@ -461,7 +461,7 @@ class TwoPhaseCommitSink:
         try:
             results = self.target.publish(txn, StagedVersion.on(
                 self.storage, self.sealed_dir(txn), parts, partial(self.log.newest_committed, txn.interval),
-                partial(self.log.committed_files, txn.interval)))
+                partial(self.log.committed_files, txn.interval), frozenset(parts) - frozenset(manifest.partitions)))
         except (TargetSchemaError, ConfigError) as exc:  # the target changed since its check: the way out
             raise refused_after_decision(txn, self.target, self.storage.url(self.table), exc) from exc
         retire_staging(self, txn, manifest)

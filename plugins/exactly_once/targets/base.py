@@ -54,6 +54,10 @@ class StagedVersion:
         field(default=None, repr=False, compare=False)
     # a storage path -> the URL an error shows (``s3://bucket/key``; the storage's ``url``), else the path
     url: Callable[[str], str] | None = field(default=None, repr=False, compare=False)
+    # of ``partitions``, those the protocol added empty because an earlier committed version of the interval
+    # published them and this one does not (emptied, not produced: a target that records what a version holds
+    # leaves them out of it)
+    dropped: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         for part, files in self.partitions.items():
@@ -72,10 +76,11 @@ class StagedVersion:
     @classmethod
     def on(cls, storage: Any, root: str, partitions: Mapping[str, tuple[StagedFile, ...]],
            newest_committed: Callable[[], int] | None = None,
-           committed_files: Callable[[int, str], tuple[StagedFile, ...] | None] | None = None) -> "StagedVersion":
+           committed_files: Callable[[int, str], tuple[StagedFile, ...] | None] | None = None,
+           dropped: frozenset[str] = frozenset()) -> "StagedVersion":
         """The version whose files are ``<root>/<partition>/<name>`` on ``storage`` (the sealed staging)."""
         return cls(partitions, lambda part, name: storage.open(storage.join(root, part, name), "rb"), root,
-                   newest_committed, committed_files, storage.url)
+                   newest_committed, committed_files, storage.url, dropped)
 
     def newer_committed(self, epoch: int) -> bool:
         """True if the log now holds a COMMITTED epoch newer than ``epoch`` (asked where the target's own

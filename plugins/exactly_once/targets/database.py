@@ -294,7 +294,7 @@ class DatabaseTarget(PublishTarget):
         if marker.epoch == 0:
             self._refuse_overlap(cur, d, txn, lock=True)
         rows = self._load(cur, d, txn, staged, marker)
-        parts = sorted(staged.partitions)
+        parts = sorted(set(staged.partitions) - staged.dropped)  # what the version holds (dropped: emptied)
         cur.execute(f"UPDATE {d.table(self.commit_table)} SET epoch = %s, pipeline = %s, sink = %s, owner = %s, "
                     "partitions = %s, rows_loaded = %s, committed_at = %s, reserved = NULL WHERE target = %s AND "
                     "interval_token = %s",
@@ -372,11 +372,12 @@ class DatabaseTarget(PublishTarget):
         file_cols, part_cols = staged_columns(staged, d, self.partition_columns)
         cols, table_sql = self._table_columns(info, d, [*file_cols, *part_cols]), d.table(self.table)
         refuse_one_column_twice([*file_cols, *part_cols], cols, self.table)
-        parts = sorted(set(staged.partitions) | set(marker.partitions))
+        own = set(staged.partitions) - staged.dropped  # dropped: emptied where our marker holds them, else no-op
+        parts = sorted(own | set(marker.partitions))
         if self.mode == "replace":
             if not self.interval_column:  # by partition columns
                 db_claims.refuse_same_partitions(d, cur, self.commit_table, self.table, txn.name, txn.interval,
-                                                 info, sorted(set(staged.partitions) - set(marker.partitions)))
+                                                 info, sorted(own - set(marker.partitions)))
             for where, params in self._interval_rows(d, info, txn.interval, parts):
                 cur.execute(f"DELETE FROM {table_sql} WHERE {where}", params)
         if not cols:

@@ -113,15 +113,22 @@ def reserve(d: Dialect, cur: Any, commit_table: str, table: str, iv: Interval, e
                 (json.dumps({"epoch": epoch, "partitions": sorted(new)}), table, iv.token))
 
 
-def _taken(token: str, epoch: int, published: str | None, reserved: str | None) -> tuple[str, list[str]]:
+def _taken(table: str, commit_table: str, token: str, epoch: int, published: str | None,
+           reserved: str | None) -> tuple[str, list[str]]:
     """Who holds a marker row's partitions, and which: the published ones and those its check reserved."""
     parts = list(json.loads(published) if epoch > 0 and published else ())
     if reserved:
         parts += json.loads(reserved).get("partitions", ())
-        return (f"{token} (its check reserved them: its commit is decided or about to be; a stale reservation is "
-                f"replaced by that interval's next run, or cleared with UPDATE <commit table> SET reserved = NULL "
-                f"WHERE interval_token = '{token}')"), parts
+        return f"{token} ({unpublished(table, commit_table, token)})", parts
     return token, parts
+
+
+def unpublished(table: str, commit_table: str, token: str) -> str:
+    """How a reservation came about, and the way out that holds whether or not its commit was decided."""
+    return ("reserved by its check, not published yet: if `eo status` shows that attempt COMMITTED, let it "
+            "publish first - `eo recover`; if it was aborted, that interval's next run replaces the reservation, "
+            f"or clear it: UPDATE {commit_table} SET reserved = NULL WHERE target = '{table}' AND "
+            f"interval_token = '{token}'")
 
 
 def _insert_ignore(d: Dialect) -> str:
@@ -228,17 +235,17 @@ def refuse_overlap(d: Dialect, cur: Any, commit_table: str, table: str, name: st
     ct = d.table(commit_table)
     if lock:
         lock_table(d, cur, table, name)
-    cur.execute(f"SELECT interval_token FROM {ct} WHERE target = %s AND interval_token <> %s AND interval_token "
-                f"<> %s AND {RESERVED} AND interval_start < %s AND interval_end > %s",
+    cur.execute(f"SELECT interval_token, epoch FROM {ct} WHERE target = %s AND interval_token <> %s AND "
+                f"interval_token <> %s AND {RESERVED} AND interval_start < %s AND interval_end > %s",
                 (table, iv.token, CLAIM, bounds[1], bounds[0]))
-    clash = sorted(r[0] for r in cur.fetchall())
+    clash = sorted(f"{token}" + (f" ({unpublished(table, commit_table, token)})" if not epoch else "")
+                   for token, epoch in cur.fetchall())
     if clash:
         raise TargetSchemaError(
-            f"{name}: interval {iv.token} overlaps interval(s) {clash[:3]} published into {table} or reserved by "
-            "their checks (a stale reservation is replaced by that interval's next run); "
-            f"replacing [{iv.start.isoformat()}, {iv.end.isoformat()}) by {column} would delete their rows. "
-            f"Publish one interval grid per table (e.g. always daily), or delete those intervals' rows and "
-            f"their markers in {commit_table} first")
+            f"{name}: interval {iv.token} overlaps interval(s) {clash[:3]} of {table}; replacing "
+            f"[{iv.start.isoformat()}, {iv.end.isoformat()}) by {column} would delete their rows. Publish one "
+            f"interval grid per table (e.g. always daily), or delete the published ones' rows and their markers "
+            f"in {commit_table} first")
 
 
 # one lock per table for publishes that bring an interval partitions new to it (held to the transaction's end;
@@ -279,8 +286,8 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
 
     cur.execute(f"SELECT interval_token, epoch, partitions, reserved FROM {d.table(commit_table)} WHERE target = %s "
                 f"AND interval_token <> %s AND interval_token <> %s AND {RESERVED}", (table, iv.token, CLAIM))
-    theirs = [(who, part, cols) for row in cur.fetchall() for who, parts in [_taken(*row)] for part in parts
-              if (cols := columns(part)) is not None]
+    theirs = [(who, part, cols) for row in cur.fetchall() for who, parts in [_taken(table, commit_table, *row)]
+              for part in parts if (cols := columns(part)) is not None]
     ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
     if not theirs or not ours:
         return
