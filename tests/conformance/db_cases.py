@@ -79,3 +79,30 @@ def wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> N
     while not blocked(db, user_lock):
         assert time.monotonic() < end, "the second publisher never queued on the marker lock"
         time.sleep(0.15)  # InnoDB refreshes INNODB_TRX only when it was not read for 0.1 s
+
+
+def rival_inside_load(monkeypatch, db, rival) -> dict:
+    """Once a publish has loaded its rows (not committed), run ``rival()`` - another publish - in a thread and
+    wait until it queues on the table's lock. ``result["rival"]``: what it returned, or the TargetSchemaError it
+    raised, once ``result["thread"]`` is joined."""
+    import threading
+
+    from exactly_once.errors import TargetSchemaError
+
+    real, result = DatabaseTarget._load, {}
+
+    def load(self, *args):
+        out = real(self, *args)
+        if "thread" not in result:
+            def run() -> None:
+                try:
+                    result["rival"] = rival()
+                except TargetSchemaError as exc:
+                    result["rival"] = exc
+            result["thread"] = threading.Thread(target=run)
+            result["thread"].start()
+            wait_until_blocked(db, user_lock=True)
+        return out
+
+    monkeypatch.setattr(DatabaseTarget, "_load", load)
+    return result

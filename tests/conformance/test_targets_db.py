@@ -22,8 +22,8 @@ from exactly_once import Interval, UnsafeIdentifierError
 from exactly_once.errors import TargetSchemaError, TargetUnavailableError
 from exactly_once.targets import DatabaseTarget
 
-from .db_cases import (DAY, IV, PART, PORTS, app_rows, db, db_url, expected, marker, table, target,  # noqa: F401
-                       wait_until_blocked)
+from .db_cases import (DAY, IV, PART, PORTS, app_rows, db, db_url, expected, marker, rival_inside_load,  # noqa: F401
+                       table, target, wait_until_blocked)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -130,26 +130,12 @@ def test_two_first_publishes_of_overlapping_intervals_queue_and_the_second_is_re
     from exactly_once.ids import TxnRef
 
     name, t, ivs, version = _hour_and_day(db, tmp_path)
-    real_load, result = DatabaseTarget._load, {}
-
-    def load(self, *args):
-        out = real_load(self, *args)
-        if "thread" not in result:
-            def day() -> None:
-                try:
-                    result["day"] = target(db, name, interval_column="event_time", partition_columns=False).publish(
-                        TxnRef("p", "s", ivs["day"], 1), version("day", "day"))
-                except TargetSchemaError as exc:
-                    result["day"] = exc
-            result["thread"] = threading.Thread(target=day)
-            result["thread"].start()
-            wait_until_blocked(db, user_lock=True)  # on the table's lock
-        return out
-
-    monkeypatch.setattr(DatabaseTarget, "_load", load)
+    result = rival_inside_load(monkeypatch, db, lambda: target(
+        db, name, interval_column="event_time", partition_columns=False).publish(TxnRef("p", "s", ivs["day"], 1),
+                                                                                 version("day", "day")))
     assert t.publish(TxnRef("p", "s", ivs["hour"], 1), version("hour", "hour")) == {PART: "published"}
     result["thread"].join(120)
-    assert isinstance(result["day"], TargetSchemaError) and "overlaps" in str(result["day"]), result["day"]
+    assert isinstance(result["rival"], TargetSchemaError) and "overlaps" in str(result["rival"]), result["rival"]
     assert [r[0] for r in db.rows(name, "k")] == ["hour"] and t.live_epoch(ivs["hour"]) == 1
     assert t.live_epoch(ivs["day"]) is None
 

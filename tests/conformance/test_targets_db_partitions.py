@@ -5,7 +5,6 @@ case-insensitive collation, keys in another order, the whole day) never deletes 
 before the decision, in either order, empty partitions included, and when the two first publishes race."""
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -15,7 +14,7 @@ from exactly_once import Interval
 from exactly_once.errors import TargetSchemaError
 from exactly_once.targets import DatabaseTarget
 
-from .db_cases import DAY, IV, PART, db, db_url, target, wait_until_blocked  # noqa: F401
+from .db_cases import DAY, IV, PART, db, db_url, rival_inside_load, target  # noqa: F401
 
 
 def _hours_table(db, col: str = "hour int") -> tuple[str, DatabaseTarget]:
@@ -87,27 +86,12 @@ def test_a_first_publish_racing_a_stray_of_its_partition_is_seen_by_it(db, tmp_p
     committed rows, its check would have found none)."""
     name, t = _hours_table(db)
     mine, stray = f"{PART}/hour=03", f"{PART}/hour=3"
-    real_load, result = DatabaseTarget._load, {}
-
-    def load(self, *args):
-        out = real_load(self, *args)
-        if "thread" not in result:
-            def other() -> None:
-                try:
-                    result["b"] = target(db, name, commit_table=f"c_{name}").publish(txn("2026-01-02", epoch=1),
-                                                           stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]}))
-                except TargetSchemaError as exc:
-                    result["b"] = exc
-            result["thread"] = threading.Thread(target=other)
-            result["thread"].start()
-            wait_until_blocked(db, user_lock=True)
-        return out
-
-    monkeypatch.setattr(DatabaseTarget, "_load", load)
+    result = rival_inside_load(monkeypatch, db, lambda: target(db, name, commit_table=f"c_{name}").publish(
+        txn("2026-01-02", epoch=1), stage(tmp_path, {stray: [[{"k": "z", "v": 9}]]})))
     assert t.publish(txn(epoch=1), stage(tmp_path, {mine: [[{"k": "a", "v": 1}, {"k": "b", "v": 2}]]})) == \
         {mine: "published"}
     result["thread"].join(120)
-    assert isinstance(result["b"], TargetSchemaError), result["b"]
+    assert isinstance(result["rival"], TargetSchemaError), result["rival"]
     assert db.rows(name, "k", "k") == [("a",), ("b",)] and t.live_epoch(IV) == 1
 
 
