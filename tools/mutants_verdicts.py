@@ -237,6 +237,20 @@ VERDICTS: dict[str, str] = {
          "refusal instead of a privilege one - rolled back, nothing published, only the advice differs"),
     "targets/database.py:_table_columns:AddNot:e72ec40d7b": MESSAGE,
     "targets/database.py:__post_init__:AddNot:8a47199909": CONFIG,
+    "targets/database.py:_dry_run:NumberReplacer:6b8ae6c84e":
+        ("equivalent: the dry run's overlap check is run again by the reservation that follows it, under the "
+         "table's lock and before the decision, with the same refusal (test_targets_db_reserved.py)"),
+    "targets/database.py:_ts:ReplaceComparisonOperator_Eq_NotEq:3a55621a51":
+        "equivalent: connect sets every PostgreSQL session to UTC, so a naive UTC and an aware instant are the same",
+    "targets/database.py:_load:NumberReplacer:3fea8353d3":
+        "harmless: rows_loaded of a version without columns (only emptied partitions) is -1 instead of 0; never read",
+    "targets/db_claims.py:reserve:NumberReplacer:318b01fe80": "equivalent: the query selects one column: [-1] is [0]",
+    "targets/db_claims.py:_taken:NumberReplacer:79ca726923":
+        "equivalent: a marker row of epoch 0 (a reservation) has no published partitions (NULL): both give ()",
+    "mysql targets/sql_dialects.py:-:NumberReplacer:273459baa5": CONFIG,
+    "mysql targets/sql_dialects.py:classify:NumberReplacer:c8a6223872":
+        ("equivalent: PyMySQL raises a deadlock (1213) as OperationalError, which classify retries as "
+         "'unavailable' by its type: retried either way"),
     "targets/database.py:_load:NumberReplacer:5a1032f164":
         "equivalent: `counted` is a one-element list (the batches' running row count): [-1] is [0]",
     "targets/db_claims.py:refuse_overlap:NumberReplacer:64f4005ea6":

@@ -77,22 +77,13 @@ def test_a_stale_reservation_is_replaced_by_its_intervals_next_check_and_never_b
 def test_an_interval_column_check_reserves_its_range(db, tmp_path):
     """Replace by ``event_time``: the hour's check passes; the day holding it is refused at its own check
     while the hour is reserved, not yet published; the hour then publishes."""
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    ts_type = "timestamptz" if db.kind == "postgresql" else "datetime(6)"
-    db.run(f"CREATE TABLE {db.q(name)} (event_time {ts_type} NOT NULL, k varchar(20) NOT NULL)")
-    schema = pa.schema([("event_time", pa.timestamp("us", tz="UTC")), ("k", pa.string())])
-
-    def version(at: str, k: str):
-        return stage(tmp_path, {PART: [[{"event_time": datetime.fromisoformat(f"{DAY}T{at}:00+00:00"), "k": k}]]},
-                     schema)
-
-    t = target(db, name, interval_column="event_time", partition_columns=False, commit_table=f"c_{name}")
+    name, t, version = _by_time(db, tmp_path)
     h = version("05:30", "hour")
-    t.check(TxnRef("p", "s", hour(5), 1), h)
+    t().check(TxnRef("p", "s", hour(5), 1), h)
     with pytest.raises(TargetSchemaError, match="overlaps.*reserved by its check"):
-        t.check(TxnRef("p", "s", Interval.daily(DAY), 1), version("10:30", "day"))
-    assert t.publish(TxnRef("p", "s", hour(5), 1), h) == {PART: "published"}
-    assert [r[0] for r in db.rows(name, "k")] == ["hour"] and t.live_epoch(Interval.daily(DAY)) is None
+        t().check(TxnRef("p", "s", Interval.daily(DAY), 1), version("10:30", "day"))
+    assert t().publish(TxnRef("p", "s", hour(5), 1), h) == {PART: "published"}
+    assert [r[0] for r in db.rows(name, "k")] == ["hour"] and t().live_epoch(Interval.daily(DAY)) is None
 
 
 def test_a_commit_table_made_before_reservations_gets_the_column_at_a_check(db, tmp_path):
@@ -109,26 +100,48 @@ def test_a_commit_table_made_before_reservations_gets_the_column_at_a_check(db, 
     assert sorted(r[0] for r in db.rows(name, "k")) == ["one", "two"]
 
 
-def test_two_checks_of_equal_partitions_racing_to_reserve_leave_one_reservation(db, tmp_path, monkeypatch):
-    """03:00's dry run has passed and is about to reserve; 05:00's check of an equal partition runs meanwhile,
-    until it is done or waits for the table's lock (MariaDB's GET_LOCK is held by a session from its dry run on,
-    once there are markers). Done: it reserved first, and 03:00's reservation - checked once more under the
-    table's lock - is refused. Waiting: it sees 03:00's reservation and is refused. Either way exactly one
-    check passes and only its reservation is there: never two decided commits of one partition."""
+def _by_time(db, tmp_path):
+    """A table replaced by ``event_time``, its target, and the staged row of ``which`` (hour 05:30 / day 10:30)."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    ts_type = "timestamptz" if db.kind == "postgresql" else "datetime(6)"
+    db.run(f"CREATE TABLE {db.q(name)} (event_time {ts_type} NOT NULL, k varchar(20) NOT NULL)")
+    schema = pa.schema([("event_time", pa.timestamp("us", tz="UTC")), ("k", pa.string())])
+
+    def version(at: str, k: str):
+        return stage(tmp_path, {PART: [[{"event_time": datetime.fromisoformat(f"{DAY}T{at}:00+00:00"), "k": k}]]},
+                     schema)
+    return name, (lambda: target(db, name, interval_column="event_time", partition_columns=False,
+                                 commit_table=f"c_{name}")), version
+
+
+@pytest.mark.parametrize("by", ["partitions", "time"])
+def test_two_checks_racing_to_reserve_leave_one_reservation(db, tmp_path, monkeypatch, by):
+    """03:00's dry run has passed and is about to reserve; meanwhile 05:00's check of an equal partition (or, by
+    time, the day's check of a range holding the hour) runs until it is done or waits for the table's lock
+    (MariaDB's GET_LOCK is held by a session from its dry run on, once there are markers). Done: it reserved
+    first, and 03:00's reservation - checked once more under the table's lock - is refused. Waiting: it sees
+    03:00's reservation and is refused. Either way exactly one check passes and only its reservation is there:
+    never two decided commits of one partition or of overlapping ranges."""
     import threading
 
     from exactly_once.targets import DatabaseTarget
 
     from .db_cases import blocked
 
-    name, t = _partitioned(db)
+    if by == "partitions":
+        name, t = _partitioned(db)
+        ours, rival_iv = stage(tmp_path, {f"{PART}/hour=03": [[{"k": "a"}]]}), hour(5)
+        theirs = stage(tmp_path, {f"{PART}/hour=3": [[{"k": "b"}]]})
+    else:
+        name, t, version = _by_time(db, tmp_path)
+        ours, rival_iv, theirs = version("03:30", "hour"), Interval.daily(DAY), version("10:30", "day")
     real, rival = DatabaseTarget._reserve, {}
 
     def reserve(self, conn, cur, txn, staged):
         if txn.interval == hour(3) and "thread" not in rival:
             def check() -> None:
                 try:
-                    t().check(TxnRef("p", "s", hour(5), 1), stage(tmp_path, {f"{PART}/hour=3": [[{"k": "b"}]]}))
+                    t().check(TxnRef("p", "s", rival_iv, 1), theirs)
                     rival["error"] = None
                 except TargetSchemaError as exc:
                     rival["error"] = exc
@@ -142,14 +155,14 @@ def test_two_checks_of_equal_partitions_racing_to_reserve_leave_one_reservation(
 
     monkeypatch.setattr(DatabaseTarget, "_reserve", reserve)
     try:
-        t().check(TxnRef("p", "s", hour(3), 1), stage(tmp_path, {f"{PART}/hour=03": [[{"k": "a"}]]}))
-        ours = None
+        t().check(TxnRef("p", "s", hour(3), 1), ours)
+        mine = None
     except TargetSchemaError as exc:
-        ours = exc
+        mine = exc
     rival["thread"].join(60)
-    refused = [iv for iv, err in ((hour(3), ours), (hour(5), rival["error"])) if err is not None]
-    assert len(refused) == 1, (ours, rival["error"])  # which one: whichever reserved second
-    kept = hour(5) if refused == [hour(3)] else hour(3)
+    refused = [iv for iv, err in ((hour(3), mine), (rival_iv, rival["error"])) if err is not None]
+    assert len(refused) == 1, (mine, rival["error"])  # which one: whichever reserved second
+    kept = rival_iv if refused == [hour(3)] else hour(3)
     assert _reserved(db, name, kept)["epoch"] == 1 and _reserved(db, name, refused[0]) is None
 
 
