@@ -248,6 +248,11 @@ VERDICTS: dict[str, str] = {
     "targets/db_claims.py:_taken:NumberReplacer:79ca726923":
         "equivalent: a marker row of epoch 0 (a reservation) has no published partitions (NULL): both give ()",
     "mysql targets/sql_dialects.py:-:NumberReplacer:273459baa5": CONFIG,
+    "targets/sql_dialects.py:load:NumberReplacer:a7d327e851": TUNING,
+    "targets/sql_dialects.py:load:NumberReplacer:7f266b2486": TUNING,
+    "mysql targets/sql_dialects.py:-:NumberReplacer:b379351790":
+        "equivalent: 1452 (a foreign key's child row) reaches classify as PyMySQL's IntegrityError, 'schema' by type",
+    "mysql targets/sql_dialects.py:classify:NumberReplacer:8e6a7eb373": CONFIG,
     "mysql targets/sql_dialects.py:classify:NumberReplacer:c8a6223872":
         ("equivalent: PyMySQL raises a deadlock (1213) as OperationalError, which classify retries as "
          "'unavailable' by its type: retried either way"),
