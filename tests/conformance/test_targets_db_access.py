@@ -202,3 +202,45 @@ def test_a_user_who_may_not_create_temporary_tables_is_told_the_grant(db, tmp_pa
         else:
             db.run(f"DROP OWNED BY {user}")
             db.run(f"DROP ROLE {user}")
+
+
+def test_a_url_with_another_port_connects_to_that_port(db, table, tmp_path):
+    """The server behind another port (a forwarder on a free loopback port, as a second instance or a proxy
+    would be): the URL's port is the one connected to - not the dialect's default, where this test's server
+    also listens - and the interval publishes through it."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port, seen = listener.getsockname()[1], []
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    def forward() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            seen.append(port)
+            server = socket.create_connection(("127.0.0.1", PORTS[db.kind]))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=forward, daemon=True).start()
+    try:
+        url = db.url.replace(f":{PORTS[db.kind]}/", f":{port}/")
+        assert url != db.url and DatabaseTarget(table, url=url).publish(
+            txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]})) == {PART: "published"}
+    finally:
+        listener.close()
+    assert seen and db.count(table) == 2
