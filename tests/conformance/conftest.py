@@ -46,6 +46,8 @@ from exactly_once.storage import is_hidden
 from protocol_helpers import _read_rows, leftovers, log_problems, open_sink, plain_reader_rows, refresh, write_output
 from target_helpers import REDIS_URL, Db, fresh_database, reachable
 
+from .db_cases import kill_sessions_in_transaction, row_lock_waiters
+
 KINDS = ["files-local", "files-s3", "delta-local", "delta-s3", "postgresql", "mysql", "redis"]
 IV, IV2 = Interval.daily("2026-01-01"), Interval.daily("2026-01-02")
 PART, PART2 = f"dt={IV.day}", f"dt={IV2.day}"
@@ -306,37 +308,14 @@ class World:
                                 mapping={"epoch": epoch, "pipeline": pipeline, "sink": sink, "owner": owner_id or ""})
 
     def kill_other_sessions(self) -> int:
-        """Kill every other session of this world's database that is inside a transaction (a publisher
-        between its statements); returns how many."""
-        db = self.place.db
-        assert db is not None
-        if self.kind == "postgresql":
-            return len(db.run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
-                              "current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'"))
-        end = time.monotonic() + 5  # the publisher waits in our callback; InnoDB's INNODB_TRX is a cache that
-        while True:                 # may lag a transaction that just began (refreshed at most every 0.1 s)
-            ids = [r[0] for r in db.run("SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t JOIN "
-                                        "information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE "
-                                        "p.DB = DATABASE() AND p.ID <> CONNECTION_ID()")]
-            if ids or time.monotonic() > end:
-                break
-            time.sleep(0.15)
-        for i in ids:
-            db.run(f"KILL {int(i)}")
-        return len(ids)
+        """Kill the other sessions of this world's database inside a transaction; how many (a database only)."""
+        assert self.place.db is not None
+        return kill_sessions_in_transaction(self.place.db)
 
     def lock_waiters(self) -> int:
         """Sessions of this world's database waiting for a row lock now (a database target only)."""
-        db = self.place.db
-        assert db is not None
-        if self.kind == "postgresql":
-            return db.run("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
-                          "wait_event_type = 'Lock'")[0][0]
-        # MariaDB's INNODB_TRX does not list a session queued on a row lock: a statement of another session
-        # of this (per-module) database that takes a row lock and is still running is one
-        return db.run("SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> "
-                      "CONNECTION_ID() AND COMMAND = 'Query' AND (INFO LIKE 'INSERT%%' OR INFO LIKE '%%FOR UPDATE')"
-                      )[0][0]
+        assert self.place.db is not None
+        return row_lock_waiters(self.place.db)
 
     # ------------------------------------------------------------------ reading
     def read_rows(self) -> list[dict[str, Any]]:

@@ -72,6 +72,36 @@ def blocked(db, user_lock: bool = False) -> bool:
     return db.run(sql)[0][0] > 0
 
 
+def row_lock_waiters(db) -> int:
+    """Sessions of this database waiting for a row lock now."""
+    if db.kind == "postgresql":
+        return db.run("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND "
+                      "wait_event_type = 'Lock'")[0][0]
+    # MariaDB's INNODB_TRX does not list a session queued on a row lock: a statement of another session
+    # of this (per-module) database that takes a row lock and is still running is one
+    return db.run("SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> "
+                  "CONNECTION_ID() AND COMMAND = 'Query' AND (INFO LIKE 'INSERT%%' OR INFO LIKE '%%FOR UPDATE')")[0][0]
+
+
+def kill_sessions_in_transaction(db) -> int:
+    """Kill every other session of this database that is inside a transaction (a publisher between its
+    statements); returns how many."""
+    if db.kind == "postgresql":
+        return len(db.run("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                          "current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'"))
+    end = time.monotonic() + 5  # the publisher waits in the caller's callback; InnoDB's INNODB_TRX is a cache
+    while True:                 # that may lag a transaction that just began (refreshed at most every 0.1 s)
+        ids = [r[0] for r in db.run("SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t JOIN "
+                                    "information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE "
+                                    "p.DB = DATABASE() AND p.ID <> CONNECTION_ID()")]
+        if ids or time.monotonic() > end:
+            break
+        time.sleep(0.15)
+    for i in ids:
+        db.run(f"KILL {int(i)}")
+    return len(ids)
+
+
 def wait_until_blocked(db, deadline: float = 60.0, user_lock: bool = False) -> None:
     """Until another session of this database waits for a lock (the second publisher queued on the marker;
     ``user_lock``: on the table's partition lock, an advisory lock / GET_LOCK)."""
