@@ -238,12 +238,12 @@ class DatabaseTarget(PublishTarget):
         self._ensure_commit_table(conn, cur)
         marker = self._lock_marker(cur, txn.interval)
         if marker.epoch < txn.epoch:
-            new = sorted(set(staged.partitions) - set(marker.partitions))
+            new: list[str] = []  # by interval column: the row's range is what is reserved
             if self.interval_column:
-                new = []
                 if marker.epoch == 0:
                     self._refuse_overlap(cur, d, txn, lock=True)
             else:
+                new = sorted(set(staged.partitions) - set(marker.partitions))
                 db_claims.refuse_same_partitions(d, cur, self.commit_table, self.table, txn.name, txn.interval,
                                                  d.table_info(cur, self.table), new)
             db_claims.reserve(d, cur, self.commit_table, self.table, txn.interval, txn.epoch, new)

@@ -291,7 +291,9 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
     ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
     if not theirs or not ours:
         return
-    for part, token, other in _same_partitions(_equal_values(d, cur, table, ours, theirs), ours, theirs):
+    same = next(_same_partitions(_equal_values(d, cur, table, ours, theirs), ours, theirs), None)
+    if same is not None:
+        part, token, other = same
         raise TargetSchemaError(
             f"{name}: partition {part!r} is, for the database, partition {other!r} that interval {token} "
             f"holds in {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
