@@ -245,7 +245,7 @@ VERDICTS: dict[str, str] = {
     "targets/database.py:_load:NumberReplacer:3fea8353d3":
         "harmless: rows_loaded of a version without columns (only emptied partitions) is -1 instead of 0; never read",
     "targets/db_claims.py:reserve:NumberReplacer:318b01fe80": "equivalent: the query selects one column: [-1] is [0]",
-    "targets/db_claims.py:_taken:NumberReplacer:79ca726923":
+    "targets/db_claims.py:_taken:NumberReplacer:9d32797d3a":
         "equivalent: a marker row of epoch 0 (a reservation) has no published partitions (NULL): both give ()",
     "mysql targets/sql_dialects.py:-:NumberReplacer:273459baa5": CONFIG,
     "targets/sql_dialects.py:load:NumberReplacer:a7d327e851": TUNING,

@@ -114,13 +114,14 @@ def reserve(d: Dialect, cur: Any, commit_table: str, table: str, iv: Interval, e
 
 
 def _taken(table: str, commit_table: str, token: str, epoch: int, published: str | None,
-           reserved: str | None) -> tuple[str, list[str]]:
-    """Who holds a marker row's partitions, and which: the published ones and those its check reserved."""
-    parts = list(json.loads(published) if epoch > 0 and published else ())
+           reserved: str | None) -> list[tuple[str, str]]:
+    """(who holds it, partition) of a marker row's partitions: the published ones by its interval, those its
+    check reserved by its interval with how that came about."""
+    held = [(token, p) for p in (json.loads(published) if epoch > 0 and published else ())]
     if reserved:
-        parts += json.loads(reserved).get("partitions", ())
-        return f"{token} ({unpublished(table, commit_table, token)})", parts
-    return token, parts
+        who = f"{token} ({unpublished(table, commit_table, token)})"
+        held += [(who, p) for p in json.loads(reserved).get("partitions", ())]
+    return held
 
 
 def unpublished(table: str, commit_table: str, token: str) -> str:
@@ -286,8 +287,8 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
 
     cur.execute(f"SELECT interval_token, epoch, partitions, reserved FROM {d.table(commit_table)} WHERE target = %s "
                 f"AND interval_token <> %s AND interval_token <> %s AND {RESERVED}", (table, iv.token, CLAIM))
-    theirs = [(who, part, cols) for row in cur.fetchall() for who, parts in [_taken(table, commit_table, *row)]
-              for part in parts if (cols := columns(part)) is not None]
+    theirs = [(who, part, cols) for row in cur.fetchall() for who, part in _taken(table, commit_table, *row)
+              if (cols := columns(part)) is not None]
     ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
     if not theirs or not ours:
         return
