@@ -25,9 +25,15 @@ log = logging.getLogger(__name__)
 
 
 def asset_uri(config: Any) -> str:
-    """The table's Airflow Asset: its URL (``file://`` + the path for a local table)."""
+    """The table's Airflow Asset: its URL (``file://`` + the path for a local table), without the user and
+    password a database URL may carry. (Airflow drops them from an asset's URI but keeps its name - the URI
+    as given - in the metadata DB and the UI.)"""
     url = config.table_url
-    return url if "://" in url else f"file://{url}"
+    if "://" not in url:
+        return f"file://{url}"
+    scheme, rest = url.split("://", 1)
+    netloc, sep, path = rest.partition("/")
+    return f"{scheme}://{netloc.rsplit('@', 1)[-1]}{sep}{path}"
 
 
 NOTE_KEY = "eo_note"
