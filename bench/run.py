@@ -68,9 +68,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--backfill-month", type=int,
                    help="batched section: days of the short backfills, ours batched, ours per interval and naive "
                         "(default 30; quick 2; 0 skips them)")
-    p.add_argument("--backfill-max-active-runs", type=int, default=4,
-                   help="batched section: the batched backfills' --max-active-runs (default 4: the other runs finish "
-                        "behind the host's gate; the naive and per-interval backfills always run 1 at a time)")
+    p.add_argument("--backfill-max-active-runs", type=int, default=10,
+                   help="batched section: the batched backfills' --max-active-runs (default 10, Airflow's own - the "
+                        "CLI's and the backfill dialog's: the other runs finish behind the host's gate; the naive and "
+                        "per-interval backfills always run 1 at a time)")
     p.add_argument("--backfill-parallelism", type=int, default=4,
                    help="batched section: Airflow's [core] parallelism in its deployments, the LocalExecutor's "
                         "worker slots (default 4, Airflow's own 32; at 2 the batch's host holds one of the two "
