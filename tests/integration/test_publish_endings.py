@@ -174,22 +174,6 @@ def test_every_publish_ends_with_one_asset_event_one_lineage_output_a_note_and_a
     assert [e["interval"]["start"] for e in events] == [month(m).start.isoformat() for m in MONTHS]
 
 
-def test_the_tables_asset_exists_once_the_dag_is_parsed_before_any_publish(pipe):
-    """Airflow creates an alias's asset on its first event, and two tasks that announce a new table's first
-    publishes at once both insert it: the second task was failed by Airflow and its event lost (a month's
-    backfill of a fresh table, 30 runs at once: 29 events, one run failed). The group names the table as its
-    commit's inlet, so parsing the DAG creates the asset, before any task can announce."""
-    from airflow.models.asset import AssetModel
-    from sqlalchemy import select
-
-    assert pipe.events() == [] and pipe.versions() == []
-    found = pipe.session.scalars(select(AssetModel).where(AssetModel.uri == f"file://{pipe.cfg.table_url}")).all()
-    assert len(found) == 1, found
-    pipe.run("single", MONTHS[:1])  # announced through the alias: the same asset, its one event
-    assert len(pipe.events()) == 1 and pipe.session.scalars(
-        select(AssetModel).where(AssetModel.uri == f"file://{pipe.cfg.table_url}")).all() == found
-
-
 @pytest.mark.parametrize("way", WAYS)
 def test_a_decided_publish_whose_commit_died_is_finished_and_announced_once_by_whoever_runs_next(pipe, way, monkeypatch):
     """February's commit decided COMMITTED and died before publishing, and its teardown never ran (the worker

@@ -25,7 +25,7 @@ import weakref
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import Asset, AssetAlias, TaskGroup, get_parsing_context
+from airflow.sdk import AssetAlias, TaskGroup, get_parsing_context
 
 from ..protocol.config import PipelineConfig
 from ..errors import ConfigError, LayoutError
@@ -136,12 +136,7 @@ def exactly_once_group(config: PipelineConfig, *, group_id: str | None = None,
                               *config.application_args], **retry)
         pre_commit = PreCommitOperator(task_id="pre_commit", **common)
         validate = ValidateOperator(task_id="validate", **common)
-        # ... and it exists before its first announcement: Airflow creates an alias's asset on its first event,
-        # and two tasks announcing a new table's first publishes at once both insert it - the second task is
-        # failed and its event lost (a backfill of a fresh table, 30 runs at once). An inlet is created when
-        # the DAG is parsed; commit reads the table's live version, which it replaces.
-        commit = CommitOperator(task_id="commit", write_task_id=write.task_id,
-                                inlets=[Asset(uri=finishers["asset_uri"])], **finishers, **common)
+        commit = CommitOperator(task_id="commit", write_task_id=write.task_id, **finishers, **common)
         abort = AbortOperator(task_id="abort", spark_conn_id=spark_conn_id,
                               write_attempts=retry["retries"] + 1, **finishers, **common)
         begin >> write >> pre_commit >> validate >> commit >> abort
