@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.listeners import hookimpl
 
@@ -31,9 +32,13 @@ def asset_uri(config: Any) -> str:
     url = config.table_url
     if "://" not in url:
         return f"file://{url}"
-    scheme, rest = url.split("://", 1)
-    netloc, sep, path = rest.partition("/")
-    return f"{scheme}://{netloc.rsplit('@', 1)[-1]}{sep}{path}"
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        return url.replace(parts.netloc, parts.netloc.rsplit("@", 1)[1], 1)
+    user, colon, secret = parts.netloc.partition(":")
+    if colon and not secret.isdigit() and "@" in url:  # key:se/cret@host - a '/' in the secret ends the netloc
+        return f"{parts.scheme}://{url.rsplit('@', 1)[1]}"  # early (storage.redact's rule; a port is digits)
+    return url
 
 
 NOTE_KEY = "eo_note"
