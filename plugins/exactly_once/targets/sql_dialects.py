@@ -78,6 +78,7 @@ class Dialect(ABC):
     case_insensitive_columns = False
     quote_char = '"'
     upsert_matches_any_unique = False  # MySQL's ON DUPLICATE KEY UPDATE: any unique index, not only the key
+    immediate_sql: str | None = None  # makes deferred constraints checked at each statement (the dry run's)
 
     def same_name(self, a: str, b: str) -> bool:
         """Do column names ``a`` and ``b`` name one column here (MariaDB's column names ignore case)?"""
@@ -168,6 +169,7 @@ class Dialect(ABC):
 
 class Postgres(Dialect):
     name = "postgresql"
+    immediate_sql = "SET CONSTRAINTS ALL IMMEDIATE"
 
     def connect(self, ep: Endpoint) -> Any:
         import psycopg2
@@ -176,20 +178,23 @@ class Postgres(Dialect):
         conn = psycopg2.connect(host=ep.host, port=ep.port, user=ep.user, password=ep.password,
                                 dbname=ep.database, **opts)
         conn.autocommit = False
+        conn.set_client_encoding("UTF8")  # COPY sends UTF-8: a LATIN1 default would store mojibake
         with conn.cursor() as cur:
             cur.execute("SET TIME ZONE 'UTC'")
         conn.commit()
         return conn
 
-
     def table_info(self, cur: Any, name: str) -> TableInfo | None:
         reg = self.table(name)
-        cur.execute("SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass(%s)", (reg,))
+        cur.execute("SELECT c.relkind, c.relpersistence FROM pg_class c WHERE c.oid = to_regclass(%s)", (reg,))
         kind = cur.fetchone()
         if kind is None:
             return None
         if kind[0] not in ("r", "p"):
             raise TargetSchemaError(f"{name!r} is not a table (relkind {kind[0]!r}); publish into a plain table")
+        if kind[1] == "u":
+            raise TargetSchemaError(f"table {name!r} is UNLOGGED: a crash empties it while its markers stay, so "
+                                    f"a published interval would be lost for good. ALTER TABLE ... SET LOGGED")
         cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
                     "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (reg,))
         cols = dict(cur.fetchall())
@@ -242,9 +247,9 @@ class Postgres(Dialect):
         code = exc.pgcode or ""
         if code in ("40P01", "40001", "55P03"):
             return "transient"
-        if code[:2] == "08" or code.startswith("57P") or code == "" and isinstance(exc, (psycopg2.OperationalError,
-                                                                       psycopg2.InterfaceError)):
-            return "unavailable"
+        if code[:2] in ("08", "53") or code.startswith("57P") or code in ("57014", "25006") or code == "" and \
+                isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+            return "unavailable"  # also a statement timeout, a read-only (standby) database, no disk/memory left
         if code in ("42501",):
             return "permission"
         if code[:2] in ("21", "22", "23", "42"):
@@ -295,6 +300,7 @@ class MySQL(Dialect):
             cur.execute("SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ZERO_IN_DATE,"
                         "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'")
             cur.execute("SET SESSION time_zone = '+00:00'")
+            cur.execute("SET SESSION sql_notes = 0")  # notes would push a load's warnings off the list it shows
             # no gap locks: a publish locks only the rows of its own interval, not its neighbours'
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         conn.commit()
@@ -367,11 +373,14 @@ class MySQL(Dialect):
 
     @staticmethod
     def raise_on_warnings(cur: Any, what: str) -> None:
-        """LOAD DATA LOCAL reports bad values, duplicates and truncation as warnings: make them errors."""
+        """LOAD DATA LOCAL reports bad values, duplicates and truncation as warnings: make them errors. The
+        session records no notes (``sql_notes`` 0, set by :meth:`connect`: a decimal rounded to the column's
+        scale is one), so that the first warnings shown, and the count, are warnings."""
         cur.execute("SHOW WARNINGS LIMIT 5")
         bad = [w for w in cur.fetchall() if w[0] in ("Warning", "Error")]
-        if bad:
-            shown = "; ".join(f"{w[1]}: {w[2]}" for w in bad)
+        cur.execute("SELECT @@warning_count")
+        if bad or cur.fetchone()[0]:
+            shown = "; ".join(f"{w[1]}: {w[2]}" for w in bad) or "warnings the server did not list"
             raise TargetSchemaError(f"{what} rejected rows ({shown})")
 
     def create_stage(self, cur: Any, table_sql: str) -> str:

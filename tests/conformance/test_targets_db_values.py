@@ -1,0 +1,86 @@
+"""What a database does quietly to a version's rows, or refuses only at COMMIT, seen by the check before the
+decision (session 24's review of the database targets), each on the servers where it can happen: bad values
+behind many notes (MariaDB's load reported only its first five diagnostics, notes included), text through a
+client encoding other than UTF-8, an UNLOGGED table, a deferred constraint, and a statement timeout or a
+read-only database reported as unavailable (retry later), not as a raw driver error."""
+from __future__ import annotations
+
+import pytest
+from target_helpers import stage, txn
+
+from exactly_once.errors import TargetSchemaError, TargetUnavailableError
+from exactly_once.targets import DatabaseTarget
+
+from .db_cases import PART, db, db_url, marker, table  # noqa: F401
+
+
+def no_marker(db, name: str) -> bool:
+    """No marker row of the table (the commit table may not exist yet: nothing was ever published here)."""
+    known = db.run("SELECT count(*) FROM information_schema.tables WHERE table_name = '_eo_commits' AND "
+                   + ("table_catalog = current_database()" if db.kind == "postgresql" else "table_schema = DATABASE()"))
+    return not known[0][0] or marker(db, name) is None
+
+
+def only_postgresql(db) -> None:
+    if db.kind != "postgresql":
+        pytest.skip("mysql: the case is PostgreSQL's (MariaDB has no such setting)")
+
+
+def test_bad_values_behind_many_notes_are_refused_before_the_decision(db, tmp_path):
+    name = f"v_{db.kind}_notes"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, app_id varchar(5) NOT NULL, amount decimal(10,2) NOT NULL)"
+           + (" ENGINE=InnoDB" if db.kind == "mysql" else ""))
+    rounded = [{"app_id": f"a{i}", "amount": 1.234} for i in range(6)]  # each a note on MariaDB: rounded
+    bad = stage(tmp_path, {PART: [[*rounded, {"app_id": "much too long", "amount": 1.0}]]})
+    t = DatabaseTarget(name, url=db.url)
+    with pytest.raises(TargetSchemaError):
+        t.check(txn(epoch=1), bad)
+    assert db.count(name) == 0 and no_marker(db, name)
+    good = stage(tmp_path, {PART: [rounded]})  # rounding alone is the column's scale, not a refusal
+    t.check(txn(epoch=1), good)
+    assert t.publish(txn(epoch=1), good) == {PART: "published"}
+    assert sorted(float(r[0]) for r in db.run(f"SELECT amount FROM {db.q(name)}")) == [1.23] * 6
+
+
+def test_text_is_stored_as_sent_whatever_the_clients_default_encoding(db, table, tmp_path, monkeypatch):
+    only_postgresql(db)
+    monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")  # a role's or server's default, for the target's sessions
+    rows = [{"app_id": "Zürich €", "pv": 1, "uv": 1, "cumulative_pv": 1}]
+    t = DatabaseTarget(table, url=db.url)
+    version = stage(tmp_path, {PART: [rows]})
+    t.check(txn(epoch=1), version)
+    assert t.publish(txn(epoch=1), version) == {PART: "published"}
+    assert db.run(f"SELECT app_id FROM {db.q(table)}") == [("Zürich €",)]  # read back in UTF-8
+
+
+def test_an_unlogged_table_is_refused_before_the_decision(db, table, tmp_path):
+    only_postgresql(db)
+    db.run(f"ALTER TABLE {db.q(table)} SET UNLOGGED")
+    with pytest.raises(TargetSchemaError, match="UNLOGGED.*SET LOGGED"):
+        DatabaseTarget(table, url=db.url).check(txn(epoch=1), stage(tmp_path, {PART: [[
+            {"app_id": "a", "pv": 1, "uv": 1, "cumulative_pv": 1}]]}))
+    assert db.count(table) == 0 and no_marker(db, table)
+
+
+def test_a_deferred_constraint_the_publish_would_break_is_refused_by_the_check(db, table, tmp_path):
+    only_postgresql(db)
+    db.run(f"ALTER TABLE {db.q(table)} ADD CONSTRAINT {db.q(table + '_pv')} UNIQUE (pv) DEFERRABLE INITIALLY DEFERRED")
+    version = stage(tmp_path, {PART: [[{"app_id": "a", "pv": 7, "uv": 1, "cumulative_pv": 1},
+                                     {"app_id": "b", "pv": 7, "uv": 1, "cumulative_pv": 1}]]})
+    with pytest.raises(TargetSchemaError):
+        DatabaseTarget(table, url=db.url).check(txn(epoch=1), version)
+    assert db.count(table) == 0 and no_marker(db, table)
+
+
+@pytest.mark.parametrize("setting", ["statement_timeout=1", "default_transaction_read_only=on"])
+def test_a_statement_timeout_or_a_read_only_database_is_unavailable_not_a_raw_error(db, table, tmp_path, monkeypatch,
+                                                                                       setting):
+    only_postgresql(db)
+    monkeypatch.setenv("PGOPTIONS", f"-c {setting}")  # every statement cancelled after 1 ms / a standby's refusal
+    t = DatabaseTarget(table, url=db.url, retries=0)
+    version = stage(tmp_path, {PART: [[{"app_id": f"a{i}", "pv": i, "uv": 1, "cumulative_pv": 1}
+                                     for i in range(20000)]]})
+    with pytest.raises(TargetUnavailableError):
+        t.publish(txn(epoch=1), version)
+    monkeypatch.delenv("PGOPTIONS")
+    assert db.count(table) == 0 and no_marker(db, table)
