@@ -72,6 +72,40 @@ def test_a_deferred_constraint_the_publish_would_break_is_refused_by_the_check(d
     assert db.count(table) == 0 and no_marker(db, table)
 
 
+def test_an_unlogged_partition_of_a_partitioned_table_is_refused_before_the_decision(db, tmp_path):
+    only_postgresql(db)
+    name = "v_unlogged_part"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, app_id varchar(64) NOT NULL, pv bigint NOT NULL, uv bigint "
+           "NOT NULL, cumulative_pv bigint NOT NULL, PRIMARY KEY (dt, app_id)) PARTITION BY RANGE (dt)")
+    db.run(f"CREATE UNLOGGED TABLE {db.q(name + '_2026')} PARTITION OF {db.q(name)} FOR VALUES FROM ('2026-01-01') "
+           "TO ('2027-01-01')")
+    with pytest.raises(TargetSchemaError, match="UNLOGGED.*_2026.*SET LOGGED"):
+        DatabaseTarget(name, url=db.url).check(txn(epoch=1), stage(tmp_path, {PART: [[
+            {"app_id": "a", "pv": 1, "uv": 1, "cumulative_pv": 1}]]}))
+    assert db.count(name) == 0 and no_marker(db, name)
+
+
+def test_a_reprocess_that_keeps_a_deferred_references_key_passes_the_check(db, table, tmp_path):
+    """The dry run checks deferred constraints after its load, as its COMMIT would: a reprocess deletes the
+    interval's rows and loads them again, so a row another table references (a deferred foreign key) is
+    missing in between - checked at each statement, a valid reprocess was refused for good."""
+    only_postgresql(db)
+    child = table + "_child"
+    db.run(f"CREATE TABLE {db.q(child)} (dt date NOT NULL, app_id varchar(64) NOT NULL, FOREIGN KEY (dt, app_id) "
+           f"REFERENCES {db.q(table)} (dt, app_id) DEFERRABLE INITIALLY DEFERRED)")
+    rows = [{"app_id": "a0", "pv": 1, "uv": 1, "cumulative_pv": 1}]
+    t = DatabaseTarget(table, url=db.url)
+    assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) == {PART: "published"}
+    db.run(f"INSERT INTO {db.q(child)} VALUES ('2026-01-01', 'a0')")
+    again = stage(tmp_path, {PART: [[{**rows[0], "pv": 2}]]})
+    t.check(txn(epoch=2), again)
+    assert t.publish(txn(epoch=2), again) == {PART: "published"}
+    assert db.run(f"SELECT pv FROM {db.q(table)}") == [(2,)]
+    dropped = stage(tmp_path, {PART: [[{**rows[0], "app_id": "a1"}]]})  # the referenced key gone: refused
+    with pytest.raises(TargetSchemaError):
+        t.check(txn(epoch=3), dropped)
+
+
 @pytest.mark.parametrize("setting", ["statement_timeout=1", "default_transaction_read_only=on"])
 def test_a_statement_timeout_or_a_read_only_database_is_unavailable_not_a_raw_error(db, table, tmp_path, monkeypatch,
                                                                                        setting):
@@ -80,7 +114,7 @@ def test_a_statement_timeout_or_a_read_only_database_is_unavailable_not_a_raw_er
     t = DatabaseTarget(table, url=db.url, retries=0)
     version = stage(tmp_path, {PART: [[{"app_id": f"a{i}", "pv": i, "uv": 1, "cumulative_pv": 1}
                                      for i in range(20000)]]})
-    with pytest.raises(TargetUnavailableError):
-        t.publish(txn(epoch=1), version)
+    with pytest.raises(TargetUnavailableError, match="statement_timeout|point the target at the primary"):
+        t.publish(txn(epoch=1), version)  # and says what to do if every try ends so
     monkeypatch.delenv("PGOPTIONS")
     assert db.count(table) == 0 and no_marker(db, table)

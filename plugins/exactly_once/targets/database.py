@@ -222,11 +222,11 @@ class DatabaseTarget(PublishTarget):
         self._refuse_foreign(marker, txn)  # before the decision, as the publish would
         if marker.epoch < txn.epoch:  # else already or superseded: the publish will load nothing
             try:
-                if d.immediate_sql:  # deferred constraints checked by the dry run's statements, not its COMMIT
-                    cur.execute(d.immediate_sql)
                 if marker.epoch == 0 and d.table_info(cur, self.commit_table) is not None:
                     self._refuse_overlap(cur, d, txn)
                 self._load(cur, d, txn, staged, marker)
+                if d.immediate_sql:  # the deferred constraints checked now, as the COMMIT the dry run never
+                    cur.execute(d.immediate_sql)  # makes would (retroactively: a replace's delete-then-insert ok)
             finally:
                 conn.rollback()
             if self.mode == "replace":

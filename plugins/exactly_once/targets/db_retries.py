@@ -12,7 +12,7 @@ from typing import Any, Callable, TypeVar
 
 from ..errors import ConfigError, TargetSchemaError, TargetUnavailableError
 from .endpoint import Endpoint, redact
-from .sql_dialects import DIALECTS
+from .sql_dialects import DIALECTS, advice
 
 T = TypeVar("T")
 
@@ -61,9 +61,10 @@ def error(where: str, exc: BaseException, kind: str, ep: Endpoint, retries: int)
     if kind == "permission":
         return ConfigError(f"{where}: the database user lacks a privilege: {msg}. Grant it (MySQL: also "
                            "local_infile=ON on the server for LOAD DATA LOCAL) and commit again")
+    hint = advice(exc)
     return TargetUnavailableError(f"{where}: the database is unavailable ({kind}, {retries + 1} attempt(s)): "
                                   f"{msg}. Anything in flight rolled back or committed with its marker; "
-                                  "publishing again is safe")
+                                  "publishing again is safe" + (f"; {hint}" if hint else ""))
 
 
 def rollback_quietly(conn: Any) -> None:

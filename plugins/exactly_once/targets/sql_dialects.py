@@ -186,15 +186,19 @@ class Postgres(Dialect):
 
     def table_info(self, cur: Any, name: str) -> TableInfo | None:
         reg = self.table(name)
-        cur.execute("SELECT c.relkind, c.relpersistence FROM pg_class c WHERE c.oid = to_regclass(%s)", (reg,))
+        cur.execute("SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass(%s)", (reg,))
         kind = cur.fetchone()
         if kind is None:
             return None
         if kind[0] not in ("r", "p"):
             raise TargetSchemaError(f"{name!r} is not a table (relkind {kind[0]!r}); publish into a plain table")
-        if kind[1] == "u":
-            raise TargetSchemaError(f"table {name!r} is UNLOGGED: a crash empties it while its markers stay, so "
-                                    f"a published interval would be lost for good. ALTER TABLE ... SET LOGGED")
+        cur.execute("SELECT c.relname FROM pg_class c WHERE c.relpersistence = 'u' AND (c.oid = to_regclass(%s) OR "
+                    "c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass(%s)))) LIMIT 1", (reg, reg))
+        unlogged = cur.fetchone()  # the table itself, or one of its partitions
+        if unlogged is not None:
+            raise TargetSchemaError(f"table {name!r} is UNLOGGED, or its partition {unlogged[0]!r} is: a crash empties "
+                                    "it, and what was published there would be lost while the log says it is live. "
+                                    "ALTER TABLE ... SET LOGGED")
         cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
                     "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum", (reg,))
         cols = dict(cur.fetchall())
@@ -247,7 +251,7 @@ class Postgres(Dialect):
         code = exc.pgcode or ""
         if code in ("40P01", "40001", "55P03"):
             return "transient"
-        if code[:2] in ("08", "53") or code.startswith("57P") or code in ("57014", "25006") or code == "" and \
+        if code[:2] in ("08", "53") or code.startswith("57P") or code in LIMITS or code == "" and \
                 isinstance(exc, (psycopg2.OperationalError, psycopg2.InterfaceError)):
             return "unavailable"  # also a statement timeout, a read-only (standby) database, no disk/memory left
         if code in ("42501",):
@@ -255,6 +259,22 @@ class Postgres(Dialect):
         if code[:2] in ("21", "22", "23", "42"):
             return "schema"
         return None
+
+
+# what to do when every try ends with one of these (retried: each may pass on a later try)
+LIMITS = {"57014": "a statement was cancelled (statement_timeout, or pg_cancel_backend): if every try ends so, raise "
+                   "the target user's statement_timeout (ALTER ROLE ... SET statement_timeout) or publish smaller "
+                   "intervals",
+          "25006": "the server takes no writes (a standby, or default_transaction_read_only): point the target at "
+                   "the primary"}
+
+
+def advice(exc: BaseException) -> str | None:
+    """What to do about ``exc`` if retrying alone may not end it (PostgreSQL's SQLSTATE; class 53: resources)."""
+    code = getattr(exc, "pgcode", None) or ""
+    if code[:2] == "53":
+        return "the server is out of disk, memory or connections: free them"
+    return LIMITS.get(code)
 
 
 # --------------------------------------------------------------------------------------------- MariaDB/MySQL
