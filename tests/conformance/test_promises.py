@@ -20,7 +20,7 @@ import time
 import pytest
 
 from exactly_once import State
-from exactly_once.errors import ExactlyOnceError, OwnershipError, StagedFileChangedError
+from exactly_once.errors import ExactlyOnceError, OwnershipError, StagedFileChangedError, StorageError
 from exactly_once.targets.base import StagedVersion
 from protocol_helpers import CRASH_EXIT, interleave, make_rows, run_child
 
@@ -326,6 +326,34 @@ def test_a_version_staged_outside_a_delta_table_is_checked_before_it_is_copied_i
     assert refused.value.what == "was rewritten with other bytes of the same size", refused.value
     assert world.read_rows() == world.rows({PART: [old]})
     st.write_atomic(re.sub(r"^(file|s3)://", "", refused.value.path), sealed)  # put back where it says: published whole
+    sink.target.publish(txn, staged)
+    assert world.read_rows() == world.rows({PART: [new]})
+
+
+def test_a_file_gone_from_a_version_staged_outside_a_delta_table_is_refused_before_the_copy(world):
+    """The same with a staged file deleted after the decision, on S3 where the files are copied in: refused
+    naming it before anything is copied (put it back, then publish again), nothing published - not the copy's
+    own error halfway. (Locally the version is renamed into the table first and checked there.)"""
+    if world.kind != "delta-s3":
+        pytest.skip("only Delta on S3 copies a version staged outside the table into it")
+    from .conftest import staged_elsewhere
+
+    sink = world.sink()
+    old, new = make_rows("old", 3), make_rows("new", 4, start=30)
+    world.commit(sink, IV, {PART: [old]})
+    txn = sink.begin(IV)
+    staged = staged_elsewhere(sink, txn, [new[:2], new[2:]])
+    st = sink.storage
+    sink.target.check(txn, staged)  # ... the decision ...
+    victim = staged.path(PART, staged.partitions[PART][0].name)
+    sealed = st.read_bytes(victim)
+    st.remove_tree(victim)  # (a file: removed as a tree of one)
+    with pytest.raises(StorageError) as refused:
+        sink.target.publish(txn, staged)
+    assert victim.rsplit("/", 1)[1] in str(refused.value) and "gone" in str(refused.value), refused.value
+    assert world.read_rows() == world.rows({PART: [old]})
+    assert not st.exists(st.join(sink.table, txn.name))  # nothing of it copied or renamed into the table
+    st.write_atomic(victim, sealed)
     sink.target.publish(txn, staged)
     assert world.read_rows() == world.rows({PART: [new]})
 
