@@ -66,6 +66,10 @@ VERDICTS: dict[str, str] = {
         "_where:ReplaceComparisonOperator_IsNot_Is:afd8be1a90", "_where:AddNot:54c9eafcb7", "_where:AddNot:00b9176f01",
         "altered:ReplaceComparisonOperator_Is_IsNot:fb178eaa0d", "altered:AddNot:3933f3d414")},
     "targets/base.py:__post_init__:ZeroIterationForLoop:ef98e4f61d": VALIDATION,
+    "delta-s3 targets/base.py:copied_as_sealed:ReplaceComparisonOperator_NotEq_Eq:e3d7ea459e":
+        ("harmless in the Delta row: Delta uses it only to skip copies already made (_place), so every file is "
+         "copied again instead - the same bytes, more work; the files-s3 row, whose post-copy check uses it, "
+         "kills it"),
     "delta-s3 targets/base.py:_etag_of:ReplaceOrWithAnd:40f1e89a66":
         ("equivalent in the Delta row: a Delta publish compares the staged files' ETags from its own listing "
          "(DeltaTarget._check_files) and commits them unread, never through StagedVersion.open's handle"),
