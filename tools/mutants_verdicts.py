@@ -68,8 +68,8 @@ VERDICTS: dict[str, str] = {
     "targets/base.py:__post_init__:ZeroIterationForLoop:ef98e4f61d": VALIDATION,
     "delta-s3 targets/base.py:copied_as_sealed:ReplaceComparisonOperator_NotEq_Eq:e3d7ea459e":
         ("harmless in the Delta row: Delta uses it only to skip copies already made (_place), so every file is "
-         "copied again instead - the same bytes, more work; the files-s3 row, whose post-copy check uses it, "
-         "kills it"),
+         "copied again instead - the same bytes, more work (files-s3's post-copy check uses it too: judged in "
+         "that row, not here)"),
     "delta-s3 targets/base.py:_etag_of:ReplaceOrWithAnd:40f1e89a66":
         ("equivalent in the Delta row: a Delta publish compares the staged files' ETags from its own listing "
          "(DeltaTarget._check_files) and commits them unread, never through StagedVersion.open's handle"),
