@@ -27,7 +27,9 @@ from .csv_rows import CsvStream, csv_chunks
 from .endpoint import Endpoint
 
 STAGE = "_eo_stage"  # the session-private staging table of upsert mode
-_NESTED = (pa.types.is_nested, pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary)
+_NESTED = (pa.types.is_nested, pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary,
+           getattr(pa.types, "is_binary_view", lambda t: False))
+_STRING_VIEW = getattr(pa.types, "is_string_view", lambda t: False)  # pyarrow >= 16; CSV cannot write it
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,8 @@ class Dialect(ABC):
             t = col.type
             if pa.types.is_dictionary(t):
                 col, t = col.cast(t.value_type), t.value_type
+            if _STRING_VIEW(t):
+                col, t = col.cast(pa.string()), pa.string()
             if any(check(t) for check in _NESTED):
                 raise TargetSchemaError(f"column {name!r} has type {t}: the database target loads flat scalar "
                                         "columns only; flatten or encode it in the job (e.g. to_json)")
