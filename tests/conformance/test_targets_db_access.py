@@ -161,6 +161,15 @@ def test_a_connection_naming_no_database_publishes_into_qualified_tables(db, tmp
     assert sorted(r[0] for r in db.rows(name, "k")) == ["k3", "k4"]
     with pytest.raises(ConfigError, match=r"names no database.*qualify table and commit_table"):
         DatabaseTarget(f"{database}.{name}", url=url, retries=0).publish(*hour(tmp_path, 5))
+    keyed = f"u_{name}"  # upsert too: its stage table goes into the table's database (it needed a default one)
+    db.run(f"CREATE TABLE {db.q(keyed)} (dt date NOT NULL, hour int NOT NULL, k varchar(20) NOT NULL, PRIMARY KEY (k))")
+    up = DatabaseTarget(f"{database}.{keyed}", url=url, commit_table=f"{database}.c_{name}", mode="upsert",
+                        key_columns=("k",), retries=0)
+    for h in (6, 7):
+        txn_h, version = hour(tmp_path, h)
+        up.check(txn_h, version)
+        assert up.publish(txn_h, version) == {f"dt=2026-01-01/hour={h:02d}": "published"}
+    assert sorted(r[0] for r in db.rows(keyed, "k")) == ["k6", "k7"]
 
 
 def test_a_user_who_may_not_create_temporary_tables_is_told_the_grant(db, tmp_path):

@@ -408,8 +408,10 @@ class MySQL(Dialect):
             raise TargetSchemaError(f"{what} rejected rows ({shown})")
 
     def create_stage(self, cur: Any, table_sql: str) -> str:
-        cur.execute(f"CREATE TEMPORARY TABLE {self.quote(STAGE)} LIKE {table_sql}")
-        return self.quote(STAGE)
+        database = table_sql.rsplit(".", 1)[0] + "." if "." in table_sql else ""  # the table's (a connection may
+        stage = f"{database}{self.quote(STAGE)}"  # name no database: an unqualified stage would need one)
+        cur.execute(f"CREATE TEMPORARY TABLE {stage} LIKE {table_sql}")
+        return stage
 
     def upsert_sql(self, table_sql: str, stage_sql: str, cols: Sequence[str], keys: Sequence[str]) -> str:
         rest = [c for c in cols if c not in keys] or list(keys)[:1]  # nothing to update: a no-op assignment
