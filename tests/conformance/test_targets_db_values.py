@@ -138,3 +138,26 @@ def test_a_string_view_column_loads_and_a_binary_view_one_is_refused_before_the_
     with pytest.raises(TargetSchemaError, match="binary_view"):
         t.check(txn(epoch=2), binary)
     assert db.count(name) == 3
+
+
+def test_durations_and_nanosecond_times_are_refused_before_the_decision_not_loaded_wrong(db, tmp_path):
+    """A duration reached the table as its count of units (an hour in microseconds became 41,666 days in a
+    PostgreSQL interval) and a time of day with nanoseconds was rounded (23:59:59.9999996 became 24:00:00): both
+    are refused, saying how to cast them; a nanosecond time that is whole microseconds still loads."""
+    import pyarrow as pa
+
+    name = f"v_{db.kind}_times"
+    db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, v {'interval' if db.kind == 'postgresql' else 'time(6)'})"
+           + (" ENGINE=InnoDB" if db.kind == "mysql" else ""))
+    t = DatabaseTarget(name, url=db.url)
+    hour = stage(tmp_path, {PART: [pa.table({"v": pa.array([3_600_000_000], pa.duration("us"))})]})
+    with pytest.raises(TargetSchemaError, match="duration.*cast it"):
+        t.check(txn(epoch=1), hour)
+    late = stage(tmp_path, {PART: [pa.table({"v": pa.array([86_399_999_999_600], pa.time64("ns"))})]})
+    with pytest.raises(TargetSchemaError, match="nanoseconds"):
+        t.check(txn(epoch=1), late)
+    assert db.count(name) == 0 and no_marker(db, name)
+    if db.kind == "mysql":  # (PostgreSQL's column here is an interval: a time of day is MariaDB's)
+        whole = stage(tmp_path, {PART: [pa.table({"v": pa.array([86_399_999_999_000], pa.time64("ns"))})]})
+        assert t.publish(txn(epoch=1), whole) == {PART: "published"}
+        assert [str(r[0]) for r in db.run(f"SELECT v FROM {db.q(name)}")] == ["23:59:59.999999"]

@@ -158,9 +158,12 @@ class Dialect(ABC):
             if any(check(t) for check in _NESTED):
                 raise TargetSchemaError(f"column {name!r} has type {t}: the database target loads flat scalar "
                                         "columns only; flatten or encode it in the job (e.g. to_json)")
-            if pa.types.is_timestamp(t) and t.unit == "ns":
+            if pa.types.is_duration(t):  # the CSV holds its count of units, which an interval column reads as seconds
+                raise TargetSchemaError(f"column {name!r} has type {t}, which the database target cannot load "
+                                        "faithfully; cast it in the job to a count of a unit (int64) or a string")
+            if (pa.types.is_timestamp(t) or pa.types.is_time64(t)) and t.unit == "ns":
                 try:  # databases keep microseconds; refuse to drop digits silently
-                    col = col.cast(pa.timestamp("us", t.tz))
+                    col = col.cast(pa.timestamp("us", t.tz) if pa.types.is_timestamp(t) else pa.time64("us"))
                 except pa.ArrowInvalid:
                     raise TargetSchemaError(f"column {name!r} has nanoseconds the database cannot store; "
                                             "round it to microseconds in the job") from None
