@@ -64,6 +64,7 @@ VERDICTS: dict[str, str] = {
                    "open:NumberReplacer:07932534c8")},
     **{f"targets/base.py:{key}": MESSAGE for key in (
         "_where:ReplaceComparisonOperator_IsNot_Is:afd8be1a90", "_where:AddNot:54c9eafcb7", "_where:AddNot:00b9176f01",
+        "_where:AddNot:6f59cd1486",
         "altered:ReplaceComparisonOperator_Is_IsNot:fb178eaa0d", "altered:AddNot:3933f3d414")},
     "targets/base.py:__post_init__:ZeroIterationForLoop:ef98e4f61d": VALIDATION,
     "delta-s3 targets/base.py:copied_as_sealed:ReplaceComparisonOperator_NotEq_Eq:e3d7ea459e":
