@@ -71,6 +71,10 @@ VERDICTS: dict[str, str] = {
         ("harmless in the Delta row: Delta uses it only to skip copies already made (_place), so every file is "
          "copied again instead - the same bytes, more work (files-s3's post-copy check uses it too: judged in "
          "that row, not here)"),
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:068132676c": "equivalent: two StagedVersions are never compared",
+    "delta-s3 targets/base.py:_etag_of:ReplaceOrWithAnd:3538595e64":
+        ("equivalent in the Delta row: a Delta publish compares the staged files' ETags from its own listing "
+         "(DeltaTarget._check_files) and commits them unread, never through StagedVersion.open's handle"),
     "delta-s3 targets/base.py:_etag_of:ReplaceOrWithAnd:40f1e89a66":
         ("equivalent in the Delta row: a Delta publish compares the staged files' ETags from its own listing "
          "(DeltaTarget._check_files) and commits them unread, never through StagedVersion.open's handle"),
