@@ -394,7 +394,7 @@ class DatabaseTarget(PublishTarget):
         if self.mode == "replace":
             loaded = d.load(cur, table_sql, cols, batches)
         else:
-            stage = d.create_stage(cur, table_sql)
+            stage = d.create_stage(cur, table_sql, d.temp_at(cur, self.table))
             loaded = d.load(cur, stage, cols, batches)
             cur.execute(d.upsert_sql(table_sql, stage, cols, keys))
         if loaded != counted[0]:

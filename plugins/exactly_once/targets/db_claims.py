@@ -336,9 +336,7 @@ def _equal_values(d: Dialect, cur: Any, table: str, ours: list, theirs: list) ->
     cols = sorted({c for _, mine in ours for c in mine} | {c for *_, cs in theirs for c in cs})
     spelled = {"eo_ours": sorted({(c, v) for _, mine in ours for c, v in mine.items()}),
                "eo_theirs": sorted({(c, v) for *_, cs in theirs for c, v in cs.items()})}
-    # MariaDB's temporary tables live in a database: the table's own (a connection may name none)
-    database = d.identity(cur, table)[0]
-    at = f"{d.quote(database)}." if d.name == "mysql" else ""
+    at = d.temp_at(cur, table)
     for side, values in spelled.items():
         try:
             cur.execute(PROBE[d.name].format(name=at + side) + "SELECT 0 AS eo_col, 0 AS eo_id, " + ", ".join(
@@ -348,7 +346,7 @@ def _equal_values(d: Dialect, cur: Any, table: str, ours: list, theirs: list) ->
             if d.classify(exc) != "permission":
                 raise
             if d.name == "mysql":
-                grant = f"GRANT CREATE TEMPORARY TABLES ON {d.quote(database)}.* TO <user>"
+                grant = f"GRANT CREATE TEMPORARY TABLES ON {at}* TO <user>"
             else:
                 cur.connection.rollback()  # (the failed statement ended the transaction)
                 cur.execute("SELECT current_database()")

@@ -136,7 +136,13 @@ class Dialect(ABC):
         """Bulk-load ``batches`` into ``cols`` of the table; returns the rows the database loaded."""
 
     @abstractmethod
-    def create_stage(self, cur: Any, table_sql: str) -> str: """A private empty copy of the table; its SQL name."""
+    def create_stage(self, cur: Any, table_sql: str, at: str) -> str:
+        """A private empty copy of the table, its name prefixed by ``at`` (:meth:`temp_at`); its SQL name."""
+
+    def temp_at(self, cur: Any, table: str) -> str:
+        """Where this session's temporary tables go, as a prefix of their names: PostgreSQL's own temporary
+        schema, named by none."""
+        return ""
 
     @abstractmethod
     def upsert_sql(self, table_sql: str, stage_sql: str, cols: Sequence[str], keys: Sequence[str]) -> str:
@@ -239,7 +245,7 @@ class Postgres(Dialect):
             raise
         return cur.rowcount
 
-    def create_stage(self, cur: Any, table_sql: str) -> str:
+    def create_stage(self, cur: Any, table_sql: str, at: str) -> str:
         cur.execute(f"CREATE TEMP TABLE {self.quote(STAGE)} (LIKE {table_sql} INCLUDING DEFAULTS) ON COMMIT DROP")
         return self.quote(STAGE)
 
@@ -410,11 +416,14 @@ class MySQL(Dialect):
             shown = "; ".join(f"{w[1]}: {w[2]}" for w in bad) or "warnings the server did not list"
             raise TargetSchemaError(f"{what} rejected rows ({shown})")
 
-    def create_stage(self, cur: Any, table_sql: str) -> str:
-        database = table_sql.rsplit(".", 1)[0] + "." if "." in table_sql else ""  # the table's (a connection may
-        stage = f"{database}{self.quote(STAGE)}"  # name no database: an unqualified stage would need one)
+    def create_stage(self, cur: Any, table_sql: str, at: str) -> str:
+        stage = f"{at}{self.quote(STAGE)}"
         cur.execute(f"CREATE TEMPORARY TABLE {stage} LIKE {table_sql}")
         return stage
+
+    def temp_at(self, cur: Any, table: str) -> str:
+        """MariaDB's temporary tables live in a database: the table's own (a connection may name none)."""
+        return f"{self.quote(self.identity(cur, table)[0])}."
 
     def upsert_sql(self, table_sql: str, stage_sql: str, cols: Sequence[str], keys: Sequence[str]) -> str:
         rest = [c for c in cols if c not in keys] or list(keys)[:1]  # nothing to update: a no-op assignment
