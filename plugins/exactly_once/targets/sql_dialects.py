@@ -199,17 +199,16 @@ class Postgres(Dialect):
 
     def table_info(self, cur: Any, name: str) -> TableInfo | None:
         reg = self.table(name)
-        cur.execute("SELECT c.relkind FROM pg_class c WHERE c.oid = to_regclass(%s)", (reg,))
+        cur.execute("SELECT c.relkind, (SELECT u.relname FROM pg_class u WHERE u.relpersistence = 'u' AND (u.oid = "
+                    "c.oid OR u.oid IN (SELECT relid FROM pg_partition_tree(c.oid))) LIMIT 1) FROM pg_class c "
+                    "WHERE c.oid = to_regclass(%s)", (reg,))  # its kind; it or a partition of it UNLOGGED
         kind = cur.fetchone()
         if kind is None:
             return None
         if kind[0] not in ("r", "p"):
             raise TargetSchemaError(f"{name!r} is not a table (relkind {kind[0]!r}); publish into a plain table")
-        cur.execute("SELECT c.relname FROM pg_class c WHERE c.relpersistence = 'u' AND (c.oid = to_regclass(%s) OR "
-                    "c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass(%s)))) LIMIT 1", (reg, reg))
-        unlogged = cur.fetchone()  # the table itself, or one of its partitions
-        if unlogged is not None:
-            raise TargetSchemaError(f"table {name!r} is UNLOGGED, or its partition {unlogged[0]!r} is: a crash empties "
+        if kind[1] is not None:
+            raise TargetSchemaError(f"table {name!r} is UNLOGGED, or its partition {kind[1]!r} is: a crash empties "
                                     "it, and what was published there would be lost while the log says it is live. "
                                     "ALTER TABLE ... SET LOGGED")
         cur.execute("SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
