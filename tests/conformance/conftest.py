@@ -479,3 +479,14 @@ def staged_elsewhere(sink: Any, txn: Any, files: list[list]) -> Any:
     described = tuple(manifests.describe(st, st.join(root, e.rel), e.rel.split("/")[-1], e.size, True, e)
                       for e in st.walk_files(root))
     return StagedVersion.on(st, root, {PART: described})
+
+
+def decided_elsewhere(world: Any, old: list, new: list) -> tuple[Any, Any, Any]:
+    """``old`` published as IV's version, then IV's next attempt with ``new`` staged outside the table (two files,
+    :func:`staged_elsewhere`) and checked - decided, not yet published: ``(sink, txn, staged)``."""
+    sink = world.sink()
+    world.commit(sink, IV, {PART: [old]})
+    txn = sink.begin(IV)
+    staged = staged_elsewhere(sink, txn, [new[:2], new[2:]])
+    sink.target.check(txn, staged)  # ... the decision ...
+    return sink, txn, staged

@@ -309,15 +309,11 @@ def test_a_version_staged_outside_a_delta_table_is_checked_before_it_is_copied_i
     the staged files before the copy - never committed. Locally they are renamed in and checked there."""
     if not world.is_delta:
         pytest.skip("a Delta table places a version staged elsewhere")
-    from .conftest import staged_elsewhere
+    from .conftest import decided_elsewhere
 
-    sink = world.sink()
     old, new = make_rows("old", 3), make_rows("new", 4, start=30)
-    world.commit(sink, IV, {PART: [old]})
-    txn = sink.begin(IV)
-    staged = staged_elsewhere(sink, txn, [new[:2], new[2:]])
+    sink, txn, staged = decided_elsewhere(world, old, new)
     st = sink.storage
-    sink.target.check(txn, staged)  # ... the decision ...
     victim = staged.path(PART, staged.partitions[PART][-1].name)
     sealed = st.read_bytes(victim)
     st.write_atomic(victim, sealed.replace(b"new-", b"BAD-"))  # the same size, other rows
@@ -336,15 +332,11 @@ def test_a_file_gone_from_a_version_staged_outside_a_delta_table_is_refused_befo
     own error halfway. (Locally the version is renamed into the table first and checked there.)"""
     if world.kind != "delta-s3":
         pytest.skip("only Delta on S3 copies a version staged outside the table into it")
-    from .conftest import staged_elsewhere
+    from .conftest import decided_elsewhere
 
-    sink = world.sink()
     old, new = make_rows("old", 3), make_rows("new", 4, start=30)
-    world.commit(sink, IV, {PART: [old]})
-    txn = sink.begin(IV)
-    staged = staged_elsewhere(sink, txn, [new[:2], new[2:]])
+    sink, txn, staged = decided_elsewhere(world, old, new)
     st = sink.storage
-    sink.target.check(txn, staged)  # ... the decision ...
     victim = staged.path(PART, staged.partitions[PART][0].name)
     sealed = st.read_bytes(victim)
     st.remove_tree(victim)  # (a file: removed as a tree of one)

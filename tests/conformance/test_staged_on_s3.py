@@ -109,13 +109,9 @@ def test_a_version_placed_into_a_delta_table_on_s3_is_checked_after_its_copies(w
     rewritten as the copy starts (after the check before it) is refused by its copy's ETag, never committed."""
     if world.kind != "delta-s3":
         pytest.skip("only Delta on S3 copies a version staged outside the table into it")
-    from .conftest import staged_elsewhere
+    from .conftest import decided_elsewhere
 
-    sink = world.sink()
-    world.commit(sink, IV, {PART: [make_rows("old", 3)]})
-    txn = sink.begin(IV)
-    staged = staged_elsewhere(sink, txn, [NEW[:2], NEW[2:]])
-    sink.target.check(txn, staged)  # ... the decision ...
+    sink, txn, staged = decided_elsewhere(world, make_rows("old", 3), NEW)
     real, hit = S3Storage.copy_files, []
 
     def copy_files(storage, pairs):
