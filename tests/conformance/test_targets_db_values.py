@@ -21,9 +21,8 @@ def no_marker(db, name: str) -> bool:
     return not known[0][0] or marker(db, name) is None
 
 
-def only_postgresql(db) -> None:
-    if db.kind != "postgresql":
-        pytest.skip("mysql: the case is PostgreSQL's (MariaDB has no such setting)")
+# a case of PostgreSQL's alone (MariaDB has no such setting): its tests run on that server only, not skipped
+only_postgresql = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 
 def test_bad_values_behind_many_notes_are_refused_before_the_decision(db, tmp_path):
@@ -42,8 +41,8 @@ def test_bad_values_behind_many_notes_are_refused_before_the_decision(db, tmp_pa
     assert sorted(float(r[0]) for r in db.run(f"SELECT amount FROM {db.q(name)}")) == [1.23] * 6
 
 
+@only_postgresql
 def test_text_is_stored_as_sent_whatever_the_clients_default_encoding(db, table, tmp_path, monkeypatch):
-    only_postgresql(db)
     monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")  # a role's or server's default, for the target's sessions
     rows = [{"app_id": "Zürich €", "pv": 1, "uv": 1, "cumulative_pv": 1}]
     t = DatabaseTarget(table, url=db.url)
@@ -53,8 +52,8 @@ def test_text_is_stored_as_sent_whatever_the_clients_default_encoding(db, table,
     assert db.run(f"SELECT app_id FROM {db.q(table)}") == [("Zürich €",)]  # read back in UTF-8
 
 
+@only_postgresql
 def test_an_unlogged_table_is_refused_before_the_decision(db, table, tmp_path):
-    only_postgresql(db)
     db.run(f"ALTER TABLE {db.q(table)} SET UNLOGGED")
     with pytest.raises(TargetSchemaError, match="UNLOGGED.*SET LOGGED"):
         DatabaseTarget(table, url=db.url).check(txn(epoch=1), stage(tmp_path, {PART: [[
@@ -62,8 +61,8 @@ def test_an_unlogged_table_is_refused_before_the_decision(db, table, tmp_path):
     assert db.count(table) == 0 and no_marker(db, table)
 
 
+@only_postgresql
 def test_a_deferred_constraint_the_publish_would_break_is_refused_by_the_check(db, table, tmp_path):
-    only_postgresql(db)
     db.run(f"ALTER TABLE {db.q(table)} ADD CONSTRAINT {db.q(table + '_pv')} UNIQUE (pv) DEFERRABLE INITIALLY DEFERRED")
     version = stage(tmp_path, {PART: [[{"app_id": "a", "pv": 7, "uv": 1, "cumulative_pv": 1},
                                      {"app_id": "b", "pv": 7, "uv": 1, "cumulative_pv": 1}]]})
@@ -72,8 +71,8 @@ def test_a_deferred_constraint_the_publish_would_break_is_refused_by_the_check(d
     assert db.count(table) == 0 and no_marker(db, table)
 
 
+@only_postgresql
 def test_an_unlogged_partition_of_a_partitioned_table_is_refused_before_the_decision(db, tmp_path):
-    only_postgresql(db)
     name = "v_unlogged_part"
     db.run(f"CREATE TABLE {db.q(name)} (dt date NOT NULL, app_id varchar(64) NOT NULL, pv bigint NOT NULL, uv bigint "
            "NOT NULL, cumulative_pv bigint NOT NULL, PRIMARY KEY (dt, app_id)) PARTITION BY RANGE (dt)")
@@ -85,11 +84,11 @@ def test_an_unlogged_partition_of_a_partitioned_table_is_refused_before_the_deci
     assert db.count(name) == 0 and no_marker(db, name)
 
 
+@only_postgresql
 def test_a_reprocess_that_keeps_a_deferred_references_key_passes_the_check(db, table, tmp_path):
     """The dry run checks deferred constraints after its load, as its COMMIT would: a reprocess deletes the
     interval's rows and loads them again, so a row another table references (a deferred foreign key) is
     missing in between - checked at each statement, a valid reprocess was refused for good."""
-    only_postgresql(db)
     child = table + "_child"
     db.run(f"CREATE TABLE {db.q(child)} (dt date NOT NULL, app_id varchar(64) NOT NULL, FOREIGN KEY (dt, app_id) "
            f"REFERENCES {db.q(table)} (dt, app_id) DEFERRABLE INITIALLY DEFERRED)")
@@ -107,9 +106,9 @@ def test_a_reprocess_that_keeps_a_deferred_references_key_passes_the_check(db, t
 
 
 @pytest.mark.parametrize("setting", ["statement_timeout=1", "default_transaction_read_only=on"])
+@only_postgresql
 def test_a_statement_timeout_or_a_read_only_database_is_unavailable_not_a_raw_error(db, table, tmp_path, monkeypatch,
                                                                                        setting):
-    only_postgresql(db)
     monkeypatch.setenv("PGOPTIONS", f"-c {setting}")  # every statement cancelled after 1 ms / a standby's refusal
     t = DatabaseTarget(table, url=db.url, retries=0)
     version = stage(tmp_path, {PART: [[{"app_id": f"a{i}", "pv": i, "uv": 1, "cumulative_pv": 1}
