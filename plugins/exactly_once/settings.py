@@ -60,6 +60,14 @@ def resume_settle_seconds() -> float:
     return float(os.environ.get("EO_RESUME_SETTLE_SECONDS") or 30)
 
 
+def first_event_wait() -> tuple[float, float]:
+    """How long a task announcing a table waits for the task that announces its first asset event to finish
+    (``EO_FIRST_EVENT_WAIT_SECONDS``, default 120), asking Airflow every ``EO_FIRST_EVENT_POLL_SECONDS``
+    (default 0.5) - :mod:`exactly_once.airflow.first_event`."""
+    return (float(os.environ.get("EO_FIRST_EVENT_WAIT_SECONDS") or 120),
+            float(os.environ.get("EO_FIRST_EVENT_POLL_SECONDS") or 0.5))
+
+
 def heartbeat_seconds() -> float:
     """``EO_HEARTBEAT_SECONDS`` (default 30): how often the write task touches its transaction's
     heartbeat. Keep ``stale_after`` (``eo recover``/``gc``) many times larger."""

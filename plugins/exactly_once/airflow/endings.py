@@ -50,10 +50,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .. import settings
 from ..errors import AirflowApiError
 from ..ids import Interval, parse_txn_name
 from ..protocol.batch import batch_of, claim_announcement
 from ..protocol.pipeline import IntervalRun
+from .first_event import airflow_state, take_turn, task_of
 from .notes import NOTE_KEY, event_extra, published_note, shorten
 
 log = logging.getLogger(__name__)
@@ -269,11 +271,17 @@ def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]
 
 def _asset_event(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]) -> None:
     """The table's asset event through the task's AssetAlias outlet (an alias emits nothing unless an event
-    is added: a task that announced nothing emits nothing)."""
+    is added: a task that announced nothing emits nothing), after this task's turn for the table's first event
+    (:mod:`.first_event`: two first events at once lose one)."""
     from airflow.sdk import Asset, AssetAlias
 
     for outlet in operator.outlets or []:  # ours only, once (a user's own alias beside it gets nothing)
         if isinstance(outlet, AssetAlias) and outlet.name.startswith("exactly_once:"):
+            wait, poll = settings.first_event_wait()
+            why = take_turn(run.sink.storage, run.sink.home, outlet.name, operator.asset_uri, task_of(context["ti"]),
+                            airflow_state(context["ti"]), wait=wait, poll=poll)
+            log.debug("%s: asset event of %s through %s (%s)", context["ti"].task_id, operator.asset_uri,
+                      outlet.name, why)
             context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
                                                  extra=event_extra(context, summary, run.interval))
             return

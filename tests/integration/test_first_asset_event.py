@@ -1,0 +1,178 @@
+"""A fresh table's first asset events, announced by many tasks at once, on Airflow's own route and a PostgreSQL
+metadata DB: every task succeeds and every event is recorded (exactly_once.airflow.first_event).
+
+Airflow creates the table's Asset and the alias-asset association with the first event through the alias; two
+requests carrying a first event at once make the second fail (``UniqueViolation``: the API server sets that task
+to failed and drops its event - a batched backfill of a fresh table at ``--max-active-runs`` 365 lost 2 of 365).
+Here each task's commit announces through the library's seam (``endings._asset_event``: its turn, then the
+event), and its success goes through the execution API's own handler (``ti_update_state``); the first
+announcer's state is read through the execution API's own handler too (``get_task_instance_states``).
+
+The race is forced, not hoped for: the first request to register an asset change is held at its entry until a
+second request arrives there (or 3 s pass). Without the turn a second one arrives, both create the asset, and
+one task fails; with it the others wait until the first one's success is recorded, and then go together.
+"""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any, Iterator
+
+import pytest
+
+from airflow_helpers import metadata_db
+from eo_testing import need
+from target_helpers import fresh_database, reachable
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID, N = "first_event", 6
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="module")
+def meta(tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """A fresh Airflow metadata DB on PostgreSQL, the pipeline's DAG serialized in it, N daily runs whose
+    commit tasks are running."""
+    need(reachable(5432), "PostgreSQL is not running on 127.0.0.1:5432")
+    from airflow import settings
+    from airflow.utils import db
+
+    from test_interval_runs import config
+
+    databases = fresh_database("postgresql")
+    url = next(databases)
+    try:
+        with metadata_db(url.replace("postgresql://", "postgresql+psycopg2://", 1)):
+            try:
+                db.initdb()
+                from airflow.dag_processing.bundles.manager import DagBundlesManager
+                from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+                from airflow.models.serialized_dag import SerializedDagModel
+                from airflow.sdk import DAG, CronDataIntervalTimetable
+                from airflow.serialization.serialized_objects import LazyDeserializedDAG
+                from airflow.utils.state import DagRunState, TaskInstanceState
+                from airflow.utils.types import DagRunTriggeredByType, DagRunType
+
+                from exactly_once.airflow import exactly_once_group
+
+                cfg = config(tmp_path_factory.mktemp("first"), pipeline=DAG_ID, partitions="dt={start:%Y-%m-%d}")
+                with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+                         start_date=START, catchup=False) as dag:
+                    exactly_once_group(cfg, group_id="t")
+                s = settings.NonScopedSession()
+                DagBundlesManager().sync_bundles_to_db(session=s)
+                s.commit()
+                update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None,
+                                                 set(), session=s)
+                s.commit()
+                sdag = s.scalar(SerializedDagModel.latest_item_select_object(DAG_ID)).dag
+                tis = []
+                for d in range(N):
+                    start = START + timedelta(days=d)
+                    dr = sdag.create_dagrun(run_id=f"r{d}", logical_date=start, data_interval=(start, start + timedelta(days=1)),
+                                            run_after=start, run_type=DagRunType.BACKFILL_JOB,
+                                            triggered_by=DagRunTriggeredByType.BACKFILL, state=DagRunState.RUNNING,
+                                            session=s)
+                    ti = dr.get_task_instance("t.commit", session=s)
+                    ti.state = TaskInstanceState.RUNNING
+                    tis.append((ti.id, dr.run_id, start))
+                s.commit()
+                s.close()
+                yield {"config": cfg, "commit": dag.task_dict["t.commit"], "tis": tis, "session": settings.NonScopedSession}
+            finally:
+                settings.dispose_orm()
+    finally:
+        next(databases, None)
+
+
+class RunningTask:
+    """The running task instance as the Task SDK gives it to the operator, its one question (the states of
+    task instances) answered by the execution API's own handler."""
+
+    def __init__(self, run_id: str, make_session: Any) -> None:
+        self.dag_id, self.run_id, self.task_id, self.map_index = DAG_ID, run_id, "t.commit", -1
+        self.make_session = make_session
+
+    def get_task_states(self, **query: Any) -> dict[str, Any]:
+        from airflow.api_fastapi.execution_api.routes.task_instances import get_task_instance_states
+        from airflow.models.dagbag import DBDagBag
+
+        s = self.make_session()
+        try:
+            return get_task_instance_states(session=s, dag_bag=DBDagBag(), **query).task_states
+        finally:
+            s.close()
+
+
+def test_a_fresh_tables_first_events_announced_at_once_are_all_recorded_and_every_task_succeeds(meta, monkeypatch):
+    from airflow.api_fastapi.execution_api.datamodels.taskinstance import TISuccessStatePayload
+    from airflow.api_fastapi.execution_api.routes.task_instances import ti_update_state
+    from airflow.assets.manager import AssetManager
+    from airflow.models.dagbag import DBDagBag
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+    from airflow.sdk.execution_time.task_runner import _build_asset_profiles, _serialize_outlet_events
+    from sqlalchemy import text
+
+    from exactly_once.airflow import endings
+    from exactly_once.ids import Interval
+
+    monkeypatch.setenv("EO_FIRST_EVENT_POLL_SECONDS", "0.05")
+    cfg, commit, make_session = meta["config"], meta["commit"], meta["session"]
+    sink = cfg.sink_handle()
+    entered, arrived, lock = [], threading.Event(), threading.Lock()
+    real = AssetManager.register_asset_change.__func__
+
+    def held(cls, *a, **kw):  # the forced interleaving (module docstring)
+        with lock:
+            entered.append(1)
+            first = len(entered) == 1
+        if first:
+            arrived.wait(timeout=3)
+        else:
+            arrived.set()
+        return real(cls, *a, **kw)
+
+    monkeypatch.setattr(AssetManager, "register_asset_change", classmethod(held))
+    errors: list[str] = []
+    go = threading.Barrier(N)
+
+    def task(ti_id: Any, run_id: str, start: datetime) -> None:
+        s = make_session()
+        try:
+            ti, acc = RunningTask(run_id, make_session), OutletEventAccessors()
+            interval = Interval(start, start + timedelta(days=1))
+            context = {"ti": ti, "outlet_events": acc, "data_interval_start": interval.start,
+                       "data_interval_end": interval.end}
+            go.wait()
+            endings._asset_event(commit, context, SimpleNamespace(sink=sink, interval=interval),
+                                 {"version": f"{interval.token}.e000001", "rows": 1, "files": 1, "partitions": {}})
+            payload = TISuccessStatePayload(state="success", end_date=datetime.now(timezone.utc),
+                                            task_outlets=list(_build_asset_profiles(commit.outlets)),
+                                            outlet_events=list(_serialize_outlet_events(acc)))
+            ti_update_state(task_instance_id=ti_id, ti_patch_payload=payload, session=s, dag_bag=DBDagBag())
+            s.commit()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(f"{run_id}: {type(exc).__name__}: {exc}")
+            s.rollback()
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=task, args=t) for t in meta["tis"]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    s = make_session()
+    try:
+        q = lambda sql: s.execute(text(sql)).all()  # noqa: E731
+        states = sorted(r[0] for r in q("select state from task_instance where task_id = 't.commit'"))
+        events = q("select a.uri, e.extra from asset_event e join asset a on a.id = e.asset_id")
+        assert errors == [] and states == ["success"] * N, (errors, states)
+        assert len(q("select id from asset")) == 1 and len(q("select * from asset_alias_asset")) == 1
+        assert sorted(e[1]["version"] for e in events) == sorted(f"{Interval(st, st + timedelta(days=1)).token}.e000001"
+                                                                 for _, _, st in meta["tis"])
+        assert {e[0] for e in events} == {commit.asset_uri}
+    finally:
+        s.close()
