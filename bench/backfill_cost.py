@@ -19,7 +19,7 @@ Every range ends yesterday (unpausing a ``catchup=False`` DAG then schedules not
 ``pv_pipeline`` starts at the range's first day (``EO_PV_START``). Before anything is timed each deployment
 runs ``bench/dags/warmup_connect.py`` once (the forkserver's first fork, a worker's first parse, the Connect
 server's first queries). Each backfill is one ``airflow backfill create --max-active-runs N`` (N =
-``--backfill-max-active-runs``, 4 by default, for the batched ones; always 1 for the naive DAG, whose cumulative
+``--backfill-max-active-runs``, 10 by default (Airflow's own), for the batched ones; always 1 for the naive DAG, whose cumulative
 state needs its days in order, and for the per-interval variant, which stands for
 scheduled runs, one at a time), timed end to
 end: from the bench calling it until the bench sees every run final (polled every second:
