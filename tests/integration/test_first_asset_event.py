@@ -1,12 +1,14 @@
-"""A fresh table's first asset events, announced by many tasks at once, on Airflow's own route and a PostgreSQL
+"""A fresh table's first asset events, announced by many tasks at once, on Airflow's own routes and a PostgreSQL
 metadata DB: every task succeeds and every event is recorded (exactly_once.airflow.first_event).
 
 Airflow creates the table's Asset and the alias-asset association with the first event through the alias; two
 requests carrying a first event at once make the second fail (``UniqueViolation``: the API server sets that task
 to failed and drops its event - a batched backfill of a fresh table at ``--max-active-runs`` 365 lost 2 of 365).
-Here each task's commit announces through the library's seam (``endings._asset_event``: its turn, then the
-event), and its success goes through the execution API's own handler (``ti_update_state``); the first
-announcer's state is read through the execution API's own handler too (``get_task_instance_states``).
+Here each of N commits, and a rollback of the same table through its own alias (``exactly_once:rollback``),
+announces through the library's seam (``endings._asset_event``: its turn, then the event), and its success goes
+through the execution API's own handler (``ti_update_state``). What the turn asks Airflow is answered by the
+execution API's own handlers too (``get_task_instance_states``; the Task SDK's alias query, sent to
+``get_asset_event_by_asset_alias`` in place of the supervisor's HTTP call).
 
 The race is forced, not hoped for: the first request to register an asset change is held at its entry until a
 second request arrives there (or 3 s pass). Without the turn a second one arrives, both create the asset, and
@@ -50,17 +52,20 @@ def meta(tmp_path_factory) -> Iterator[dict[str, Any]]:
                 from airflow.dag_processing.bundles.manager import DagBundlesManager
                 from airflow.dag_processing.collection import update_dag_parsing_results_in_db
                 from airflow.models.serialized_dag import SerializedDagModel
-                from airflow.sdk import DAG, CronDataIntervalTimetable
+                from airflow.providers.standard.operators.empty import EmptyOperator
+                from airflow.sdk import DAG, AssetAlias, CronDataIntervalTimetable
                 from airflow.serialization.serialized_objects import LazyDeserializedDAG
                 from airflow.utils.state import DagRunState, TaskInstanceState
                 from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
                 from exactly_once.airflow import exactly_once_group
+                from exactly_once.airflow.rollback import ROLLBACK_ALIAS
 
                 cfg = config(tmp_path_factory.mktemp("first"), pipeline=DAG_ID, partitions="dt={start:%Y-%m-%d}")
                 with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
                          start_date=START, catchup=False) as dag:
                     exactly_once_group(cfg, group_id="t")
+                    EmptyOperator(task_id="ops.rollback", outlets=[AssetAlias(ROLLBACK_ALIAS)])
                 s = settings.NonScopedSession()
                 DagBundlesManager().sync_bundles_to_db(session=s)
                 s.commit()
@@ -75,12 +80,13 @@ def meta(tmp_path_factory) -> Iterator[dict[str, Any]]:
                                             run_after=start, run_type=DagRunType.BACKFILL_JOB,
                                             triggered_by=DagRunTriggeredByType.BACKFILL, state=DagRunState.RUNNING,
                                             session=s)
-                    ti = dr.get_task_instance("t.commit", session=s)
-                    ti.state = TaskInstanceState.RUNNING
-                    tis.append((ti.id, dr.run_id, start))
+                    for task_id in ("t.commit", "ops.rollback")[:1 if d else 2]:
+                        ti = dr.get_task_instance(task_id, session=s)
+                        ti.state = TaskInstanceState.RUNNING
+                        tis.append((ti.id, dr.run_id, task_id, start))
                 s.commit()
                 s.close()
-                yield {"config": cfg, "commit": dag.task_dict["t.commit"], "tis": tis, "session": settings.NonScopedSession}
+                yield {"config": cfg, "dag": dag, "tis": tis, "session": settings.NonScopedSession}
             finally:
                 settings.dispose_orm()
     finally:
@@ -91,8 +97,8 @@ class RunningTask:
     """The running task instance as the Task SDK gives it to the operator, its one question (the states of
     task instances) answered by the execution API's own handler."""
 
-    def __init__(self, run_id: str, make_session: Any) -> None:
-        self.dag_id, self.run_id, self.task_id, self.map_index = DAG_ID, run_id, "t.commit", -1
+    def __init__(self, run_id: str, task_id: str, make_session: Any) -> None:
+        self.dag_id, self.run_id, self.task_id, self.map_index = DAG_ID, run_id, task_id, -1
         self.make_session = make_session
 
     def get_task_states(self, **query: Any) -> dict[str, Any]:
@@ -102,6 +108,29 @@ class RunningTask:
         s = self.make_session()
         try:
             return get_task_instance_states(session=s, dag_bag=DBDagBag(), **query).task_states
+        finally:
+            s.close()
+
+
+class Supervisor:
+    """The Task SDK's channel to its supervisor, for the one message the turn sends through it (the alias's
+    events), answered by the execution API's own handler - what the supervisor's HTTP call reaches."""
+
+    def __init__(self, make_session: Any) -> None:
+        self.make_session = make_session
+
+    def send(self, msg: Any) -> Any:
+        from airflow.api_fastapi.execution_api.routes.asset_events import get_asset_event_by_asset_alias
+        from airflow.sdk.api.datamodels._generated import AssetEventsResponse
+        from airflow.sdk.execution_time.comms import AssetEventsResult, GetAssetEventByAssetAlias
+
+        assert isinstance(msg, GetAssetEventByAssetAlias), msg
+        s = self.make_session()
+        try:
+            found = get_asset_event_by_asset_alias(name=msg.alias_name, session=s, after=msg.after, before=msg.before,
+                                                   ascending=msg.ascending, limit=msg.limit)
+            return AssetEventsResult.from_asset_events_response(
+                AssetEventsResponse.model_validate(found.model_dump(mode="json")))
         finally:
             s.close()
 
@@ -119,8 +148,11 @@ def test_a_fresh_tables_first_events_announced_at_once_are_all_recorded_and_ever
     from exactly_once.ids import Interval
 
     monkeypatch.setenv("EO_FIRST_EVENT_POLL_SECONDS", "0.05")
-    cfg, commit, make_session = meta["config"], meta["commit"], meta["session"]
-    sink = cfg.sink_handle()
+    from airflow.sdk.execution_time import task_runner
+
+    cfg, dag, make_session = meta["config"], meta["dag"], meta["session"]
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", Supervisor(make_session), raising=False)
+    sink, commit = cfg.sink_handle(), dag.task_dict["t.commit"]
     entered, arrived, lock = [], threading.Event(), threading.Lock()
     real = AssetManager.register_asset_change.__func__
 
@@ -136,20 +168,22 @@ def test_a_fresh_tables_first_events_announced_at_once_are_all_recorded_and_ever
 
     monkeypatch.setattr(AssetManager, "register_asset_change", classmethod(held))
     errors: list[str] = []
-    go = threading.Barrier(N)
+    go = threading.Barrier(len(meta["tis"]))
 
-    def task(ti_id: Any, run_id: str, start: datetime) -> None:
+    def task(ti_id: Any, run_id: str, task_id: str, start: datetime) -> None:
         s = make_session()
         try:
-            ti, acc = RunningTask(run_id, make_session), OutletEventAccessors()
+            ti, acc = RunningTask(run_id, task_id, make_session), OutletEventAccessors()
+            outlets = dag.task_dict[task_id].outlets  # the rollback: the table's asset through its own alias
+            operator = SimpleNamespace(outlets=outlets, asset_uri=commit.asset_uri)
             interval = Interval(start, start + timedelta(days=1))
             context = {"ti": ti, "outlet_events": acc, "data_interval_start": interval.start,
                        "data_interval_end": interval.end}
             go.wait()
-            endings._asset_event(commit, context, SimpleNamespace(sink=sink, interval=interval),
+            endings._asset_event(operator, context, SimpleNamespace(sink=sink, interval=interval),
                                  {"version": f"{interval.token}.e000001", "rows": 1, "files": 1, "partitions": {}})
             payload = TISuccessStatePayload(state="success", end_date=datetime.now(timezone.utc),
-                                            task_outlets=list(_build_asset_profiles(commit.outlets)),
+                                            task_outlets=list(_build_asset_profiles(outlets)),
                                             outlet_events=list(_serialize_outlet_events(acc)))
             ti_update_state(task_instance_id=ti_id, ti_patch_payload=payload, session=s, dag_bag=DBDagBag())
             s.commit()
@@ -167,12 +201,12 @@ def test_a_fresh_tables_first_events_announced_at_once_are_all_recorded_and_ever
     s = make_session()
     try:
         q = lambda sql: s.execute(text(sql)).all()  # noqa: E731
-        states = sorted(r[0] for r in q("select state from task_instance where task_id = 't.commit'"))
+        states = sorted(r[0] for r in q("select state from task_instance where state is not null"))
         events = q("select a.uri, e.extra from asset_event e join asset a on a.id = e.asset_id")
-        assert errors == [] and states == ["success"] * N, (errors, states)
-        assert len(q("select id from asset")) == 1 and len(q("select * from asset_alias_asset")) == 1
-        assert sorted(e[1]["version"] for e in events) == sorted(f"{Interval(st, st + timedelta(days=1)).token}.e000001"
-                                                                 for _, _, st in meta["tis"])
+        assert errors == [] and states == ["success"] * (N + 1), (errors, states)
+        assert len(q("select id from asset")) == 1 and len(q("select * from asset_alias_asset")) == 2
+        days = sorted(f"{Interval(st, st + timedelta(days=1)).token}.e000001" for _, _, _, st in meta["tis"])
+        assert sorted(e[1]["version"] for e in events) == days  # the rollback's event is of the first day too
         assert {e[0] for e in events} == {commit.asset_uri}
     finally:
         s.close()

@@ -55,7 +55,7 @@ from ..errors import AirflowApiError
 from ..ids import Interval, parse_txn_name
 from ..protocol.batch import batch_of, claim_announcement
 from ..protocol.pipeline import IntervalRun
-from .first_event import airflow_state, take_turn, task_of
+from .first_event import TaskView, take_turn, task_of
 from .notes import NOTE_KEY, event_extra, published_note, shorten
 
 log = logging.getLogger(__name__)
@@ -278,8 +278,8 @@ def _asset_event(operator: Any, context: Any, run: IntervalRun, summary: dict[st
     for outlet in operator.outlets or []:  # ours only, once (a user's own alias beside it gets nothing)
         if isinstance(outlet, AssetAlias) and outlet.name.startswith("exactly_once:"):
             wait, poll = settings.first_event_wait()
-            why = take_turn(run.sink.storage, run.sink.home, outlet.name, operator.asset_uri, task_of(context["ti"]),
-                            airflow_state(context["ti"]), wait=wait, poll=poll)
+            why = take_turn(run.sink.storage, run.sink.home, operator.asset_uri, task_of(context["ti"]),
+                            TaskView(context["ti"], outlet.name, operator.asset_uri), wait=wait, poll=poll)
             log.debug("%s: asset event of %s through %s (%s)", context["ti"].task_id, operator.asset_uri,
                       outlet.name, why)
             context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),

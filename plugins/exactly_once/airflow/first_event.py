@@ -1,96 +1,131 @@
 """A table's first asset event through an alias: one task at a time.
 
-Airflow creates a table's Asset and the alias-asset association with the **first** event through the alias
-(``register_asset_changes_in_db``, on the task's success). When two tasks carry that first event at once -
-a batched backfill's runs finishing at once on a fresh table - the API server's second insert fails
-(``UniqueViolation``); it sets that task to failed and drops its event (``tests/repro/assets/race_alias.py``).
-Once one such event is recorded, any number of events at once are fine.
+Airflow creates a table's Asset, and each alias-asset association, with the **first** event that needs it
+(``register_asset_changes_in_db``, on the task's success). When two tasks' successes carry such an event at
+once - a batched backfill's runs finishing at once on a fresh table, or a commit beside a rollback through
+another alias - the API server's second insert fails (``UniqueViolation``): it sets that task to failed and
+drops its event (``tests/repro/assets/race_alias.py``). Once the asset and the association exist, any number
+of events at once are fine.
 
-So before a task adds an event through an alias it takes its turn (:func:`take_turn`), with write-once records
-in the table's bookkeeping (``<home>/_announcements/<alias and asset digest>/``):
+So before a task adds an event through an alias it takes its turn (:func:`take_turn`):
 
-* ``confirmed`` exists (a task saw a first event recorded): go.
-* The newest ``g<N>.json`` names the **first announcer**, a task instance. None yet: this task creates ``g1``
-  naming itself and goes. It names this task instance (a later try, a later clear): go.
-* Else Airflow is asked that task instance's state: ``success`` - its event is recorded: write ``confirmed``,
-  go; still going (running, queued, deferred, up for retry...) - ask again every ``poll`` s, for up to
-  ``wait`` s, then go with a warning (the race is possible again, nothing else); ended otherwise (failed,
-  skipped, cleared, unknown to Airflow) - its event was never recorded: claim ``g<N+1>`` and go (whoever loses
-  that claim waits on the winner).
-* Airflow cannot say (its API not answering): go with a warning.
+* **Airflow says the alias has an event of the asset** (its newest event through the alias is of this
+  asset - the Task SDK's alias query with a limit, Airflow 3.2 and later): nothing is left to insert: go.
+* Otherwise the task goes **one at a time** with every other task announcing the asset through any alias,
+  by write-once records in the table's bookkeeping (``<home>/_announcements/<asset digest>/g<N>.json``, the
+  newest naming the task instance whose turn it is). None yet: this task creates ``g1`` and goes; it names
+  this task instance (a later try, a later clear): go. It names another: Airflow is asked that task
+  instance's state every ``poll`` s while it is still going (running, queued, deferred, up for retry...) -
+  for at most ``wait`` s after it got the turn. Then, when it ended in success and Airflow now has the
+  alias's event: go; otherwise (it ended without it: failed, skipped, cleared, marked success by hand,
+  unknown to this metadata DB; or the wait is over) this task claims ``g<N+1>`` and goes alone - whoever
+  loses that claim waits on the winner, with a wait of its own.
+* An Airflow without the alias query (3.1): a task that sees the turn's task ended in success writes
+  ``confirmed`` and goes; later tasks go at once on ``confirmed``. (It trusts the success: a task marked
+  success by hand, or a new metadata DB over the same table, can race again there.)
+* Airflow cannot say (its API not answering), or the table's storage fails: go with a warning - the
+  publish is done, and its event at the risk of the race beats a failed task.
 
-The wait happens once per table and alias, in the tasks that announce while the first one is finishing: a
-few seconds at most in a backfill. The records are never removed (a few bytes per table).
+The wait happens in the tasks that announce while the first one is finishing: a second or two in a
+backfill. The records are a few bytes per table, never removed.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import re
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 log = logging.getLogger(__name__)
 ROOT = "_announcements"
 GOING = {"running", "queued", "scheduled", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
-StateOf = Callable[[dict[str, Any]], "str | None"]
+GENERATION = re.compile(r"g(\d{6})\.json")
 
 
-def take_turn(storage: Any, home: str, alias: str, asset: str, me: dict[str, Any], state_of: StateOf, *,
-              wait: float, poll: float, clock: Callable[[], float] = time.monotonic,
+class AirflowView(Protocol):
+    """What the turn asks Airflow: a task instance's state (None: Airflow knows none), and whether the alias
+    already has an event of the asset (None: this Airflow cannot say). Both raise when Airflow does not answer."""
+
+    def state_of(self, task: dict[str, Any]) -> str | None: ...
+
+    def announced(self) -> bool | None: ...
+
+
+def take_turn(storage: Any, home: str, asset: str, me: dict[str, Any], airflow: AirflowView, *, wait: float,
+              poll: float, clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> str:
-    """Return when this task (``me``: ``dag_id``, ``run_id``, ``task_id``, ``map_index``) may add an event for
-    ``asset`` through ``alias`` (module docstring); ``state_of(task)`` is Airflow's state of a task instance
-    given like ``me`` (None: Airflow knows none), raising when Airflow cannot say. Returns why it may, for the
-    log: "confirmed", "first", "after <task>", "unconfirmed ...". Never raises for Airflow's answers."""
-    key = hashlib.sha256(f"{alias}\0{asset}".encode()).hexdigest()[:20]
-    home = storage.join(home, ROOT, key)
-    confirmed = storage.join(home, "confirmed")
-    deadline = clock() + wait
+    """Return when this task (``me``: ``dag_id``, ``run_id``, ``task_id``, ``map_index``) may add an event of
+    ``asset`` (module docstring). Returns why it may, for the log; never raises."""
+    try:
+        return _turn(storage, storage.join(home, ROOT, hashlib.sha256(asset.encode()).hexdigest()[:20]), asset, me,
+                     airflow, wait=wait, poll=poll, clock=clock, sleep=sleep)
+    except Exception as exc:  # noqa: BLE001 - the storage failing: the publish is done (module docstring)
+        log.warning("could not take this task's turn to announce %s (%s: %s); announcing anyway", asset,
+                    type(exc).__name__, exc)
+        return f"unconfirmed ({type(exc).__name__})"
+
+
+def _turn(storage: Any, folder: str, asset: str, me: dict[str, Any], airflow: AirflowView, *, wait: float,
+          poll: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> str:
+    known = _ask(airflow.announced)
+    if known:
+        return "announced before"
+    confirmed = storage.join(folder, "confirmed")
+    if known is None and storage.exists(confirmed):
+        return "confirmed"
+    waited_on: dict[str, Any] | None = None
+    deadline = 0.0
     while True:
-        if storage.exists(confirmed):
-            return "confirmed"
-        n, first = newest(storage, home)
-        if first is None or same_task(first, me):
-            if first is not None or claim(storage, home, 1, me):
+        n, holder = newest(storage, folder)
+        if holder is None or same_task(holder, me):
+            if holder is not None or claim(storage, folder, 1, me):
                 return "first"
             continue  # another task claimed g1 meanwhile: wait on it
-        try:
-            state = state_of(first)
-        except Exception as exc:  # noqa: BLE001 - Airflow cannot say: go, as without this turn
-            log.warning("could not ask Airflow whether %s recorded the first event of %s (%s: %s); announcing "
-                        "anyway", name(first), asset, type(exc).__name__, exc)
-            return f"unconfirmed ({type(exc).__name__})"
-        if state == "success":
-            storage.write_atomic(confirmed, json.dumps({"by": first}).encode())
-            return f"after {name(first)}"
-        if state not in GOING:  # its event was never recorded: this task is the first now (or waits on who is)
-            log.info("%s ended %s without recording the first event of %s: taking its turn", name(first),
-                     state or "(no state)", asset)
-            if claim(storage, home, n + 1, me):
-                return "first"
+        if holder != waited_on:
+            waited_on, deadline = holder, clock() + wait
+        state = _ask(lambda: airflow.state_of(holder))  # noqa: B023 - called at once
+        if state == "unknown":
+            return "unconfirmed (Airflow did not answer)"
+        if state in GOING and clock() < deadline:
+            sleep(poll)
             continue
-        if clock() >= deadline:
-            log.warning("%s has not finished in %.0f s (%s): announcing %s without waiting for its first event "
-                        "(if both are first, Airflow may fail this task and drop its event)", name(first), wait,
-                        state, asset)
-            return "unconfirmed (wait over)"
-        sleep(poll)
+        if state == "success":
+            if known is None:  # an Airflow that cannot say: trust the success
+                storage.write_atomic(confirmed, json.dumps({"by": holder}).encode())
+                return f"after {name(holder)}"
+            if _ask(airflow.announced) is True:
+                return f"after {name(holder)}"
+        why = f"still {state} after {wait:g} s" if state in GOING else f"ended {state or '(no state)'}"
+        if claim(storage, folder, n + 1, me):
+            log.info("%s %s without the first event of %s recorded: this task takes the turn", name(holder), why,
+                     asset)
+            return f"next after {name(holder)}"
 
 
-def newest(storage: Any, home: str) -> tuple[int, dict[str, Any] | None]:
+def _ask(question: Callable[[], Any]) -> Any:
+    """Airflow's answer, or "unknown" (logged) when it does not answer."""
+    try:
+        return question()
+    except Exception as exc:  # noqa: BLE001 - Airflow cannot say: the caller goes
+        log.warning("Airflow did not answer whether the first asset event is recorded (%s: %s)",
+                    type(exc).__name__, exc)
+        return "unknown"
+
+
+def newest(storage: Any, folder: str) -> tuple[int, dict[str, Any] | None]:
     """The newest generation ``g<N>.json`` and the task it names; ``(0, None)`` if none."""
-    gens = sorted(int(n[1:-5]) for n in storage.list_names(home)
-                  if n.startswith("g") and n.endswith(".json") and n[1:-5].isdigit())
+    gens = sorted(int(m.group(1)) for m in map(GENERATION.fullmatch, storage.list_names(folder)) if m)
     if not gens:
         return 0, None
-    return gens[-1], json.loads(storage.read_bytes(storage.join(home, f"g{gens[-1]:06d}.json")))
+    return gens[-1], json.loads(storage.read_bytes(storage.join(folder, f"g{gens[-1]:06d}.json")))
 
 
-def claim(storage: Any, home: str, n: int, me: dict[str, Any]) -> bool:
+def claim(storage: Any, folder: str, n: int, me: dict[str, Any]) -> bool:
     """Create generation ``n`` naming ``me``; False if another task created it first."""
-    storage.makedirs(home)
-    return storage.create_exclusive(storage.join(home, f"g{n:06d}.json"), json.dumps(me, sort_keys=True).encode())
+    storage.makedirs(folder)
+    return storage.create_exclusive(storage.join(folder, f"g{n:06d}.json"), json.dumps(me, sort_keys=True).encode())
 
 
 def same_task(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -105,16 +140,32 @@ def name(task: dict[str, Any]) -> str:
 
 def task_of(ti: Any) -> dict[str, Any]:
     """How the records name a task instance."""
-    return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id,
-            "map_index": int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", -1) is not None else -1)}
+    index = getattr(ti, "map_index", -1)
+    return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": -1 if index is None else int(index)}
 
 
-def airflow_state(ti: Any) -> StateOf:
-    """``state_of`` through the running task's execution API (``get_task_states``: any DAG run of any DAG)."""
-    def state_of(task: dict[str, Any]) -> str | None:
-        found = ti.get_task_states(dag_id=task["dag_id"], task_ids=[task["task_id"]], run_ids=[task["run_id"]])
+class TaskView:
+    """:class:`AirflowView` from a running task: the states through its execution API (``get_task_states``, any
+    DAG run of any DAG), the alias's newest event through the Task SDK's alias query with a limit."""
+
+    def __init__(self, ti: Any, alias: str, asset: str) -> None:
+        self.ti, self.alias, self.asset = ti, alias, asset
+
+    def state_of(self, task: dict[str, Any]) -> str | None:
+        found = self.ti.get_task_states(dag_id=task["dag_id"], task_ids=[task["task_id"]], run_ids=[task["run_id"]])
         states = found.get(task["run_id"], {}) if isinstance(found, dict) else {}
         index = task.get("map_index", -1)
         value = states.get(task["task_id"] if index in (-1, None) else f"{task['task_id']}_{index}")
         return None if value is None else str(getattr(value, "value", value))
-    return state_of
+
+    def announced(self) -> bool | None:
+        try:
+            from airflow.sdk.execution_time.context import InletEventsAccessor
+        except ImportError:
+            return None
+        if not hasattr(InletEventsAccessor, "limit"):  # Airflow 3.1: the query returns every event of the alias
+            return None
+        events = list(InletEventsAccessor(alias_name=self.alias).ascending(False).limit(1))
+        from airflow.sdk import Asset
+
+        return bool(events) and getattr(events[0].asset, "uri", None) == Asset(uri=self.asset).uri  # as stored
