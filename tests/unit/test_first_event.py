@@ -165,6 +165,9 @@ def test_airflow_not_answering_or_the_storage_failing_lets_the_task_announce_wit
     home = str(tmp_path)
     turn(home, task("d1"), Airflow())
     assert turn(home, task("d2"), Airflow(ConnectionError("API down"))) == "unconfirmed (Airflow did not answer)"
+    # the alias query not answering: the turn goes on by the records alone
+    assert turn(home, task("d9"), Airflow("running", "success", announced=[ConnectionError("API down")])) == \
+        "after p/d1/t.begin"
 
     class Failing(LocalStorage):
         def list_names(self, path):

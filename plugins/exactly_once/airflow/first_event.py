@@ -70,8 +70,9 @@ def take_turn(storage: Any, home: str, asset: str, me: dict[str, Any], airflow: 
 def _turn(storage: Any, folder: str, asset: str, me: dict[str, Any], airflow: AirflowView, *, wait: float,
           poll: float, clock: Callable[[], float], sleep: Callable[[float], None]) -> str:
     known = _ask(airflow.announced)
-    if known:
+    if known is True:
         return "announced before"
+    known = None if known == "unknown" else known  # not answering: the records alone, as an Airflow without it
     confirmed = storage.join(folder, "confirmed")
     if known is None and storage.exists(confirmed):
         return "confirmed"
