@@ -5,7 +5,7 @@ Airflow creates the table's Asset and the alias-asset association with the first
 requests carrying a first event at once make the second fail (``UniqueViolation``: the API server sets that task
 to failed and drops its event - a batched backfill of a fresh table at ``--max-active-runs`` 365 lost 2 of 365).
 Here each of N commits, and a rollback of the same table through its own alias (``exactly_once:rollback``),
-announces through the library's seam (``endings._asset_event``: its turn, then the event), and its success goes
+announces through the library's seam (``endings.add_events``, at the end of its try: its turn, then the event), and its success goes
 through the execution API's own handler (``ti_update_state``). What the turn asks Airflow is answered by the
 execution API's own handlers too (``get_task_instance_states``; the Task SDK's alias query, sent to
 ``get_asset_event_by_asset_alias`` in place of the supervisor's HTTP call).
@@ -180,8 +180,9 @@ def test_a_fresh_tables_first_events_announced_at_once_are_all_recorded_and_ever
             context = {"ti": ti, "outlet_events": acc, "data_interval_start": interval.start,
                        "data_interval_end": interval.end}
             go.wait()
-            endings._asset_event(operator, context, SimpleNamespace(sink=sink, interval=interval),
-                                 {"version": f"{interval.token}.e000001", "rows": 1, "files": 1, "partitions": {}})
+            operator._eo_events = [(SimpleNamespace(sink=sink, interval=interval),  # what ended() left for the end
+                                    {"version": f"{interval.token}.e000001", "rows": 1, "files": 1, "partitions": {}})]
+            endings.add_events(operator, context)  # at the end of a try that succeeds (finish_try)
             payload = TISuccessStatePayload(state="success", end_date=datetime.now(timezone.utc),
                                             task_outlets=list(_build_asset_profiles(outlets)),
                                             outlet_events=list(_serialize_outlet_events(acc)))

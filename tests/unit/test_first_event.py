@@ -16,8 +16,8 @@ from exactly_once.storage import LocalStorage
 ASSET = "file:///data/t"
 
 
-def task(run: str, task_id: str = "t.begin", index: int = -1) -> dict[str, Any]:
-    return {"dag_id": "p", "run_id": run, "task_id": task_id, "map_index": index}
+def task(run: str, task_id: str = "t.begin", index: int = -1, alias: str = "exactly_once:p/t") -> dict[str, Any]:
+    return {"dag_id": "p", "run_id": run, "task_id": task_id, "map_index": index, "alias": alias}
 
 
 class Airflow:
@@ -67,7 +67,8 @@ def generations(home: str, asset: str = ASSET) -> list[dict[str, Any]]:
 
 def confirmed(home: str) -> bool:
     st = LocalStorage()
-    return any(st.exists(st.join(home, ROOT, k, "confirmed")) for k in st.list_names(st.join(home, ROOT)))
+    return any(n.startswith("confirmed.") for k in st.list_names(st.join(home, ROOT))
+               for n in st.list_names(st.join(home, ROOT, k)))
 
 
 def test_an_alias_that_has_the_assets_event_goes_at_once_and_writes_nothing(tmp_path):
@@ -161,6 +162,19 @@ def test_an_airflow_that_cannot_list_the_aliass_events_trusts_a_success_once_and
     assert turn(home, task("d4"), Airflow("success", announced=[False, False])) == "next after p/d1/t.begin"
 
 
+def test_an_airflow_that_cannot_list_the_aliass_events_trusts_a_success_only_through_the_same_alias(tmp_path):
+    home = str(tmp_path)  # a recover through the rollback alias announced the fresh table first, alone
+    turn(home, task("d0", "ops.recover", alias="exactly_once:rollback"), Airflow(announced=[None]))
+    commit = Airflow("success", announced=[None])  # its success says nothing of the group alias's association
+    assert turn(home, task("d1"), commit) == "next after p/d0/ops.recover" and not confirmed(home)
+    assert turn(home, task("d2"), Airflow("running", "success", announced=[None])) == "after p/d1/t.begin"
+    assert confirmed(home)
+    assert turn(home, task("d3"), Airflow(announced=[None])) == "confirmed"
+    # the rollback alias has its own record: a later recover does not go on the commits' confirmation
+    assert turn(home, task("d4", "ops.recover", alias="exactly_once:rollback"), Airflow("success", announced=[None])) \
+        == "next after p/d1/t.begin"
+
+
 def test_airflow_not_answering_or_the_storage_failing_lets_the_task_announce_with_a_warning(tmp_path, caplog):
     home = str(tmp_path)
     turn(home, task("d1"), Airflow())
@@ -183,7 +197,7 @@ def test_every_alias_of_one_asset_shares_its_turn_and_each_asset_has_its_own(tmp
     home = str(tmp_path)
     turn(home, task("d1"), Airflow())  # a commit through the group's alias
     rollback = Airflow("running", "success", announced=[False, False])  # the rollback's alias has no event yet
-    assert turn(home, task("d1", "ops.rollback"), rollback) == "next after p/d1/t.begin"
+    assert turn(home, task("d1", "ops.rollback", alias="exactly_once:rollback"), rollback) == "next after p/d1/t.begin"
     assert turn(home, task("d1"), Airflow(), asset="file:///moved/t") == "first"
     turn(home, task("d5", "m", 0), Airflow(), asset="s3://b/t")
     assert turn(home, task("d5", "m", 1), Airflow("success", announced=[False, True]), asset="s3://b/t") == \

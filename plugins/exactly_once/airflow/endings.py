@@ -75,7 +75,7 @@ class Ending:
 
 def start_try(operator: Any, context: Any = None) -> None:
     """At the start of every task try: nothing ended yet (a retry in the same process reports only its own)."""
-    operator._eo_endings, operator._eo_note = [], None
+    operator._eo_endings, operator._eo_note, operator._eo_events = [], None, []
     operator._eo_recovering, operator._eo_action_note = False, ""  # set by a table's recover (rollback.py)
     operator.forget_published((context or {}).get("ti"))
 
@@ -201,12 +201,15 @@ def record_finished(operator: Any, context: Any, run: IntervalRun, summaries: li
 
 def finish_try(operator: Any, context: Any, run: IntervalRun | None) -> None:
     """At the end of every task try (also one that raises): record every publish ``run`` finished during it
-    (:meth:`IntervalRun.ended`), then leave the run's note. While the task fails with its own error, a
+    (:meth:`IntervalRun.ended`), add the asset events of a try that succeeds (:func:`add_events`), then leave
+    the run's note. While the task fails with its own error, a
     failure here is logged, never raised over it."""
-    failing = sys.exc_info()[1] is not None and not skipping(sys.exc_info()[1])
-    try:
+    failing = sys.exc_info()[1] is not None and not skipping(sys.exc_info()[1])  # deferring too: a resumed
+    try:                                                                          # try re-announces
         if run is not None:
             record_finished(operator, context, run, [*run.ended(), *finished_before(operator, run, context)])
+        if not failing:  # Airflow drops a failed try's events: it takes no turn for them
+            add_events(operator, context)
         leave_note(operator, context)
     except Exception:
         if not failing:
@@ -264,27 +267,31 @@ def ended(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]
         # of this task, finished_before / lost_by_others, or - for a commit's last try - the teardown)
         operator.published(run, summary, retried=adopted or (
             (st.records.get("published") or {}).get("by") == identity(context) if st is not None else False))
-        _asset_event(operator, context, run, summary)
-        log.info("%s: %s is live%s: asset event and lineage recorded", context["ti"].task_id, version, how)
+        operator._eo_events = [*getattr(operator, "_eo_events", []), (run, summary)]  # added at the try's end
+        log.info("%s: %s is live%s: lineage recorded, its asset event goes with the task's success",
+                 context["ti"].task_id, version, how)
     return announce
 
 
-def _asset_event(operator: Any, context: Any, run: IntervalRun, summary: dict[str, Any]) -> None:
-    """The table's asset event through the task's AssetAlias outlet (an alias emits nothing unless an event
-    is added: a task that announced nothing emits nothing), after this task's turn for the table's first event
-    (:mod:`.first_event`: two first events at once lose one)."""
+def add_events(operator: Any, context: Any) -> None:
+    """The table's asset event of every version this try announced, through the task's AssetAlias outlet (an
+    alias emits nothing unless an event is added: a task that announced nothing emits nothing) - at the end of a
+    try that succeeds, after the task's turn (:mod:`.first_event`: two first events at once lose one), which it
+    then holds only until Airflow records its success."""
     from airflow.sdk import Asset, AssetAlias
 
-    for outlet in operator.outlets or []:  # ours only, once (a user's own alias beside it gets nothing)
-        if isinstance(outlet, AssetAlias) and outlet.name.startswith("exactly_once:"):
-            wait, poll = settings.first_event_wait()
-            why = take_turn(run.sink.storage, run.sink.home, operator.asset_uri, task_of(context["ti"]),
-                            TaskView(context["ti"], outlet.name, operator.asset_uri), wait=wait, poll=poll)
-            log.debug("%s: asset event of %s through %s (%s)", context["ti"].task_id, operator.asset_uri,
-                      outlet.name, why)
-            context["outlet_events"][outlet].add(Asset(uri=operator.asset_uri),
-                                                 extra=event_extra(context, summary, run.interval))
-            return
+    pending, operator._eo_events = list(getattr(operator, "_eo_events", [])), []
+    alias = next((o for o in operator.outlets or []  # ours only (a user's own alias beside it gets nothing)
+                  if isinstance(o, AssetAlias) and o.name.startswith("exactly_once:")), None)
+    if not pending or alias is None:
+        return
+    ti, sink = context["ti"], pending[0][0].sink
+    wait, poll = settings.first_event_wait()
+    why = take_turn(sink.storage, sink.home, operator.asset_uri, task_of(ti, alias.name), TaskView(ti, alias.name, operator.asset_uri),
+                    wait=wait, poll=poll)
+    log.info("%s: %d asset event(s) of %s through %s (%s)", ti.task_id, len(pending), operator.asset_uri, alias.name, why)
+    for run, summary in pending:
+        context["outlet_events"][alias].add(Asset(uri=operator.asset_uri), extra=event_extra(context, summary, run.interval))
 
 
 def note(operator: Any, context: Any) -> str | None:

@@ -20,9 +20,10 @@ So before a task adds an event through an alias it takes its turn (:func:`take_t
   alias's event: go; otherwise (it ended without it: failed, skipped, cleared, marked success by hand,
   unknown to this metadata DB; or the wait is over) this task claims ``g<N+1>`` and goes alone - whoever
   loses that claim waits on the winner, with a wait of its own.
-* An Airflow without the alias query (3.1): a task that sees the turn's task ended in success writes
-  ``confirmed`` and goes; later tasks go at once on ``confirmed``. (It trusts the success: a task marked
-  success by hand, or a new metadata DB over the same table, can race again there.)
+* An Airflow without the alias query (3.1): a task that sees the turn's task, announcing through the same
+  alias, ended in success writes ``confirmed.<alias digest>`` and goes; later tasks of that alias go at once
+  on it. (It trusts the success: a task marked success by hand, or a new metadata DB over the same table, can
+  race again there.)
 * Airflow cannot say (its API not answering), or the table's storage fails: go with a warning - the
   publish is done, and its event at the risk of the race beats a failed task.
 
@@ -56,8 +57,9 @@ class AirflowView(Protocol):
 def take_turn(storage: Any, home: str, asset: str, me: dict[str, Any], airflow: AirflowView, *, wait: float,
               poll: float, clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> str:
-    """Return when this task (``me``: ``dag_id``, ``run_id``, ``task_id``, ``map_index``) may add an event of
-    ``asset`` (module docstring). Returns why it may, for the log; never raises."""
+    """Return when this task (``me``: ``dag_id``, ``run_id``, ``task_id``, ``map_index``, and the ``alias`` its
+    event goes through) may add an event of ``asset`` (module docstring). Returns why it may, for the log; never
+    raises."""
     try:
         return _turn(storage, storage.join(home, ROOT, hashlib.sha256(asset.encode()).hexdigest()[:20]), asset, me,
                      airflow, wait=wait, poll=poll, clock=clock, sleep=sleep)
@@ -73,7 +75,7 @@ def _turn(storage: Any, folder: str, asset: str, me: dict[str, Any], airflow: Ai
     if known is True:
         return "announced before"
     known = None if known == "unknown" else known  # not answering: the records alone, as an Airflow without it
-    confirmed = storage.join(folder, "confirmed")
+    confirmed = storage.join(folder, "confirmed." + hashlib.sha256(str(me.get("alias")).encode()).hexdigest()[:12])
     if known is None and storage.exists(confirmed):
         return "confirmed"
     waited_on: dict[str, Any] | None = None
@@ -93,15 +95,17 @@ def _turn(storage: Any, folder: str, asset: str, me: dict[str, Any], airflow: Ai
             sleep(poll)
             continue
         if state == "success":
-            if known is None:  # an Airflow that cannot say: trust the success
+            if known is None and holder.get("alias") == me.get("alias"):  # cannot say: trust its success
                 storage.write_atomic(confirmed, json.dumps({"by": holder}).encode())
                 return f"after {name(holder)}"
-            if _ask(airflow.announced) is True:
+            if known is not None and _ask(airflow.announced) is True:
                 return f"after {name(holder)}"
-        why = f"still {state} after {wait:g} s" if state in GOING else f"ended {state or '(no state)'}"
+            why = f"ended success, and the alias {me.get('alias')} has no event of the asset yet"
+        else:
+            why = f"still {state} after {wait:g} s" if state in GOING else \
+                f"ended {state or '(no state)'} without its event recorded"
         if claim(storage, folder, n + 1, me):
-            log.info("%s %s without the first event of %s recorded: this task takes the turn", name(holder), why,
-                     asset)
+            log.info("%s %s: this task takes the turn to announce %s", name(holder), why, asset)
             return f"next after {name(holder)}"
 
 
@@ -139,10 +143,11 @@ def name(task: dict[str, Any]) -> str:
     return f"{task.get('dag_id')}/{task.get('run_id')}/{task.get('task_id')}" + ("" if index in (-1, None) else f"[{index}]")
 
 
-def task_of(ti: Any) -> dict[str, Any]:
-    """How the records name a task instance."""
+def task_of(ti: Any, alias: str) -> dict[str, Any]:
+    """How the records name a task instance announcing through ``alias``."""
     index = getattr(ti, "map_index", -1)
-    return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": -1 if index is None else int(index)}
+    return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": -1 if index is None else int(index),
+            "alias": alias}
 
 
 class TaskView:
