@@ -6,7 +6,7 @@ fresh SQLite metadata DB (one per test module that imports it); :class:`Pipeline
 in the scheduler's order through the Task SDK's in-process runner (real XCom, outlets and asset events).
 Only the write task is a stand-in (the pyarrow job of ``test_interval_runs``: no JVM). Used by
 ``test_airflow_operations``, ``test_publish_endings``, ``test_teardown_skip`` and the teardown-skip
-reproducers; ``test_action_lock_postgres`` uses :func:`metadata_db` for its PostgreSQL one.
+reproducers; ``test_action_lock_postgres`` and ``test_first_asset_event`` use :func:`postgres_metadata`.
 """
 from __future__ import annotations
 
@@ -41,6 +41,40 @@ def metadata_db(url: str) -> Iterator[None]:
             env.undo()  # the variable as it was (unset if it was)
             settings.configure_vars()
             settings.reconfigure_orm()
+
+
+@contextmanager
+def postgres_metadata(dag: Any) -> Iterator[str]:
+    """A fresh Airflow metadata DB on PostgreSQL (Airflow's ``initdb``, ~6 s) with ``dag`` serialized in it, this
+    process's ORM pointed at it for the block; yields the database's URL. Dropped afterwards."""
+    from airflow import settings
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+    from airflow.utils import db
+
+    from eo_testing import need
+    from target_helpers import fresh_database, reachable
+
+    need(reachable(5432), "PostgreSQL is not running on 127.0.0.1:5432")
+    databases = fresh_database("postgresql")
+    url = next(databases)
+    try:
+        with metadata_db(url.replace("postgresql://", "postgresql+psycopg2://", 1)):
+            try:
+                db.initdb()
+                s = settings.NonScopedSession()
+                DagBundlesManager().sync_bundles_to_db(session=s)
+                s.commit()
+                update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None,
+                                                 set(), session=s)
+                s.commit()
+                s.close()
+                yield url
+            finally:
+                settings.dispose_orm()
+    finally:
+        next(databases, None)  # drops the database
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from airflow_helpers import metadata_db
-from eo_testing import need
-from target_helpers import db_name, fresh_database, pg_connect, reachable
+from airflow_helpers import postgres_metadata
+from target_helpers import db_name, pg_connect
 from ui_server import commit_day
 
 pytestmark = pytest.mark.airflow
@@ -31,43 +30,19 @@ DAG_ID, SINK = "lock_pipeline", "t"
 @pytest.fixture(scope="module")
 def pg_meta(tmp_path_factory) -> Iterator[dict[str, Any]]:
     """A fresh Airflow metadata DB on PostgreSQL with the pipeline's DAG serialized; the table has a day."""
-    need(reachable(5432), "PostgreSQL is not running on 127.0.0.1:5432")
-    from airflow import settings
-    from airflow.utils import db
+    from airflow.sdk import DAG, CronDataIntervalTimetable
 
+    from exactly_once.airflow import exactly_once_group
     from test_interval_runs import config
 
-    databases = fresh_database("postgresql")
-    url = next(databases)
-    try:
-        with metadata_db(url.replace("postgresql://", "postgresql+psycopg2://", 1)):
-            try:
-                db.initdb()
-                from airflow.dag_processing.bundles.manager import DagBundlesManager
-                from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-                from airflow.sdk import DAG, CronDataIntervalTimetable
-                from airflow.serialization.serialized_objects import LazyDeserializedDAG
-
-                from exactly_once.airflow import exactly_once_group
-
-                root = tmp_path_factory.mktemp("lock")
-                cfg = config(root, pipeline=DAG_ID, sink=SINK, partitions="dt={start:%Y-%m-%d}")
-                with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-                         start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
-                    exactly_once_group(cfg)
-                s = settings.NonScopedSession()
-                DagBundlesManager().sync_bundles_to_db(session=s)
-                s.commit()
-                update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None,
-                                                 set(), session=s)
-                s.commit()
-                s.close()
-                commit_day(cfg.sink_handle(), "2026-01-01", "run-d1", "s1")
-                yield {"config": cfg, "db": db_name(url)}
-            finally:
-                settings.dispose_orm()
-    finally:
-        next(databases, None)  # drops the database
+    root = tmp_path_factory.mktemp("lock")
+    cfg = config(root, pipeline=DAG_ID, sink=SINK, partitions="dt={start:%Y-%m-%d}")
+    with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+             start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
+        exactly_once_group(cfg)
+    with postgres_metadata(dag) as url:
+        commit_day(cfg.sink_handle(), "2026-01-01", "run-d1", "s1")
+        yield {"config": cfg, "db": db_name(url)}
 
 
 def _waiting_on_a_lock(dbname: str, thread: threading.Thread, deadline: float = 60) -> bool:

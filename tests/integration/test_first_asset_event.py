@@ -23,9 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from airflow_helpers import metadata_db
-from eo_testing import need
-from target_helpers import fresh_database, reachable
+from airflow_helpers import postgres_metadata
 
 pytestmark = pytest.mark.airflow
 
@@ -37,60 +35,38 @@ START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 def meta(tmp_path_factory) -> Iterator[dict[str, Any]]:
     """A fresh Airflow metadata DB on PostgreSQL, the pipeline's DAG serialized in it, N daily runs whose
     commit tasks are running."""
-    need(reachable(5432), "PostgreSQL is not running on 127.0.0.1:5432")
     from airflow import settings
-    from airflow.utils import db
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, AssetAlias, CronDataIntervalTimetable
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
+    from exactly_once.airflow import exactly_once_group
+    from exactly_once.airflow.rollback import ROLLBACK_ALIAS
     from test_interval_runs import config
 
-    databases = fresh_database("postgresql")
-    url = next(databases)
-    try:
-        with metadata_db(url.replace("postgresql://", "postgresql+psycopg2://", 1)):
-            try:
-                db.initdb()
-                from airflow.dag_processing.bundles.manager import DagBundlesManager
-                from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-                from airflow.models.serialized_dag import SerializedDagModel
-                from airflow.providers.standard.operators.empty import EmptyOperator
-                from airflow.sdk import DAG, AssetAlias, CronDataIntervalTimetable
-                from airflow.serialization.serialized_objects import LazyDeserializedDAG
-                from airflow.utils.state import DagRunState, TaskInstanceState
-                from airflow.utils.types import DagRunTriggeredByType, DagRunType
-
-                from exactly_once.airflow import exactly_once_group
-                from exactly_once.airflow.rollback import ROLLBACK_ALIAS
-
-                cfg = config(tmp_path_factory.mktemp("first"), pipeline=DAG_ID, partitions="dt={start:%Y-%m-%d}")
-                with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-                         start_date=START, catchup=False) as dag:
-                    exactly_once_group(cfg, group_id="t")
-                    EmptyOperator(task_id="ops.rollback", outlets=[AssetAlias(ROLLBACK_ALIAS)])
-                s = settings.NonScopedSession()
-                DagBundlesManager().sync_bundles_to_db(session=s)
-                s.commit()
-                update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None,
-                                                 set(), session=s)
-                s.commit()
-                sdag = s.scalar(SerializedDagModel.latest_item_select_object(DAG_ID)).dag
-                tis = []
-                for d in range(N):
-                    start = START + timedelta(days=d)
-                    dr = sdag.create_dagrun(run_id=f"r{d}", logical_date=start, data_interval=(start, start + timedelta(days=1)),
-                                            run_after=start, run_type=DagRunType.BACKFILL_JOB,
-                                            triggered_by=DagRunTriggeredByType.BACKFILL, state=DagRunState.RUNNING,
-                                            session=s)
-                    for task_id in ("t.commit", "ops.rollback")[:1 if d else 2]:
-                        ti = dr.get_task_instance(task_id, session=s)
-                        ti.state = TaskInstanceState.RUNNING
-                        tis.append((ti.id, dr.run_id, task_id, start))
-                s.commit()
-                s.close()
-                yield {"config": cfg, "dag": dag, "tis": tis, "session": settings.NonScopedSession}
-            finally:
-                settings.dispose_orm()
-    finally:
-        next(databases, None)
+    cfg = config(tmp_path_factory.mktemp("first"), pipeline=DAG_ID, partitions="dt={start:%Y-%m-%d}")
+    with DAG(DAG_ID, schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+             start_date=START, catchup=False) as dag:
+        exactly_once_group(cfg, group_id="t")
+        EmptyOperator(task_id="ops.rollback", outlets=[AssetAlias(ROLLBACK_ALIAS)])
+    with postgres_metadata(dag):
+        s = settings.NonScopedSession()
+        sdag = s.scalar(SerializedDagModel.latest_item_select_object(DAG_ID)).dag
+        tis = []
+        for d in range(N):
+            start = START + timedelta(days=d)
+            dr = sdag.create_dagrun(run_id=f"r{d}", logical_date=start, data_interval=(start, start + timedelta(days=1)),
+                                    run_after=start, run_type=DagRunType.BACKFILL_JOB,
+                                    triggered_by=DagRunTriggeredByType.BACKFILL, state=DagRunState.RUNNING, session=s)
+            for task_id in ("t.commit", "ops.rollback")[:1 if d else 2]:
+                ti = dr.get_task_instance(task_id, session=s)
+                ti.state = TaskInstanceState.RUNNING
+                tis.append((ti.id, dr.run_id, task_id, start))
+        s.commit()
+        s.close()
+        yield {"config": cfg, "dag": dag, "tis": tis, "session": settings.NonScopedSession}
 
 
 class RunningTask:
