@@ -3,12 +3,13 @@
 Much of the suite's time is spent waiting: the chaos tests (``tests/chaos/``) drive whole Airflow
 deployments and wait for heartbeats to time out, for reschedules, retries and restarted components; the
 end-to-end and fleet tests wait for Airflow's processes to start and hand over. So the suite runs as two
-pytest processes at once (:data:`LANES`: the chaos, end-to-end, conformance and multi-process deployments, and
-the batched bench section's smoke - two deployments under the scheduler; everything else), and its wall time
+pytest processes at once (:data:`LANES`: the chaos, end-to-end, conformance and multi-process deployments;
+everything else), and its wall time
 is about the longer lane's instead of the sum. Two, not more: on the 2-core machine CI runs on, a third lane of
 Spark and Airflow processes made every lane slower than the sum (measured: three lanes did not finish in 90
 min). The lanes are balanced by the slowest tests (``--durations``, 2026-11-27: main 57 min, deployments 47
-min, before the batched bench smoke - 4.4 min - moved to the deployments lane).
+min, before the batched bench smoke - 4.4 min - moved to the deployments lane; 2026-11-30: main 50 min, deployments
+55, and the batched bench smoke - 3.2 min - moved back).
 Every test file is in exactly one lane (tests/unit/test_test_lanes.py checks it). Each lane has
 its own ``--basetemp``, Airflow home and data root (no SQLite or temp dir shared between processes) and
 its own log; the main lane is printed as it runs, the others when they end. The exit code is non-zero
@@ -27,8 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # lane -> the test paths it runs; "main" runs the rest of tests/
 LANES = {
     "deployments": ["tests/chaos", "tests/e2e", "tests/conformance", "tests/integration/test_celery_fleet.py",
-                    "tests/integration/test_spark_cluster.py", "tests/integration/test_bench_batched.py",
-                    "tests/integration/test_mutant_sample.py"],
+                    "tests/integration/test_spark_cluster.py", "tests/integration/test_mutant_sample.py"],
 }
 
 
