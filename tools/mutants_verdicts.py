@@ -480,4 +480,13 @@ VERDICTS: dict[str, str] = {
     "protocol/transaction.py:_publish:NumberReplacer:f762221aae":
         ("harmless: the file count reported for an already-published commit whose manifest gc compacted "
          "(0 or -1); nothing decides on it"),
+    # session 26
+    "targets/db_claims.py:reserve:NumberReplacer:f766e12848":
+        ("equivalent: every reservation this module writes names its epoch, and every epoch is >= 1, so the "
+         "default (0 or -1) of a reservation without one is below every epoch either way"),
+    "targets/sql_dialects.py:advice:NumberReplacer:1f4fd2c80c":
+        ("harmless: the hint appended to a TargetUnavailableError for PostgreSQL's class 53 (out of disk, memory "
+         "or connections) is lost; the error, its rollback and 'publishing again is safe' are unchanged"),
+    **{f"{row} targets/base.py:_where:ReplaceComparisonOperator_Is_IsNot:8561ea459d": MESSAGE
+       for row in ("delta-local", "delta-s3")},  # Delta names a changed file by URL itself (_check_files)
 }
