@@ -277,10 +277,6 @@ VERDICTS: dict[str, str] = {
     "targets/db_retries.py:error:NumberReplacer:7088a271e1": MESSAGE,
     "targets/sql_dialects.py:load:NumberReplacer:d9aa504c7f": TUNING,
     "targets/sql_dialects.py:classify:NumberReplacer:4c3ff9bbed": CONFIG,
-    "targets/csv_rows.py:csv_chunks:ReplaceAndWithOr:43828a2e97":
-        ("equivalent: it only takes the slow path where pyarrow has null_string - the empty fields filled after "
-         "rendering, the same bytes (tests/unit/test_targets_config.py compares both paths); with null '' "
-         "(PostgreSQL) both sides are false"),
     "targets/csv_rows.py:render:AddNot:64c840c1cc":
         ("equivalent: with refill b'' (PostgreSQL's null '', or pyarrow's own null_string) the substitution "
          "puts back what it matched: the same bytes"),
