@@ -485,4 +485,9 @@ VERDICTS: dict[str, str] = {
          "or connections) is lost; the error, its rollback and 'publishing again is safe' are unchanged"),
     **{f"{row} targets/base.py:_where:ReplaceComparisonOperator_Is_IsNot:8561ea459d": MESSAGE
        for row in ("delta-local", "delta-s3")},  # Delta names a changed file by URL itself (_check_files)
+    "targets/database.py:_dry_run:ReplaceComparisonOperator_Eq_NotEq:913f93a762":
+        ("harmless: _refuse_overlap acts only for replace by interval_column, and every replace check also runs "
+         "it under the table lock in _reserve on an interval's first version: the first dry run is refused "
+         "before the decision either way; on a later one it leaves the interval itself out and finds nothing new"),
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:e8d0abab89": "equivalent: two StagedVersions are never compared",
 }
