@@ -490,4 +490,11 @@ VERDICTS: dict[str, str] = {
          "it under the table lock in _reserve on an interval's first version: the first dry run is refused "
          "before the decision either way; on a later one it leaves the interval itself out and finds nothing new"),
     "targets/base.py:StagedVersion:ReplaceFalseWithTrue:e8d0abab89": "equivalent: two StagedVersions are never compared",
+    "targets/database.py:DatabaseTarget:NumberReplacer:5c3bb1ac5f": TUNING,  # batch_rows
+    "targets/sql_dialects.py:load:NumberReplacer:1144375ad6": TUNING,  # the COPY's read buffer
+    "targets/db_claims.py:check:ReplaceOrWithAnd:c8d532c32b":
+        ("harmless: the other owner's home shown in the refusal ('?' by the mutant); refuse_other_owner decides by "
+         "the owner id alone"),
+    "targets/sql_dialects.py:split_table:NumberReplacer:adbdf34695":
+        "equivalent: a name of one part - its first element and its last are the same",
 }
