@@ -477,6 +477,9 @@ VERDICTS: dict[str, str] = {
         ("harmless: the file count reported for an already-published commit whose manifest gc compacted "
          "(0 or -1); nothing decides on it"),
     # session 26
+    **{f"targets/db_claims.py:reserve:NumberReplacer:{h}":
+        ("equivalent: every reservation this module writes names its epoch, and every epoch is >= 1, so the "
+         "default (0, -1 or 1) of a reservation without one is never above an epoch") for h in ("15c48c59ec",)},
     "targets/db_claims.py:reserve:NumberReplacer:f766e12848":
         ("equivalent: every reservation this module writes names its epoch, and every epoch is >= 1, so the "
          "default (0 or -1) of a reservation without one is below every epoch either way"),
@@ -497,4 +500,7 @@ VERDICTS: dict[str, str] = {
          "the owner id alone"),
     "targets/sql_dialects.py:split_table:NumberReplacer:adbdf34695":
         "equivalent: a name of one part - its first element and its last are the same",
+    "targets/db_retries.py:with_retries:NumberReplacer:81c357272c":
+        ("equivalent: the loop's last try never loops again - it returns, or raises once `attempt < retries` is "
+         "false - so a range one longer never reaches its extra turn"),
 }
