@@ -488,6 +488,9 @@ VERDICTS: dict[str, str] = {
          "or connections) is lost; the error, its rollback and 'publishing again is safe' are unchanged"),
     **{f"{row} targets/base.py:_where:ReplaceComparisonOperator_Is_IsNot:8561ea459d": MESSAGE
        for row in ("delta-local", "delta-s3")},  # Delta names a changed file by URL itself (_check_files)
+    "targets/database.py:_dry_run:NumberReplacer:b7731295ee":
+        ("harmless: the first dry run's overlap check skipped (run at epoch 1's marker instead) - _reserve runs "
+         "it again under the table lock on an interval's first version, before the decision"),
     "targets/database.py:_dry_run:ReplaceComparisonOperator_Eq_NotEq:913f93a762":
         ("harmless: _refuse_overlap acts only for replace by interval_column, and every replace check also runs "
          "it under the table lock in _reserve on an interval's first version: the first dry run is refused "
@@ -510,4 +513,8 @@ VERDICTS: dict[str, str] = {
     **{key: "equivalent: the SELECT returns one column, so its first and its last are the same" for key in (
         "targets/db_claims.py:holder:NumberReplacer:5ca9d197c4",
         "postgresql targets/sql_dialects.py:table_info:NumberReplacer:2e2d526b27")},
+    "targets/csv_rows.py:put:NumberReplacer:b4e61a0504": TUNING,  # how often a blocked put looks at `stop`
+    "targets/db_claims.py:_taken:ReplaceComparisonOperator_Gt_GtE:0bf8e71150":
+        ("equivalent: a marker row at epoch 0 (made by a check's reservation or the marker lock) has no "
+         "published partitions - the publish's one UPDATE sets its epoch (>= 1) and partitions together"),
 }
