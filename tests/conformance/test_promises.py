@@ -326,6 +326,29 @@ def test_a_version_staged_outside_a_delta_table_is_checked_before_it_is_copied_i
     assert world.read_rows() == world.rows({PART: [new]})
 
 
+def test_a_publish_interrupted_after_placing_a_version_staged_outside_a_delta_table_is_finished(world, monkeypatch,
+                                                                                                   tmp_path):
+    """The Delta target used on its own, locally: a version staged outside the table is renamed into it, then the
+    publish stops before its Delta commit (a crash there leaves the same files). Publishing again finds the
+    files already placed - the staging dir is empty now - and commits them: never 'gone', never stuck."""
+    if world.kind != "delta-local":
+        pytest.skip("only a local Delta table renames a version staged outside it into place")
+    from exactly_once.failpoints import FailpointError
+
+    from .conftest import decided_elsewhere
+
+    old, new = make_rows("old", 3), make_rows("new", 4, start=30)
+    sink, txn, staged = decided_elsewhere(world, old, new)
+    monkeypatch.setenv("EO_FAILPOINTS_STATE", str(tmp_path / "failpoints"))
+    monkeypatch.setenv("EO_FAILPOINTS", "commit.mid_publish=error:once")  # after the rename, before the commit
+    with pytest.raises(FailpointError):
+        sink.target.publish(txn, staged)
+    assert not sink.storage.exists(staged.path(PART, staged.partitions[PART][0].name))  # moved into the table
+    assert world.read_rows() == world.rows({PART: [old]})
+    assert sink.target.publish(txn, staged) == {PART: "published"}
+    assert world.read_rows() == world.rows({PART: [new]})
+
+
 def test_a_file_gone_from_a_version_staged_outside_a_delta_table_is_refused_before_the_copy(world):
     """The same with a staged file deleted after the decision, on S3 where the files are copied in: refused
     naming it before anything is copied (put it back, then publish again), nothing published - not the copy's
