@@ -525,7 +525,7 @@ VERDICTS: dict[str, str] = {
         "harmless: the target's repr also shows the schema it pinned (a schema name, never a credential)",
     "postgresql targets/csv_rows.py:csv_chunks:AddNot:9812f54fae":
         ("equivalent in this row: PostgreSQL's CSV null is '', pyarrow's default null_string, so setting it or not "
-         "writes the same bytes (the mysql row, whose null is \\N, kills it)"),
+         "writes the same bytes (MariaDB's load writes NULL for a null: the mysql row kills it)"),
     "postgresql targets/sql_dialects.py:same_name:ReplaceComparisonOperator_Eq_NotEq:4c71d36997":
         ("equivalent in this row: PostgreSQL's column names are compared exactly (case_insensitive_columns is "
          "false), so the case-folded comparison is never made"),
