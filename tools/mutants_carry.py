@@ -59,8 +59,8 @@ def carried_kills(row: str) -> dict[tuple[str, str, str], object]:
     """The row's kills recorded in :data:`CARRY` by earlier runs, as results."""
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
-    return {e: WorkResult(WorkerOutcome.NORMAL, output=f"scope {e[1]}\ncarried: killed by an earlier run "
-                          f"({CARRY.name})", test_outcome=TestOutcome.KILLED)
+    return {e: WorkResult(WorkerOutcome.NORMAL, output=f"scope {e[1]}\nkey {e[2]}\ncarried: killed by an earlier "
+                          f"run ({CARRY.name})", test_outcome=TestOutcome.KILLED)
             for e in load(row)}
 
 
@@ -81,7 +81,11 @@ def killed_before(db_path: Path) -> dict[tuple[str, str, str], object]:
         for item, res in db.completed_work_items:
             m = item.mutations[0]
             if res.test_outcome is TestOutcome.KILLED and res.output and res.output.startswith("scope "):
-                scope, _, _ = res.output[6:].partition("\n")
+                scope, _, rest = res.output[6:].partition("\n")
                 module = m.module_path.as_posix().split(f"{PKG}/", 1)[-1]
-                out[(module, scope, mutant_key(module, m.definition_name, m.operator_name, res.diff or ""))] = res
+                # a carried kill has no diff: its key is the one it was carried under (a key made from no
+                # diff would name every such mutant of a function alike, and match none)
+                key = rest[4:].partition("\n")[0] if not res.diff and rest.startswith("key ") else \
+                    mutant_key(module, m.definition_name, m.operator_name, res.diff or "")
+                out[(module, scope, key)] = res
     return out

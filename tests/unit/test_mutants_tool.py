@@ -114,6 +114,9 @@ def test_kills_carry_to_the_next_machine_while_their_function_is_unchanged(tmp_p
     assert [o for (d, _), o in got if d == "kept"].count("killed") == len([i for i in items if
                                                                           i.mutations[0].definition_name == "kept"]) - 1
     assert {o for (d, _), o in got if d == "edited"} == {"pending"}  # its function changed: run again
+    carried = mutants_carry.load("tiny")
+    mutants.save_kills(work, "tiny")  # a third machine's file, from this run's DB: the carried kills' keys kept
+    assert {e for e in mutants_carry.load("tiny") if ":kept:" in e[2]} == {e for e in carried if ":kept:" in e[2]}
     mutants.init_row(tree, work, "tiny", fresh=True)
     assert set(outcomes().values()) == {"pending"}
 
