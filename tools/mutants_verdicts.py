@@ -483,6 +483,10 @@ VERDICTS: dict[str, str] = {
     "targets/db_claims.py:reserve:NumberReplacer:f766e12848":
         ("equivalent: every reservation this module writes names its epoch, and every epoch is >= 1, so the "
          "default (0 or -1) of a reservation without one is below every epoch either way"),
+    **{f"targets/sql_dialects.py:advice:NumberReplacer:{h}":
+        ("harmless: the hint appended to a TargetUnavailableError for PostgreSQL's class 53 (out of disk, memory "
+         "or connections) is lost; the error, its rollback and 'publishing again is safe' are unchanged")
+       for h in ("f3e6d6e2d8",)},
     "targets/sql_dialects.py:advice:NumberReplacer:1f4fd2c80c":
         ("harmless: the hint appended to a TargetUnavailableError for PostgreSQL's class 53 (out of disk, memory "
          "or connections) is lost; the error, its rollback and 'publishing again is safe' are unchanged"),
@@ -529,4 +533,10 @@ VERDICTS: dict[str, str] = {
     "postgresql targets/sql_dialects.py:same_name:ReplaceComparisonOperator_Eq_NotEq:4c71d36997":
         ("equivalent in this row: PostgreSQL's column names are compared exactly (case_insensitive_columns is "
          "false), so the case-folded comparison is never made"),
+    "targets/database.py:binding:NumberReplacer:b9b5ae3c83": TUNING,  # one retry of the names' resolution
+    "targets/db_claims.py:_equal_values:NumberReplacer:001a6da52b":
+        ("equivalent: the probe's INSERT batches overlap by one row; a spelling inserted twice matches the same "
+         "spellings, and the pairs are returned as a set"),
+    "targets/sql_dialects.py:-:ReplaceFalseWithTrue:5b272de789":
+        "equivalent with the pinned pyarrow, which has is_binary_view: the fallback for older ones is never called",
 }
