@@ -6,19 +6,8 @@ verdict follows its mutant through edits elsewhere and lapses when the line itse
 with a row and a space (``"postgresql targets/..."``) judges the mutant in that row only."""
 from __future__ import annotations
 
-# endpoint.py's DEFAULT_PORTS mutants by dialect (the key's hash of the changed line: one up, one down)
-PORT_MUTANTS = {"postgresql": ("05de6442c6", "4bc6acac07"), "mysql": ("c5f51742f6", "f260b0548c"),
-                "redis": ("30f5a40281", "6880ef7bcc")}
-TUNING = ("equivalent: a tuning constant (a timeout, a SCAN batch size, a retry budget, a file mode) - one more "
-          "or less changes no row, marker or decision")
-MESSAGE = "harmless: it changes only the text of a description, an error or its hint, never what is published"
-VALIDATION = ("harmless: defence in depth - the protocol builds every StagedVersion from its own manifest, whose "
-              "names pre_commit already refused (unsafe names, symlinks, nested partitions); unit-tested")
-OTHER_DIALECT = ("equivalent for this row: MariaDB/MySQL's error codes, never consulted by a PostgreSQL target "
-                 "(the mysql row tests them)")
-CONFIG = ("harmless: configuration validation and error classification (tests/unit, "
-          "tests/conformance/test_targets_db.py); a misclassified error is retried or raised, and a publish is "
-          "safe to retry either way (the marker decides)")
+from tools.mutants_reasons import CONFIG, MESSAGE, OTHER_DIALECT, PORT_MUTANTS, TUNING, VALIDATION
+from tools.mutants_verdicts_redis import REDIS_VERDICTS
 
 VERDICTS: dict[str, str] = {
     # files (local)
@@ -148,73 +137,7 @@ VERDICTS: dict[str, str] = {
     "targets/s3files.py:sweep:ReplaceAndWithOr:40b6fa3002":
         ("equivalent: a candidate is a file of a garbage version, never the live one, so it is never in the "
          "live manifest either: both conditions are true for every candidate"),
-    # Redis
-    "targets/keyvalue.py:_glob:AddNot:716f36df8b":
-        ("equivalent: the namespace is an identifier ([A-Za-z0-9_]) - no glob character to escape; the partition "
-         "is escaped only in the error's hint"),
-    "targets/keyvalue.py:RedisTarget:NumberReplacer:19fec881fa": TUNING,
-    "targets/keyvalue.py:claim:NumberReplacer:76ef3d024a": TUNING,
-    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:502add62fd": TUNING,
-    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:9bfce2c230": MESSAGE,
-    "targets/keyvalue.py:_client:NumberReplacer:6d11366c8c": TUNING,
-    "targets/keyvalue.py:-:NumberReplacer:26ab661db7": TUNING,
-    "targets/keyvalue.py:claim:NumberReplacer:25a45fb0c4": TUNING,
-    "targets/keyvalue.py:_client:NumberReplacer:8fc828084a": TUNING,
-    "targets/keyvalue.py:_glob:ReplaceBinaryOperator_Add_Sub:ec212a5735":
-        ("equivalent: the namespace is an identifier ([A-Za-z0-9_]) - no glob character to escape; the partition "
-         "is escaped only in the error's hint"),
-    "targets/keyvalue.py:_refuse_foreign:ReplaceComparisonOperator_LtE_Lt:9df034e7a9":
-        ("equivalent: a marker always holds an epoch >= 1 (the publish writes it with the rows in one MULTI); "
-         "a marker with epoch 0 never exists, so `<= 0` and `< 0` skip the same markers"),
-    "targets/keyvalue.py:_refuse_foreign:NumberReplacer:96084cfd9b":
-        ("equivalent: a marker always holds its epoch (the publish writes it with the rows in one MULTI); the "
-         "default for a missing one is never read"),
-    "targets/keyvalue.py:_refuse_evicting:ReplaceComparisonOperator_GtE_Gt:9ff7ba1b3a":
-        ("harmless: TTL answers 0 only in a key's last half second; such a key is gone before the decision, and "
-         "a missing marker is judged by the log's newest committed epoch (review 44 #3)"),
-    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:e3df22ee6a":
-        ("equivalent: a marker always holds its rows count (written with the epoch in one MULTI); the default "
-         "is read only for an empty marker, which `not marker.get(b'epoch')` refuses either way"),
-    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:f98c519714": MESSAGE,
-    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:43296b13e1": MESSAGE,
-    "targets/keyvalue.py:_values:ReplaceTrueWithFalse:bcb8cd3ddb":
-        ("harmless: a value's JSON then lists its fields in the staged columns' order instead of sorted - the "
-         "same object for every JSON reader; the marker, not the bytes, decides what is live"),
-    **{f"targets/keyvalue.py:{key}": TUNING for key in (
-        "-:NumberReplacer:e9a0cfdda3", "RedisTarget:NumberReplacer:9682881169", "_client:NumberReplacer:891365e730",
-        "_client:NumberReplacer:4bf1e71ded", "_interval_keys:NumberReplacer:d7a808e866",
-        "_interval_keys:NumberReplacer:4636a62414")},
-    **{f"targets/keyvalue.py:_refuse_unknown_keys:{key}": MESSAGE for key in (
-        "NumberReplacer:9ee2a503b9", "ReplaceBinaryOperator_Add_Sub:7149c48916", "NumberReplacer:d5988b95c3",
-        "NumberReplacer:2b74102df3", "NumberReplacer:107d02322e", "NumberReplacer:a20485a845",
-        "NumberReplacer:7f4348134e")},
-    **{f"targets/keyvalue.py:{key}": ("equivalent: a marker always holds an epoch >= 1 and its rows count (the "
-                                      "publish writes them in one MULTI): the defaults and the `<= 0` test differ "
-                                      "only for markers that never exist")
-       for key in ("_refuse_foreign:ReplaceOrWithAnd:73d177262b", "_refuse_foreign:NumberReplacer:95086c75ea",
-                   "_refuse_foreign:NumberReplacer:91478ebb26", "_refuse_unknown_keys:NumberReplacer:1f6885a926",
-                   "is_live:NumberReplacer:f486683c3d")},
-    "targets/keyvalue.py:_refuse_unknown_keys:ReplaceUnaryOperator_Delete_Not:fac569a15e":
-        ("harmless: it picks which of the two refusals before the decision says why (key set gone / keys not "
-         "ours); both refuse, nothing is decided"),
-    "targets/keyvalue.py:_refuse_evicting:NumberReplacer:0646955ab5":
-        ("harmless: TTL answers 0 only in a key's last half second; such a key is gone before the decision, and "
-         "a missing marker is judged by the log's newest committed epoch (review 44 #3)"),
-    "targets/keyvalue.py:claim:ZeroIterationForLoop:3034ae6df4":
-        ("harmless: the scan refuses another owner's markers from before claims at claim time; check() refuses the "
-         "same marker before the decision (test_target_ownership::..._before_claims_existed_...[redis])"),
-    "targets/keyvalue.py:_publish:ReplaceTrueWithFalse:2d4111a031":
-        ("equivalent: the publish calls pipe.multi() itself after its WATCHes, and redis-py wraps an explicit "
-         "multi() in MULTI/EXEC whatever `transaction` says"),
-    "targets/keyvalue.py:RedisTarget:ReplaceFalseWithTrue:f864850a9e":
-        "harmless: the owner's repr names the pipeline, sink and log URL (no credentials); never logged",
-    "targets/keyvalue.py:RedisTarget:ReplaceFalseWithTrue:de46a52c13": "equivalent: two targets are never compared",
-    "targets/keyvalue.py:-:ReplaceTrueWithFalse:8c8d715bf6":
-        "equivalent: a RedisTarget is never mutated (dataclasses.replace makes a new one); frozen only guards",
-    "targets/endpoint.py:-:ReplaceTrueWithFalse:8c8d715bf6":
-        "equivalent: an Endpoint is never mutated; frozen only guards",
-    "targets/endpoint.py:Endpoint:ReplaceFalseWithTrue:39e2a4defc":
-        "equivalent: every Endpoint is built by resolve(), which sets tls from the URL's scheme",
+    **REDIS_VERDICTS,  # Redis, and endpoint.py
     # every row with endpoint.py counts its three default ports (5432, 3306, 6379, each one up and one down);
     # each is equivalent in the other rows only, and killed in its own (test_targets_db_access.py,
     # test_targets_redis.py: a URL without a port)
