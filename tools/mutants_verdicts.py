@@ -205,7 +205,7 @@ VERDICTS: dict[str, str] = {
          "puts back what it matched: the same bytes"),
     # MariaDB's lost-connection and column-privilege codes: PyMySQL raises them as OperationalError, which
     # classify maps to 'unavailable' by type too; 1142/1143 are both in the privilege set
-    **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG for h in ("1c1ed2cb78", "aacd345b55")},
+    **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG for h in ("1c1ed2cb78", "aacd345b55", "b2b79a145b")},
     "targets/db_retries.py:error:NumberReplacer:f21f954240": MESSAGE,
     "targets/endpoint.py:without_password:NumberReplacer:13aeca1998":
         "equivalent: split's limit does not change the first part (the user)",
