@@ -14,3 +14,5 @@ OTHER_DIALECT = ("equivalent for this row: MariaDB/MySQL's error codes, never co
 CONFIG = ("harmless: configuration validation and error classification (tests/unit, "
           "tests/conformance/test_targets_db.py); a misclassified error is retried or raised, and a publish is "
           "safe to retry either way (the marker decides)")
+NEVER_COMPARED = "equivalent: two StagedVersions are never compared"
+ONE_COLUMN = "equivalent: the query selects one column, so its first and its last are the same"

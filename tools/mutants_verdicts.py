@@ -6,7 +6,8 @@ verdict follows its mutant through edits elsewhere and lapses when the line itse
 with a row and a space (``"postgresql targets/..."``) judges the mutant in that row only."""
 from __future__ import annotations
 
-from tools.mutants_reasons import CONFIG, MESSAGE, OTHER_DIALECT, PORT_MUTANTS, TUNING, VALIDATION
+from tools.mutants_reasons import (CONFIG, MESSAGE, NEVER_COMPARED, ONE_COLUMN, OTHER_DIALECT, PORT_MUTANTS,
+                                   TUNING, VALIDATION)
 from tools.mutants_verdicts_redis import REDIS_VERDICTS
 
 VERDICTS: dict[str, str] = {
@@ -30,8 +31,7 @@ VERDICTS: dict[str, str] = {
         "equivalent: StagedVersion is never mutated nor hashed; frozen only guards against a future mistake",
     "targets/base.py:StagedVersion:ReplaceFalseWithTrue:5d32630ff7":
         "equivalent: the opener's repr is never shown (StagedVersion is not logged)",
-    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:3ea6512943":
-        "equivalent: two StagedVersions are never compared",
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:3ea6512943": NEVER_COMPARED,
     "targets/base.py:PublishTarget:ReplaceFalseWithTrue:fbe91df6ed":
         ("equivalent on the files and Delta targets: files rename the sealed partition into the version store and "
          "Delta publishes the sealed files in place (retire_staging keeps them before it asks this), so nothing is "
@@ -40,8 +40,7 @@ VERDICTS: dict[str, str] = {
         "equivalent: the callable's repr is never shown (StagedVersion is not logged)",
     "targets/base.py:StagedVersion:ReplaceFalseWithTrue:f5b3e00cfd":
         "equivalent: the callable's repr is never shown (StagedVersion is not logged)",
-    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:0890224560":
-        "equivalent: two StagedVersions are never compared",
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:0890224560": NEVER_COMPARED,
     "targets/base.py:partition_values:NumberReplacer:e0261fc100":
         ("equivalent: split('=', 1) and split('=', 2) differ only for a value holding '=', which check_partition's "
          "allow-list refuses (ids._PART_VALUE)"),
@@ -60,14 +59,14 @@ VERDICTS: dict[str, str] = {
         ("harmless in the Delta row: Delta uses it only to skip copies already made (_place), so every file is "
          "copied again instead - the same bytes, more work (files-s3's post-copy check uses it too: judged in "
          "that row, not here)"),
-    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:068132676c": "equivalent: two StagedVersions are never compared",
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:068132676c": NEVER_COMPARED,
     "delta-s3 targets/base.py:_etag_of:ReplaceOrWithAnd:3538595e64":
         ("equivalent in the Delta row: a Delta publish compares the staged files' ETags from its own listing "
          "(DeltaTarget._check_files) and commits them unread, never through StagedVersion.open's handle"),
     "delta-s3 targets/base.py:_etag_of:ReplaceOrWithAnd:40f1e89a66":
         ("equivalent in the Delta row: a Delta publish compares the staged files' ETags from its own listing "
          "(DeltaTarget._check_files) and commits them unread, never through StagedVersion.open's handle"),
-    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:c6370370ee": "equivalent: two StagedVersions are never compared",
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:c6370370ee": NEVER_COMPARED,
     "targets/base.py:__post_init__:ReplaceOrWithAnd:bf88dc99ff": VALIDATION,
     "targets/base.py:__post_init__:ReplaceOrWithAnd:d82deb57cb": VALIDATION,
     # the publish-time check of a sealed file (StagedVersion.open's re-read, session 20)
@@ -172,14 +171,17 @@ VERDICTS: dict[str, str] = {
          "refusal instead of a privilege one - rolled back, nothing published, only the advice differs"),
     "targets/database.py:_table_columns:AddNot:e72ec40d7b": MESSAGE,
     "targets/database.py:__post_init__:AddNot:8a47199909": CONFIG,
-    "targets/database.py:_dry_run:NumberReplacer:6b8ae6c84e":
-        ("equivalent: the dry run's overlap check is run again by the reservation that follows it, under the "
-         "table's lock and before the decision, with the same refusal (test_targets_db_reserved.py)"),
+    **{f"targets/database.py:_dry_run:{key}":
+        ("equivalent: the dry run's overlap check is run again by the reservation that follows it (_reserve, on an "
+         "interval's first version), under the table's lock and before the decision, with the same refusal "
+         "(test_targets_db_reserved.py); run on a later dry run instead, it leaves the interval itself out and "
+         "finds nothing new") for key in ("NumberReplacer:6b8ae6c84e", "NumberReplacer:b7731295ee",
+                                          "ReplaceComparisonOperator_Eq_NotEq:913f93a762")},
     "targets/database.py:_ts:ReplaceComparisonOperator_Eq_NotEq:3a55621a51":
         "equivalent: connect sets every PostgreSQL session to UTC, so a naive UTC and an aware instant are the same",
     "targets/database.py:_load:NumberReplacer:3fea8353d3":
         "harmless: rows_loaded of a version without columns (only emptied partitions) is -1 instead of 0; never read",
-    "targets/db_claims.py:reserve:NumberReplacer:318b01fe80": "equivalent: the query selects one column: [-1] is [0]",
+    "targets/db_claims.py:reserve:NumberReplacer:318b01fe80": ONE_COLUMN,
     "targets/db_claims.py:_taken:NumberReplacer:9d32797d3a":
         "equivalent: a marker row of epoch 0 (a reservation) has no published partitions (NULL): both give ()",
     "mysql targets/sql_dialects.py:-:NumberReplacer:273459baa5": CONFIG,
@@ -193,8 +195,7 @@ VERDICTS: dict[str, str] = {
          "'unavailable' by its type: retried either way"),
     "targets/database.py:_load:NumberReplacer:5a1032f164":
         "equivalent: `counted` is a one-element list (the batches' running row count): [-1] is [0]",
-    "targets/db_claims.py:refuse_overlap:NumberReplacer:64f4005ea6":
-        "equivalent: the query selects one column, so [-1] is [0]",
+    "targets/db_claims.py:refuse_overlap:NumberReplacer:64f4005ea6": ONE_COLUMN,
     "targets/db_retries.py:with_retries:ReplaceBinaryOperator_Pow_Mul:f0e73e9b29": TUNING,
     "targets/db_retries.py:with_retries:NumberReplacer:9cb937ea76": TUNING,
     "targets/db_retries.py:error:NumberReplacer:7088a271e1": MESSAGE,
@@ -306,8 +307,7 @@ VERDICTS: dict[str, str] = {
          "neither > 0, and the overlap check that asks `== 0` also needs the commit table to exist"),
     "targets/database.py:_load:NumberReplacer:96684eaf30":
         "equivalent: `counted` is a one-element list; [0] and [-1] are the same element",
-    "targets/database.py:_check_landed:NumberReplacer:10a6fdd3d3":
-        "equivalent: SELECT count(*) returns one column; [0] and [-1] are the same",
+    "targets/database.py:_check_landed:NumberReplacer:10a6fdd3d3": ONE_COLUMN,
     "mysql targets/sql_dialects.py:-:NumberReplacer:676718bfea":
         ("equivalent: 1146 (no such table) reaches classify as PyMySQL's ProgrammingError, 'schema' by its type "
          "too"),
@@ -402,27 +402,15 @@ VERDICTS: dict[str, str] = {
     # session 26
     **{f"targets/db_claims.py:reserve:NumberReplacer:{h}":
         ("equivalent: every reservation this module writes names its epoch, and every epoch is >= 1, so the "
-         "default (0, -1 or 1) of a reservation without one is never above an epoch") for h in ("15c48c59ec",)},
-    "targets/db_claims.py:reserve:NumberReplacer:f766e12848":
-        ("equivalent: every reservation this module writes names its epoch, and every epoch is >= 1, so the "
-         "default (0 or -1) of a reservation without one is below every epoch either way"),
+         "default (0, -1 or 1) of a reservation without one is never above an epoch") for h in ("15c48c59ec",
+                                                                                               "f766e12848")},
     **{f"targets/sql_dialects.py:advice:NumberReplacer:{h}":
         ("harmless: the hint appended to a TargetUnavailableError for PostgreSQL's class 53 (out of disk, memory "
          "or connections) is lost; the error, its rollback and 'publishing again is safe' are unchanged")
-       for h in ("f3e6d6e2d8",)},
-    "targets/sql_dialects.py:advice:NumberReplacer:1f4fd2c80c":
-        ("harmless: the hint appended to a TargetUnavailableError for PostgreSQL's class 53 (out of disk, memory "
-         "or connections) is lost; the error, its rollback and 'publishing again is safe' are unchanged"),
+       for h in ("f3e6d6e2d8", "1f4fd2c80c")},
     **{f"{row} targets/base.py:_where:ReplaceComparisonOperator_Is_IsNot:8561ea459d": MESSAGE
        for row in ("delta-local", "delta-s3")},  # Delta names a changed file by URL itself (_check_files)
-    "targets/database.py:_dry_run:NumberReplacer:b7731295ee":
-        ("harmless: the first dry run's overlap check skipped (run at epoch 1's marker instead) - _reserve runs "
-         "it again under the table lock on an interval's first version, before the decision"),
-    "targets/database.py:_dry_run:ReplaceComparisonOperator_Eq_NotEq:913f93a762":
-        ("harmless: _refuse_overlap acts only for replace by interval_column, and every replace check also runs "
-         "it under the table lock in _reserve on an interval's first version: the first dry run is refused "
-         "before the decision either way; on a later one it leaves the interval itself out and finds nothing new"),
-    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:e8d0abab89": "equivalent: two StagedVersions are never compared",
+    "targets/base.py:StagedVersion:ReplaceFalseWithTrue:e8d0abab89": NEVER_COMPARED,
     "targets/database.py:DatabaseTarget:NumberReplacer:5c3bb1ac5f": TUNING,  # batch_rows
     "targets/sql_dialects.py:load:NumberReplacer:1144375ad6": TUNING,  # the COPY's read buffer
     "targets/db_claims.py:check:ReplaceOrWithAnd:c8d532c32b":
@@ -437,7 +425,7 @@ VERDICTS: dict[str, str] = {
     "postgresql targets/database.py:_ensure_commit_table:ZeroIterationForLoop:5264f9fcf7":
         ("equivalent in this row: PostgreSQL's exact_names does nothing (its text compares byte for byte); the "
          "mysql row tests the ALTER of an older commit table"),
-    **{key: "equivalent: the SELECT returns one column, so its first and its last are the same" for key in (
+    **{key: ONE_COLUMN for key in (
         "targets/db_claims.py:holder:NumberReplacer:5ca9d197c4",
         "postgresql targets/sql_dialects.py:table_info:NumberReplacer:2e2d526b27")},
     "targets/csv_rows.py:put:NumberReplacer:b4e61a0504": TUNING,  # how often a blocked put looks at `stop`

@@ -4,8 +4,7 @@ Much of the suite's time is spent waiting: the chaos tests (``tests/chaos/``) dr
 deployments and wait for heartbeats to time out, for reschedules, retries and restarted components; the
 end-to-end and fleet tests wait for Airflow's processes to start and hand over. So the suite runs as two
 pytest processes at once (:data:`LANES`: the chaos, end-to-end, conformance and multi-process deployments;
-everything else), and its wall time
-is about the longer lane's instead of the sum. Two, not more: on the 2-core machine CI runs on, a third lane of
+everything else), and its wall time is about the longer lane's instead of the sum. Two, not more: on the 2-core machine CI runs on, a third lane of
 Spark and Airflow processes made every lane slower than the sum (measured: three lanes did not finish in 90
 min). The lanes are balanced by the slowest tests (``--durations``, 2026-11-27: main 57 min, deployments 47
 min, before the batched bench smoke - 4.4 min - moved to the deployments lane; 2026-11-30: main 50 min, deployments
