@@ -119,6 +119,38 @@ def test_a_statement_timeout_or_a_read_only_database_is_unavailable_not_a_raw_er
     assert db.count(table) == 0 and no_marker(db, table)
 
 
+@pytest.mark.parametrize("sqlstate", ["08006", "53300", "57P01"])
+@only_postgresql
+def test_a_server_error_of_a_lost_connection_or_no_resources_is_retried_on_a_new_connection(db, table, tmp_path,
+                                                                                              sqlstate):
+    """An error whose SQLSTATE says the server went away or ran out of room - class 08 (connection exception),
+    53 (insufficient resources: too many connections), 57P (operator intervention: a terminated backend) - is
+    not the data's fault: the publish starts over on a new connection and the version goes live once; with no
+    try left it is TargetUnavailableError (retry later), never a raw driver error. The server raises each once
+    here, from a trigger: a really terminated session reaches psycopg2 without its SQLSTATE ("server closed the
+    connection"), which another libpq build delivers as 57P01."""
+    fn, seq = f"{table}_fails_once", f"{table}_tries"
+    db.run(f"CREATE SEQUENCE {db.q(seq)}")
+    db.run(f"CREATE FUNCTION {db.q(fn)}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+           f"IF nextval('{seq}') = 1 THEN RAISE EXCEPTION 'the server went away' USING ERRCODE = '{sqlstate}'; "
+           f"END IF; RETURN NULL; END $$")
+    db.run(f"CREATE TRIGGER {db.q(fn)} BEFORE INSERT ON {db.q(table)} FOR EACH STATEMENT EXECUTE FUNCTION "
+           f"{db.q(fn)}()")
+    rows = [{"app_id": f"a{i}", "pv": i, "uv": 1, "cumulative_pv": i} for i in range(3)]
+    version = stage(tmp_path, {PART: [rows]})
+    t = DatabaseTarget(table, url=db.url, retries=1)
+    t.check(txn(epoch=1), version)  # its dry run inserts too: failed once, and passed on its second try
+    assert db.run(f"SELECT last_value FROM {db.q(seq)}") == [(2,)]
+    db.run(f"ALTER SEQUENCE {db.q(seq)} RESTART")  # and now the publish's first try fails
+    assert t.publish(txn(epoch=1), version) == {PART: "published"}
+    assert db.run(f"SELECT app_id, pv FROM {db.q(table)} ORDER BY pv") == [(r["app_id"], r["pv"]) for r in rows]
+    assert marker(db, table)[0] == 1 and db.run(f"SELECT last_value FROM {db.q(seq)}") == [(2,)]  # two tries
+    db.run(f"ALTER SEQUENCE {db.q(seq)} RESTART")  # fails once more: with no try left, unavailable
+    with pytest.raises(TargetUnavailableError):
+        DatabaseTarget(table, url=db.url, retries=0).publish(txn(epoch=2), stage(tmp_path, {PART: [rows[:1]]}))
+    assert db.count(table) == 3 and marker(db, table)[0] == 1  # the first version still live, whole
+
+
 def test_a_string_view_column_loads_and_a_binary_view_one_is_refused_before_the_decision(db, tmp_path):
     """Arrow's CSV writer has no view types (newer writers produce them): a string_view column is loaded as the
     strings it holds, a binary_view one refused like any binary column. Both escaped as a raw pyarrow error,
