@@ -286,6 +286,17 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
     return db_path
 
 
+JUDGED = "judged before (tools/mutants_verdicts.py): not run again"
+
+
+def _forget(db, job_ids: list[str]) -> None:
+    """Drop these jobs' results: they are pending again (cosmic-ray 8.7's work DB has no call for it)."""
+    from cosmic_ray.work_db import WorkResultStorage
+
+    with db._session_maker.begin() as session:
+        session.query(WorkResultStorage).filter(WorkResultStorage.job_id.in_(job_ids)).delete()
+
+
 @dataclass(frozen=True)
 class Result:
     key: str
@@ -294,6 +305,7 @@ class Result:
     outcome: str  # killed | survived | message | not covered
     diff: str
     tests: str = ""
+    judged_before: bool = False  # a survivor a verdict judged, not run again this time
 
 
 def _mutates(item, tree: Path) -> bool:
@@ -326,17 +338,24 @@ def _diff(item, tree: Path) -> str:
 
 
 def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, deadline: float | None,
-            confirm: bool = False) -> None:
-    """Run the row's pending mutants (at most ``limit``, none after ``deadline``), recording each result."""
+            confirm: bool = False, rerun_judged: bool = False) -> None:
+    """Run the row's pending mutants (at most ``limit``, none after ``deadline``), recording each result.
+    A mutant already judged equivalent or harmless (:data:`VERDICTS`) is recorded as the survivor it was,
+    not run again (unless ``rerun_judged``): running it cannot change the score, and a survivor costs its
+    tests' whole time."""
     from cosmic_ray.mutating import mutate_and_test
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    from tools.mutants_verdicts import VERDICTS
 
     files, kinds = ROWS[row]
     spans = {f: Spans.of(tree / PKG / f) for f in files}
     share = pytest_cmd("tests/conformance", "-x", "-k", " or ".join(kinds),
                        f"--basetemp={work / 'tmp-run'}")
     with use_db(str(work / f"{row}.sqlite"), WorkDB.Mode.open) as db:
+        if rerun_judged:
+            _forget(db, [job for job, res in db.results if JUDGED in (res.output or "")])
         pending = list(db.pending_work_items)
         print(f"{row}: {len(pending)} mutants to run", flush=True)
         for n, item in enumerate(pending):
@@ -352,6 +371,14 @@ def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, 
                 continue
             if not tests and not imported:
                 db.set_result(item.job_id, WorkResult(WorkerOutcome.SKIPPED, output="not covered", diff=_diff(item, tree)))
+                continue
+            diff = _diff(item, tree)
+            key = mutant_key(module, m.definition_name, m.operator_name, diff)
+            if not rerun_judged and verdict(VERDICTS, row, key):
+                db.set_result(item.job_id, WorkResult(WorkerOutcome.SKIPPED, test_outcome=TestOutcome.SURVIVED,
+                              output=f"scope {spans[module].scope(m.start_pos)}\n{JUDGED}", diff=diff))
+                print(f"{row} {n + 1}/{len(pending)} {module}:{m.start_pos[0]} {m.operator_name.rsplit('/', 1)[-1]}: "
+                      "judged before, not run again", flush=True)
                 continue
             t0 = time.time()
             if tests:
@@ -390,7 +417,7 @@ def results(work: Path, row: str) -> Iterator[Result]:
             else:  # killed, a timeout, or a mutant the interpreter refuses (incompetent): the suite notices
                 outcome = "killed"
             yield Result(mutant_key(module, m.definition_name, m.operator_name, res.diff or ""), module,
-                         m.start_pos[0], outcome, res.diff or "")
+                         m.start_pos[0], outcome, res.diff or "", judged_before=JUDGED in (res.output or ""))
 
 
 def verdict(verdicts: dict[str, str], row: str, key: str) -> str | None:
@@ -404,7 +431,7 @@ def report(work: Path, rows: list[str]) -> str:
 
     head = ("| row | mutants | killed | survived | equivalent / harmless | message only | not covered | "
             "pending | killed of non-equivalent |\n|---|---|---|---|---|---|---|---|---|")
-    table, details = [head], []
+    table, details, notes = [head], [], []
     for row in rows:
         if not (work / f"{row}.sqlite").exists():
             continue
@@ -422,9 +449,15 @@ def report(work: Path, rows: list[str]) -> str:
         table.append(f"| {row} | {total} | {killed} | {len(real)} | {len(judged)} | {count('message')} | "
                      f"{count('not covered')} | {pending + count('error')} | {score} |")
         for r in sorted(survivors, key=lambda r: (r.module, r.line)):
-            why = verdict(VERDICTS, row, r.key) or "NOT JUDGED: a real survivor (add a test, or a verdict with the reason)"
+            why = verdict(VERDICTS, row, r.key) or ("NOT JUDGED: a real survivor (add a test, or a verdict with the "
+                                                    "reason)" + ("; its verdict is gone since a run skipped it: "
+                                                                 "`--rerun-judged` runs it" if r.judged_before else ""))
             details.append(f"### {row}: `{r.key}` ({r.module}:{r.line})\n{why}\n```diff\n{r.diff.strip()}\n```\n")
-    return "\n".join(table) + "\n\n## Survivors\n\n" + ("\n".join(details) or "none\n")
+        again = sum(1 for r in judged if r.judged_before)
+        if again:
+            notes.append(f"{row}: {again} of the {len(judged)} equivalent / harmless were judged by an earlier run "
+                         "and not run again (`--rerun-judged` runs them)")
+    return "\n".join(table + [""] + notes) + "\n\n## Survivors\n\n" + ("\n".join(details) or "none\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -438,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--row-minutes", type=float, help="start no mutant of a row after this many minutes on it "
                     "(the pending order is random: a time-boxed row is a random sample)")
     ap.add_argument("--confirm", action="store_true", help="run each survivor again against its row's whole share")
+    ap.add_argument("--rerun-judged", action="store_true", help="run the mutants a verdict already judges too")
     args = ap.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
     unknown = sorted(set(rows) - set(ROWS))
@@ -456,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             init_row(tree, work, row, args.fresh)
             row_deadline = time.time() + args.row_minutes * 60 if args.row_minutes else None
             ends = [d for d in (deadline, row_deadline) if d is not None]
-            run_row(tree, work, row, cov, args.limit, min(ends) if ends else None, args.confirm)
+            run_row(tree, work, row, cov, args.limit, min(ends) if ends else None, args.confirm, args.rerun_judged)
             print(f"{row}: {save_kills(work, row)} kills recorded in {mutants_carry.CARRY}", flush=True)
     if args.command == "save":  # a work DB's kills, recorded for the next run on any machine
         for row in rows:

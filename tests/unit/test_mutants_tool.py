@@ -163,3 +163,41 @@ def test_another_dialects_code_is_not_the_rows(tmp_path):
                                                                 "_MY_PERMISSION", "_TRANSACTIONAL"}
     dialect_base = next(i for i, line in enumerate(lines, 1) if line.startswith("class Dialect("))
     assert not Spans.inside(my, (dialect_base + 3, 4), (dialect_base + 3, 8))  # the shared base is every row's
+
+
+def test_a_judged_mutant_is_not_run_again_unless_asked(tmp_path, monkeypatch):
+    """A mutant a verdict already judges is recorded as the judged survivor it was, without running its tests
+    (a survivor costs its tests' whole time, and running it cannot change the score); an unjudged one runs;
+    ``--rerun-judged`` runs the judged ones too, and a judged mutant whose verdict is gone says so."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    from tools import mutants, mutants_carry, mutants_verdicts
+
+    tree, work = tmp_path / "tree", tmp_path / "work"
+    (tree / mutants.PKG / "targets").mkdir(parents=True)
+    work.mkdir()
+    (tree / mutants.PKG / "targets" / "tiny.py").write_text("def kept(n):\n    return n + 1 if n > 0 else n\n")
+    monkeypatch.setitem(mutants.ROWS, "tiny", (["targets/tiny.py"], ["files-local"]))
+    monkeypatch.setattr(mutants_carry, "CARRY", tmp_path / "killed.json")
+    monkeypatch.chdir(tree)
+    db_path = mutants.init_row(tree, work, "tiny", fresh=True)
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        keys = sorted(mutants_carry.mutant_key("targets/tiny.py", "kept", i.mutations[0].operator_name,
+                                               mutants._diff(i, tree)) for i in db.pending_work_items)
+    unjudged = keys[0]
+    for key in keys[1:]:
+        monkeypatch.setitem(mutants_verdicts.VERDICTS, f"tiny {key}", "equivalent: a test's verdict")
+    # the one test that runs the lines does not exist: a mutant that runs fails, i.e. is killed
+    cov = mutants.Coverage({"targets/tiny.py": {2: {"tests/conformance/test_gone.py::t[files-local]"}}}, {})
+
+    def outcomes() -> dict[str, tuple[str, bool]]:
+        return {r.key: (r.outcome, r.judged_before) for r in mutants.results(work, "tiny")}
+
+    mutants.run_row(tree, work, "tiny", cov, None, None)
+    assert outcomes() == {k: ("killed", False) if k == unjudged else ("survived", True) for k in keys}
+    text = mutants.report(work, ["tiny"])
+    assert f"| tiny | {len(keys)} | 1 | 0 | {len(keys) - 1} |" in text and "not run again" in text
+    monkeypatch.delitem(mutants_verdicts.VERDICTS, f"tiny {keys[1]}")
+    assert "its verdict is gone" in mutants.report(work, ["tiny"])
+    mutants.run_row(tree, work, "tiny", cov, None, None, rerun_judged=True)
+    assert outcomes() == {k: ("killed", False) for k in keys}  # run this time: the missing test fails each
