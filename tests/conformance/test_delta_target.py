@@ -439,11 +439,15 @@ def test_the_target_on_its_own_refuses_a_staged_partition_that_is_gone(delta_dir
 
 
 @pytest.mark.s3
+@pytest.mark.parametrize("region", ["us-east-1", "eu-west-1", None])
 @pytest.mark.parametrize("kind", ["delta-s3"])
-def test_credentials_only_in_the_storage_options_reach_delta_on_s3(kind, signing_s3, monkeypatch, tmp_path):
+def test_credentials_only_in_the_storage_options_reach_delta_on_s3(kind, region, signing_s3, monkeypatch, tmp_path):
     """A user's S3 credentials come from the Airflow connection (the storage options), not the environment:
     the Delta log and data, written by delta-rs, must be signed with them too (a server that checks every
-    signature; no AWS_* variable, no credentials file, no instance metadata)."""
+    signature; no AWS_* variable, no credentials file, no instance metadata). delta-rs signs for the
+    connection's region (a bucket outside us-east-1 refuses requests signed for another), and for us-east-1
+    when the connection names none."""
+    from exactly_once.targets.delta import delta_storage_options
     from conftest import make_bucket
 
     for key in [k for k in os.environ if k.startswith("AWS_")] + ["EO_S3_ENDPOINT_URL"]:
@@ -452,8 +456,11 @@ def test_credentials_only_in_the_storage_options_reach_delta_on_s3(kind, signing
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "absent-credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
     options = {"key": signing_s3["key"], "secret": signing_s3["secret"],
-               "client_kwargs": {"endpoint_url": signing_s3["endpoint_url"], "region_name": "us-east-1"}}
+               "client_kwargs": {"endpoint_url": signing_s3["endpoint_url"]}}
+    if region:
+        options["client_kwargs"]["region_name"] = region
     sink = delta_sink(f"s3://{make_bucket(signing_s3)}/warehouse/t", storage_options=options)
+    assert delta_storage_options(sink.storage)[1]["AWS_REGION"] == (region or "us-east-1")
     a = make_rows("a", 3)
     commit_version(sink, IV, {PART: [a]})
     assert table_rows(sink) == expect(a)
