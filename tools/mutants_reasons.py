@@ -16,3 +16,7 @@ CONFIG = ("harmless: configuration validation and error classification (tests/un
           "safe to retry either way (the marker decides)")
 NEVER_COMPARED = "equivalent: two StagedVersions are never compared"
 ONE_COLUMN = "equivalent: the query selects one column, so its first and its last are the same"
+TARGETS_NEVER_COMPARED = ("equivalent: no code compares two DatabaseTargets (the dataclass __eq__ is never called); "
+                          "owners are compared by id in db_claims")
+PG_NULL_ONLY = ("equivalent in this row: PostgreSQL's COPY renders with null '' only (`csv_chunks(batches)`), where "
+                "refill is b'' either way; MariaDB's 'NULL' is the mysql row's (test_values_and_reserved_word_columns)")

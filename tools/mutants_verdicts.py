@@ -6,8 +6,8 @@ verdict follows its mutant through edits elsewhere and lapses when the line itse
 with a row and a space (``"postgresql targets/..."``) judges the mutant in that row only."""
 from __future__ import annotations
 
-from tools.mutants_reasons import (CONFIG, MESSAGE, NEVER_COMPARED, ONE_COLUMN, OTHER_DIALECT, PORT_MUTANTS,
-                                   TUNING, VALIDATION)
+from tools.mutants_reasons import (CONFIG, MESSAGE, NEVER_COMPARED, ONE_COLUMN, OTHER_DIALECT, PG_NULL_ONLY,
+                                   PORT_MUTANTS, TARGETS_NEVER_COMPARED, TUNING, VALIDATION)
 from tools.mutants_verdicts_redis import REDIS_VERDICTS
 
 VERDICTS: dict[str, str] = {
@@ -212,9 +212,13 @@ VERDICTS: dict[str, str] = {
         "equivalent: split's limit does not change the first part (the user)",
     **{f"{row} targets/endpoint.py:from_url:ReplaceComparisonOperator_Eq_NotEq:5e71f646ab":
        "equivalent in this row: only the Redis dialect reads Endpoint.tls" for row in ("postgresql", "mysql")},
-    "postgresql targets/csv_rows.py:csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a":
-        ("equivalent in this row: PostgreSQL's COPY renders with null '' only (`csv_chunks(batches)`), where "
-         "both sides are false; MariaDB's 'NULL' is the mysql row's (test_values_and_reserved_word_columns)"),
+    # the renderer's refill path (a non-empty null) in the PostgreSQL row: never taken
+    **{f"postgresql targets/csv_rows.py:{k}": PG_NULL_ONLY for k in (
+        "csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a",
+        "csv_chunks:ReplaceUnaryOperator_Delete_Not:da5024239e", "render:NumberReplacer:94a6c46e41")},
+    "targets/db_claims.py:reserve:NumberReplacer:87df13feeb": ONE_COLUMN,
+    # the COPY's read buffer and chunk size
+    **{f"targets/sql_dialects.py:load:NumberReplacer:{h}": TUNING for h in ("0464bd1df1", "fe322a7be6")},
     **{f"{row} targets/base.py:_sha256:NumberReplacer:7981ea9e85": (
         "equivalent in this row: the database loads read the staged Parquet through pyarrow, which seeks to the "
         "footer and the row groups, so the position the re-read leaves does not matter; targets copying the "
@@ -323,9 +327,8 @@ VERDICTS: dict[str, str] = {
          "it into a warning, which raise_on_warnings raises as TargetSchemaError "
          "(test_a_not_null_column_the_rows_lack_is_refused_before_the_decision, replace and upsert)"),
     "targets/csv_rows.py:prefetch:NumberReplacer:c154fd1088": TUNING,
-    "targets/database.py:DatabaseTarget:ReplaceFalseWithTrue:de46a52c13":
-        ("equivalent: no code compares two DatabaseTargets (the dataclass __eq__ is never called); owners are "
-         "compared by id in db_claims"),
+    "targets/database.py:DatabaseTarget:ReplaceFalseWithTrue:de46a52c13": TARGETS_NEVER_COMPARED,  # owner
+    "targets/database.py:DatabaseTarget:ReplaceFalseWithTrue:2515401ae1": TARGETS_NEVER_COMPARED,  # pinned
     "targets/database.py:_publish_once:NumberReplacer:00a3eca836":
         ("equivalent: `newest` is only compared as `newest > txn.epoch`, and every epoch is >= 1: 0 and -1 "
          "both say no newer version"),
