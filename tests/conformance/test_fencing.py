@@ -59,3 +59,33 @@ def test_only_the_newest_of_two_attempts_publishes(world, monkeypatch, older_at)
         finish_first()
     assert world.read_rows() == world.rows({PART: [new]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_recovery_aborts_a_superseded_pre_commit_and_leaves_a_running_validation(world, monkeypatch):
+    """``recover`` without ``abort_open`` (``eo recover``, a teardown, maintenance beside live runs): an older
+    attempt that pre-committed after the newer one began is superseded and aborted, though its gate never
+    failed; the newest epoch, pre-committed with its gate still running (no verdict yet, its attempt alive),
+    is left alone - a running validation is never overtaken - and publishes once its verdict passes."""
+    sink, other = world.sink(require_validation=True), world.sink(require_validation=True)
+    old, new = make_rows("old", 4), make_rows("new", 3, start=50)
+    older: list = []
+
+    def older_runs() -> None:  # between the newer begin's recovery and its epoch
+        older.append(sink.begin(IV))
+        world.stage(sink, older[0], {PART: [old]})
+        sink.pre_commit(older[0])
+
+    interleave(monkeypatch, other.log, "append", lambda iv, e, kind, *a: kind == "open", older_runs)
+    newer = other.begin(IV)
+    monkeypatch.undo()
+    world.stage(other, newer, {PART: [new]})
+    other.pre_commit(newer)  # its gate runs now
+    assert world.sink(require_validation=True).recover(IV) == [
+        f"{older[0].name}: aborted (pre-committed but superseded or not validated)"]
+    statuses = sink.status(IV)
+    assert statuses[older[0].epoch].state is State.ABORTED
+    assert statuses[newer.epoch].state is State.PRE_COMMITTED  # not overtaken
+    other.record_validation(newer, True, {})
+    other.commit(newer)
+    assert world.read_rows() == world.rows({PART: [new]})
+    assert world.log_problems(other, IV) == [] and world.leftovers() == []

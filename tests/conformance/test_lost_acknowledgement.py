@@ -16,7 +16,7 @@ def test_recovery_reads_the_target_and_does_not_republish(world):
     world.commit(sink, IV, {PART: [old]})
     txn = sink.begin(IV)
     world.stage(sink, txn, {PART: [rows[:2], rows[2:]]})
-    sink.pre_commit(txn)
+    manifest = sink.pre_commit(txn)
     with failpoints("commit.after_publish=error"), pytest.raises(FailpointError):
         sink.commit(txn)
     st = sink.status(IV)[txn.epoch]
@@ -26,5 +26,6 @@ def test_recovery_reads_the_target_and_does_not_republish(world):
     published = recovered.status(IV)[txn.epoch].records["published"]["partitions"]
     assert set(published.values()) == {"already"}, published  # read from the target, not applied again
     assert world.read_rows() == world.rows({PART: [rows]})
-    assert recovered.commit(txn).partitions == {PART: "already"}
+    again = recovered.commit(txn)  # a retried commit task: its report names what is published
+    assert again.partitions == {PART: "already"} and (again.files, again.rows) == (manifest.files, 5)
     assert world.log_problems(recovered, IV) == [] and world.leftovers() == []
