@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tools.mutants_reasons import (CONFIG, MESSAGE, NEVER_COMPARED, ONE_COLUMN, OTHER_DIALECT, PG_NULL_ONLY,
                                    PORT_MUTANTS, TARGETS_NEVER_COMPARED, TUNING, VALIDATION)
+from tools.mutants_verdicts_protocol import PROTOCOL_VERDICTS
 from tools.mutants_verdicts_redis import REDIS_VERDICTS
 
 VERDICTS: dict[str, str] = {
@@ -137,6 +138,7 @@ VERDICTS: dict[str, str] = {
         ("equivalent: a candidate is a file of a garbage version, never the live one, so it is never in the "
          "live manifest either: both conditions are true for every candidate"),
     **REDIS_VERDICTS,  # Redis, and endpoint.py
+    **PROTOCOL_VERDICTS,
     # every row with endpoint.py counts its three default ports (5432, 3306, 6379, each one up and one down);
     # each is equivalent in the other rows only, and killed in its own (test_targets_db_access.py,
     # test_targets_redis.py: a URL without a port)
