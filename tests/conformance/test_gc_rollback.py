@@ -124,3 +124,19 @@ def test_gc_sweeps_every_partition_not_only_the_first(world):
     assert [p for p in stored if sink.storage.exists(p)] == [], "gc stopped before the second partition"
     assert world.read_rows() == world.rows({PART: [make_rows("a", 2)], PART2: [make_rows("c", 3, start=20)]})
     assert world.leftovers() == []
+
+
+def test_who_asked_for_a_version_outlives_gc_compaction(world):
+    """A transaction's request (its begin's ``meta["request"]``: an Airflow run's id, a table-page action's
+    key, by which a re-sent action finds what it already did) is repeated in its commit decision, so it is
+    still known after gc compacts the superseded epoch's records; a version nobody named has none."""
+    sink = world.sink()
+    first = sink.begin(IV, meta={"request": "eo_rollback/run-7"})
+    world.stage(sink, first, {PART: [make_rows("old", 3)]})
+    sink.pre_commit(first)
+    sink.commit(first)
+    second = world.commit(sink, IV, {PART: [make_rows("new", 2, start=30)]})
+    gc(world.sink(), min_age=0)
+    statuses = sink.status(IV)
+    assert "open" not in statuses[first.epoch].records  # compacted: the begin's meta is gone
+    assert statuses[first.epoch].request == "eo_rollback/run-7" and statuses[second.epoch].request is None
