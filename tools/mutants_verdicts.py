@@ -217,7 +217,12 @@ VERDICTS: dict[str, str] = {
     # the renderer's refill path (a non-empty null) in the PostgreSQL row: never taken
     **{f"postgresql targets/csv_rows.py:{k}": PG_NULL_ONLY for k in (
         "csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a",
-        "csv_chunks:ReplaceUnaryOperator_Delete_Not:da5024239e", "render:NumberReplacer:94a6c46e41")},
+        "csv_chunks:ReplaceUnaryOperator_Delete_Not:da5024239e", "render:NumberReplacer:94a6c46e41",
+        "csv_chunks:ReplaceAndWithOr:006874d33a")},
+    "targets/database.py:DatabaseTarget:NumberReplacer:bc8ca23290": TUNING,  # the default retries, 2 -> 1
+    "targets/db_claims.py:-:ReplaceTrueWithFalse:8c8d715bf6":
+        "equivalent: a Marker is never mutated nor hashed (read from its row, its fields compared one by one)",
+    "targets/sql_dialects.py:identity:NumberReplacer:0a55ab3f0a": ONE_COLUMN,  # SELECT current_schema()
     "targets/db_claims.py:reserve:NumberReplacer:87df13feeb": ONE_COLUMN,
     # the COPY's read buffer and chunk size
     **{f"targets/sql_dialects.py:load:NumberReplacer:{h}": TUNING for h in ("0464bd1df1", "fe322a7be6")},

@@ -8,4 +8,11 @@ PROTOCOL_VERDICTS: dict[str, str] = {
          "one), so once they are moved it is empty and both remove it; the mutant also removes one a zombie "
          "wrote into after pre_commit, a file never published either way. Never a data dir: data and sealed "
          "files are partitions, not extras"),
+    "protocol/staging.py:retire_staging:ReplaceAndWithOr:768bf31861":
+        ("equivalent: a data dir apart from the sealed one exists only where storage renames, and the commit's "
+         "seal renamed it away before the publish (a late writer's file from before that rides along, never "
+         "listed); only a writer recreating data/ between the seal and this call differs - its file kept in the "
+         "checkpoint until gc instead of removed, never published (a rollback republishes the manifest's names)"),
+    "protocol/staging.py:retire_staging:NumberReplacer:6f62ca8af2":
+        "equivalent: the first part of a split is the same whatever its limit (1 or 2)",
 }

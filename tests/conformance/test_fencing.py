@@ -89,3 +89,20 @@ def test_recovery_aborts_a_superseded_pre_commit_and_leaves_a_running_validation
     other.commit(newer)
     assert world.read_rows() == world.rows({PART: [new]})
     assert world.log_problems(other, IV) == [] and world.leftovers() == []
+
+
+def test_a_pre_commit_with_the_writers_counts_is_never_committed_without_its_verdict(world):
+    """A pipeline's pre_commit hands the writer's row counts to a sink that requires validation (they are
+    trusted because the gate checks them): the log records the transaction as gated, so a recoverer that
+    requires nothing itself (``eo recover``, another pipeline's maintenance) leaves it to its gate instead of
+    committing it without a verdict; it publishes once the verdict passes."""
+    sink = world.sink(require_validation=True)
+    rows = make_rows("a", 3)
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [rows]})
+    sink.pre_commit(txn, rows={PART: len(rows)})
+    assert world.sink().recover(IV) == [] and sink.status(IV)[txn.epoch].state is State.PRE_COMMITTED
+    sink.record_validation(txn, True, {})
+    sink.commit(txn)
+    assert world.read_rows() == world.rows({PART: [rows]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
