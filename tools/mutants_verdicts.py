@@ -223,6 +223,12 @@ VERDICTS: dict[str, str] = {
     "targets/db_claims.py:-:ReplaceTrueWithFalse:8c8d715bf6":
         "equivalent: a Marker is never mutated nor hashed (read from its row, its fields compared one by one)",
     "targets/sql_dialects.py:identity:NumberReplacer:0a55ab3f0a": ONE_COLUMN,  # SELECT current_schema()
+    "targets/database.py:_reserve:ReplaceComparisonOperator_Lt_LtE:f0ed0a8901":
+        ("harmless: it differs only for a check of the epoch already live (the marker at our epoch), where no "
+         "partition is new to the marker and the range is the live marker's own: it reserves nothing another "
+         "interval could take, and the next check or publish replaces the reservation"),
+    # the holder's log in the error of claim(), a path claim_table pre-empts (a claim row of an older release)
+    "targets/db_claims.py:claim:ReplaceOrWithAnd:fe61c2603e": MESSAGE,
     "targets/db_claims.py:reserve:NumberReplacer:87df13feeb": ONE_COLUMN,
     # the COPY's read buffer and chunk size
     **{f"targets/sql_dialects.py:load:NumberReplacer:{h}": TUNING for h in ("0464bd1df1", "fe322a7be6")},

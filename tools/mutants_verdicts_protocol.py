@@ -15,4 +15,6 @@ PROTOCOL_VERDICTS: dict[str, str] = {
          "checkpoint until gc instead of removed, never published (a rollback republishes the manifest's names)"),
     "protocol/staging.py:retire_staging:NumberReplacer:6f62ca8af2":
         "equivalent: the first part of a split is the same whatever its limit (1 or 2)",
+    "protocol/transaction.py:recover:NumberReplacer:eb81c3e924":
+        "equivalent: the default is taken only for an interval with no epoch, whose loop then runs nothing",
 }

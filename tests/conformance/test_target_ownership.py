@@ -139,8 +139,9 @@ def test_a_database_table_is_claimed_by_its_identity(kind, other, tmp_path, data
         w.spec = dict(w.spec, **({"table": f"{schema}.t"} if other == "qualified name"
                                  else {"commit_table": "_eo_other"}))
         second = w.sink("b", pipeline="q")
-        with pytest.raises(OwnershipError, match="'p'"):
+        with pytest.raises(OwnershipError, match="'p'") as refused:
             commit_version(second, IV, {PART: [make_rows("b", 2, start=100)]})
+        assert f"log at {first.home}," in str(refused.value)  # where the holder's log is: the advice starts there
         assert not [s for s in second.status(IV).values() if "outcome" in s.records]
         assert w.rows(first) == rows_a
     finally:
