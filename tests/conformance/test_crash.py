@@ -12,6 +12,8 @@ from .conftest import IV, PART
 
 FAILPOINTS = ["begin.after", "pre_commit.after", "commit.before_publish", "commit.mid_publish",
               "commit.after_publish"]
+RECOVERED = {"begin.after": "aborted (open, older attempt)", "pre_commit.after": "recovered and committed",
+             **{f: "commit finished (rolled forward)" for f in FAILPOINTS if f.startswith("commit.")}}
 
 
 @pytest.mark.parametrize("failpoint", FAILPOINTS)
@@ -23,7 +25,8 @@ def test_crash_at_every_failpoint_ends_with_the_rows_once(world, failpoint):
                              sink_kwargs=world.sink_kwargs())
     assert code == CRASH_EXIT, err
     sink = world.sink()
-    sink.recover(IV, abort_open=True)  # what the next begin, the teardown or `eo recover` does
+    did = sink.recover(IV, abort_open=True)  # what the next begin, the teardown or `eo recover` does
+    assert did == [f"{sink.ref(IV, 1).name}: {RECOVERED[failpoint]}"]  # and says so (`eo recover` prints it)
     states = {e: s.state for e, s in sink.status(IV).items()}
     decided = failpoint.startswith("commit.") or failpoint == "pre_commit.after"  # no gate: recoverAndCommit
     assert (State.COMMITTED in states.values()) is decided, states
