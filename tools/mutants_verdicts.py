@@ -220,6 +220,7 @@ VERDICTS: dict[str, str] = {
         "csv_chunks:ReplaceUnaryOperator_Delete_Not:da5024239e", "render:NumberReplacer:94a6c46e41",
         "csv_chunks:ReplaceAndWithOr:006874d33a")},
     "targets/database.py:DatabaseTarget:NumberReplacer:bc8ca23290": TUNING,  # the default retries, 2 -> 1
+    "targets/database.py:DatabaseTarget:NumberReplacer:6e574b9b1a": TUNING,  # batch_rows
     "targets/db_claims.py:-:ReplaceTrueWithFalse:8c8d715bf6":
         "equivalent: a Marker is never mutated nor hashed (read from its row, its fields compared one by one)",
     "targets/sql_dialects.py:identity:NumberReplacer:0a55ab3f0a": ONE_COLUMN,  # SELECT current_schema()

@@ -166,6 +166,43 @@ def test_two_checks_racing_to_reserve_leave_one_reservation(db, tmp_path, monkey
     assert _reserved(db, name, kept)["epoch"] == 1 and _reserved(db, name, refused[0]) is None
 
 
+def test_an_overlapping_check_waits_for_a_reservation_being_made(db, tmp_path, monkeypatch):
+    """By time: 03:00's check has checked its range under the table's lock and is writing its reservation, not
+    yet committed; the day's check of a range holding the hour runs then. It must wait for that lock and then
+    see 03:00's reservation (refused), never check beside it, see nothing committed yet, and reserve too: two
+    overlapping ranges both decided, the second unpublishable for good once the first publishes."""
+    import threading
+
+    from exactly_once.targets import db_claims
+
+    from .db_cases import blocked
+
+    name, t, version = _by_time(db, tmp_path)
+    real, rival = db_claims.reserve, {}
+
+    def reserve(d, cur, commit_table, table, iv, epoch, new):
+        if iv == hour(3) and "thread" not in rival:
+            def check() -> None:
+                try:
+                    t().check(TxnRef("p", "s", Interval.daily(DAY), 1), version("10:30", "day"))
+                    rival["error"] = None
+                except TargetSchemaError as exc:
+                    rival["error"] = exc
+            rival["thread"] = threading.Thread(target=check)
+            rival["thread"].start()
+            end = time.monotonic() + 60  # until the rival waits for our table lock, or (wrongly) is done
+            while rival["thread"].is_alive() and not blocked(db, user_lock=True):
+                assert time.monotonic() < end, "the rival check neither finished nor waited"
+                time.sleep(0.15)
+        return real(d, cur, commit_table, table, iv, epoch, new)
+
+    monkeypatch.setattr(db_claims, "reserve", reserve)
+    t().check(TxnRef("p", "s", hour(3), 1), version("03:30", "hour"))
+    rival["thread"].join(60)
+    assert isinstance(rival["error"], TargetSchemaError), rival  # it waited, then saw ours
+    assert _reserved(db, name, hour(3))["epoch"] == 1 and _reserved(db, name, Interval.daily(DAY)) is None
+
+
 def test_a_stray_fixed_and_reprocessed_through_the_protocol_lets_the_owner_publish(db, tmp_path):
     """Through the protocol (its reprocess publishes the partitions an earlier version had and this one drops
     as empty, to empty them): 05:00's job writes ``hour=3`` and publishes; 03:00's ``hour=03`` is refused at its
