@@ -66,9 +66,7 @@ def test_a_reprocess_that_drops_a_partition_empties_it(world):
 
 def test_a_file_written_after_pre_commit_is_never_published(world):
     """A zombie writer adds a file to the staging after pre_commit (it outlived its task): the commit
-    publishes exactly the files the manifest lists - readers get back the staged rows, not the zombie's - and
-    a target that keeps the staged files for a rollback (databases, Redis) keeps only those, not the zombie's.
-    (A Delta table's version dir keeps it beside the live files, outside its log, until VACUUM.)"""
+    publishes exactly the files the manifest lists - readers get back the staged rows, not the zombie's."""
     from protocol_helpers import write_parquet
 
     sink = world.sink()
@@ -80,9 +78,6 @@ def test_a_file_written_after_pre_commit_is_never_published(world):
     sink.commit(txn)
     assert world.read_rows() == world.rows({PART: [rows]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
-    if sink.target.keeps_staged_copies:
-        kept = sink.storage.walk_files(sink.checkpoint_dir(txn))
-        assert kept and not [e.rel for e in kept if "zombie" in e.rel], kept
 
 
 def test_a_staged_file_rewritten_after_pre_commit_is_never_published(world):

@@ -16,8 +16,7 @@ def retire_staging(sink: "SinkView", txn: "TxnRef", manifest: Manifest) -> None:
     (a Delta table: they are the live files) keeps them; only the manifest's extras move, file by file,
     without listing the data. A target that replaces rows in place (database, Redis:
     ``keeps_staged_copies``) keeps the sealed files inside the checkpoint, the version's write-ahead log
-    that a rollback republishes - the listed ones only (:func:`drop_unlisted`); gc removes them with the
-    checkpoint, after the grace period.
+    that a rollback republishes; gc removes them with the checkpoint, after the grace period.
     Idempotent (a crash midway is finished by the next call)."""
     st = sink.storage
     if not sink.target.publishes_in_place:
@@ -26,8 +25,6 @@ def retire_staging(sink: "SinkView", txn: "TxnRef", manifest: Manifest) -> None:
             st.remove_tree(sink.data_dir(txn))  # S3 seals in place: there the data dir is the sealed one
         if not keep:
             st.remove_tree(sink.sealed_dir(txn))
-        else:
-            drop_unlisted(sink, txn, manifest)
         st.move_tree(sink.staging_dir(txn), sink.checkpoint_dir(txn))
         return
     for extra in manifest.extras:
@@ -40,17 +37,6 @@ def retire_staging(sink: "SinkView", txn: "TxnRef", manifest: Manifest) -> None:
         path = st.join(sink.staging_dir(txn), top)
         if st.exists(path) and not st.walk_files(path):
             st.remove_tree(path)  # the dirs the extras left (local storage has directories)
-
-
-def drop_unlisted(sink: "SinkView", txn: "TxnRef", manifest: Manifest) -> None:
-    """Remove from ``txn``'s sealed files those its manifest does not list before they are kept: a late
-    writer's (added after pre_commit, sealed with the rest), the writer's own hidden files (checksums,
-    ``_SUCCESS``). None of them was published, and a rollback republishes only the listed ones."""
-    st, sealed = sink.storage, sink.sealed_dir(txn)
-    listed = {f"{part}/{f.name}" for part, files in manifest.partitions.items() for f in files}
-    for entry in st.walk_files(sealed):
-        if entry.rel not in listed:
-            st.remove_tree(st.join(sealed, entry.rel))
 
 
 def kept_copies(sink: "SinkView", txn: "TxnRef", partition: str,
