@@ -221,6 +221,9 @@ VERDICTS: dict[str, str] = {
         "csv_chunks:ReplaceAndWithOr:006874d33a")},
     "targets/database.py:DatabaseTarget:NumberReplacer:bc8ca23290": TUNING,  # the default retries, 2 -> 1
     "targets/database.py:DatabaseTarget:NumberReplacer:6e574b9b1a": TUNING,  # batch_rows
+    "targets/csv_rows.py:csv_chunks:NumberReplacer:5ae022a6ee": TUNING,  # the CSV writer's batch size
+    # an OperationalError with any SQLSTATE (classes 54, 55, 58 too) taken as unavailable: retried, then raised
+    "targets/sql_dialects.py:classify:ReplaceAndWithOr:03d54548b1": CONFIG,
     "targets/db_claims.py:-:ReplaceTrueWithFalse:8c8d715bf6":
         "equivalent: a Marker is never mutated nor hashed (read from its row, its fields compared one by one)",
     "targets/sql_dialects.py:identity:NumberReplacer:0a55ab3f0a": ONE_COLUMN,  # SELECT current_schema()

@@ -21,6 +21,7 @@ from target_helpers import app_pv_ddl, gone, pv_rows, split, stage, txn
 from exactly_once import Interval, UnsafeIdentifierError
 from exactly_once.errors import TargetSchemaError, TargetUnavailableError
 from exactly_once.targets import DatabaseTarget
+from exactly_once.targets.base import StagedVersion
 
 from .db_cases import (DAY, IV, PART, PORTS, app_rows, db, db_url, expected, marker, rival_inside_load,  # noqa: F401
                        table, target, wait_until_blocked)
@@ -67,6 +68,11 @@ def test_replace_empties_partitions_a_reprocess_no_longer_produces(db, tmp_path)
     t.publish(txn(epoch=2), stage(tmp_path, {f"{PART}/hour=00": [[{"k": "a", "v": 10}]]}))
     rows = [(str(r[0]), int(r[1]), r[2], int(r[3])) for r in db.rows(name, "dt, hour, k, v", "dt, hour, k")]
     assert rows == [(DAY, 0, "a", 10), ("2026-01-02", 0, "n", 9)]
+    # a reprocess that produces nothing: the interval is emptied, and its marker holds no partition and no row
+    t.publish(txn(epoch=3), StagedVersion({f"{PART}/hour=00": ()}, lambda p, n: None,
+                                          dropped=frozenset({f"{PART}/hour=00"})))
+    assert [(str(r[0]), r[1]) for r in db.rows(name, "dt, k", "dt, k")] == [("2026-01-02", "n")]
+    assert marker(db, name)[0] == 3 and json.loads(marker(db, name)[3]) == [] and marker(db, name)[4] == 0
 
 
 def test_replace_by_interval_column(db, tmp_path):
