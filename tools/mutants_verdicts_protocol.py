@@ -2,7 +2,12 @@
 merged into :data:`tools.mutants_verdicts.VERDICTS`; the rules are that module's."""
 from __future__ import annotations
 
+# a signature's bare `*` (keyword-only after it) turned into `/` (positional-only before it)
+STAR_TO_SLASH = ("equivalent: the signature's `*` made `/`: the parameters after it may then also be passed by "
+                 "position, and every caller passes them by keyword - the same calls bind the same way")
+
 PROTOCOL_VERDICTS: dict[str, str] = {
+    "protocol/transaction.py:pre_commit:ReplaceBinaryOperator_Mul_Div:29b8460f97": STAR_TO_SLASH,
     "protocol/staging.py:retire_staging:ReplaceAndWithOr:f6d88b43c7":
         ("harmless: an extras' top dir holds extras only (pre_commit lists every file outside the data dirs as "
          "one), so once they are moved it is empty and both remove it; the mutant also removes one a zombie "
