@@ -2,6 +2,8 @@
 merged into :data:`tools.mutants_verdicts.VERDICTS`; the rules are that module's."""
 from __future__ import annotations
 
+from tools.mutants_reasons import MESSAGE
+
 # a signature's bare `*` (keyword-only after it) turned into `/` (positional-only before it)
 STAR_TO_SLASH = ("equivalent: the signature's `*` made `/`: the parameters after it may then also be passed by "
                  "position, and every caller passes them by keyword - the same calls bind the same way")
@@ -20,8 +22,13 @@ PROTOCOL_VERDICTS: dict[str, str] = {
          "checkpoint until gc instead of removed, never published (a rollback republishes the manifest's names)"),
     "protocol/staging.py:retire_staging:NumberReplacer:6f62ca8af2":
         "equivalent: the first part of a split is the same whatever its limit (1 or 2)",
-    "protocol/transaction.py:recover:NumberReplacer:eb81c3e924":
-        "equivalent: the default is taken only for an interval with no epoch, whose loop then runs nothing",
+    **{f"protocol/transaction.py:recover:NumberReplacer:{h}":
+       "equivalent: the default is taken only for an interval with no epoch, whose loop then runs nothing"
+       for h in ("eb81c3e924", "81a53e2444")},
+    "protocol/staging.py:kept_copies:ReplaceOrWithAnd:5811401da4":
+        ("equivalent: the next check (the sealed data inside the checkpoint) answers None in both cases it lets "
+         "through - a target that keeps no copies has none there, and a missing checkpoint nothing below it"),
+    "protocol/transaction.py:record_validation:AddNot:8b5e8bc5b1": MESSAGE,  # only whether it logs a warning
     "protocol/transaction.py:_newest_epoch:NumberReplacer:7b9dadfe3d":
         ("equivalent: asked only by the commit of a transaction of that interval, whose own epoch is in the log, "
          "so the default is never taken"),
