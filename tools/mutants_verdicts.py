@@ -218,10 +218,25 @@ VERDICTS: dict[str, str] = {
     **{f"postgresql targets/csv_rows.py:{k}": PG_NULL_ONLY for k in (
         "csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a",
         "csv_chunks:ReplaceUnaryOperator_Delete_Not:da5024239e", "render:NumberReplacer:94a6c46e41",
-        "csv_chunks:ReplaceAndWithOr:006874d33a")},
+        "csv_chunks:ReplaceAndWithOr:006874d33a", "render:NumberReplacer:9fe829893a")},
     "targets/database.py:DatabaseTarget:NumberReplacer:bc8ca23290": TUNING,  # the default retries, 2 -> 1
     "targets/database.py:DatabaseTarget:NumberReplacer:6e574b9b1a": TUNING,  # batch_rows
     "targets/csv_rows.py:csv_chunks:NumberReplacer:5ae022a6ee": TUNING,  # the CSV writer's batch size
+    "targets/database.py:_dry_run:ReplaceComparisonOperator_Lt_LtE:9b26842475":
+        ("harmless: it differs only for a check of the epoch the marker already holds (nothing left to decide), "
+         "which then runs its dry run - rolled back - instead of skipping it: the same rows, the same answer"),
+    "targets/database.py:_dry_run:AddNot:0cbe137f5b":
+        ("equivalent: the overlap check only applies to replace by interval column, where _reserve checks a "
+         "first publish's overlap again under the table's lock before the decision (refused there all the same); "
+         "a reprocess's check finds nothing, as two overlapping intervals never both hold markers"),
+    "targets/database.py:_publish_once:NumberReplacer:40fc6030c1":
+        "equivalent: `newest` is only compared as `newest > txn.epoch`, and every epoch is >= 1: 0 and 1 alike",
+    "targets/database.py:_check_landed:ReplaceComparisonOperator_Lt_LtE:7ad40c0334":
+        "equivalent: the message is chosen only when the counts differ, where < and <= agree",
+    "targets/database.py:_batches:NumberReplacer:1d1ac25755": "equivalent: `counted` is a one-element list",
+    "targets/db_claims.py:_taken:ReplaceAndWithOr:f9b85ae576":
+        ("equivalent: a marker of epoch > 0 was written by a publish's UPDATE, which sets its partitions (the "
+         "column exists since the first release), and a row of epoch 0 holds none"),
     # an OperationalError with any SQLSTATE (classes 54, 55, 58 too) taken as unavailable: retried, then raised
     "targets/sql_dialects.py:classify:ReplaceAndWithOr:03d54548b1": CONFIG,
     "targets/db_claims.py:-:ReplaceTrueWithFalse:8c8d715bf6":

@@ -92,6 +92,8 @@ def test_credentials_only_in_an_airflow_connection_reach_the_server(db, table, t
     monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_NO_PORT", f"{scheme}://{user}@{hostpart.split(':')[0]}/db")
     no_port = DatabaseTarget(table, conn_id="eo_conn_no_port").endpoint()  # the dialect's default port
     assert (no_port.host, no_port.port, no_port.database) == ("127.0.0.1", PORTS[db.kind], "db")
+    monkeypatch.setenv("AIRFLOW_CONN_EO_CONN_EXTRA", f"{scheme}://{user}@{hostpart}?connect_timeout=7")
+    assert DatabaseTarget(table, conn_id="eo_conn_extra").endpoint().options == {"connect_timeout": "7"}  # its extra
     if db.kind == "postgresql":
         conn = t.dialect.connect(ep)
         try:
