@@ -234,6 +234,15 @@ VERDICTS: dict[str, str] = {
     "targets/database.py:_check_landed:ReplaceComparisonOperator_Lt_LtE:7ad40c0334":
         "equivalent: the message is chosen only when the counts differ, where < and <= agree",
     "targets/database.py:_batches:NumberReplacer:1d1ac25755": "equivalent: `counted` is a one-element list",
+    "targets/database.py:_load:ReplaceFalseWithTrue:4ccd315e5a":
+        "equivalent: refuse_outside's 'unchecked' flag is set but never read (the landing check runs anyway)",
+    "targets/db_claims.py:reserve:ReplaceComparisonOperator_Gt_GtE:b4a99cd45e":
+        ("equivalent: a reservation at our own epoch was made by a check of the same sealed version against the "
+         "same marker (only this interval's publish moves it, and then nothing is reserved): the same one"),
+    "targets/db_retries.py:with_retries:ReplaceBinaryOperator_Mul_Div:817bd976a3": TUNING,  # the backoff
+    "targets/db_retries.py:rollback_quietly:ReplaceComparisonOperator_IsNot_Is:2df0101992":
+        ("equivalent: the connection is closed right after (finally), and the server rolls back a closed "
+         "session's transaction, releasing its locks and temporary tables"),
     "targets/db_claims.py:_taken:ReplaceAndWithOr:f9b85ae576":
         ("equivalent: a marker of epoch > 0 was written by a publish's UPDATE, which sets its partitions (the "
          "column exists since the first release), and a row of epoch 0 holds none"),

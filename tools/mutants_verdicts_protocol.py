@@ -10,6 +10,11 @@ STAR_TO_SLASH = ("equivalent: the signature's `*` made `/`: the parameters after
 
 PROTOCOL_VERDICTS: dict[str, str] = {
     "protocol/transaction.py:pre_commit:ReplaceBinaryOperator_Mul_Div:29b8460f97": STAR_TO_SLASH,
+    "protocol/transaction.py:abort:ReplaceBinaryOperator_Mul_Div:1ef9ec0a8c": STAR_TO_SLASH,
+    "protocol/transaction.py:pre_commit:AddNot:3a542d4211":
+        ("harmless: the writer's per-file counts are passed only where they cannot be used (no trusted partition "
+         "count to add up to) and withheld where they could: the manifest then reads those files' footers - "
+         "the true counts, more I/O"),
     "protocol/staging.py:retire_staging:ReplaceAndWithOr:f6d88b43c7":
         ("harmless: an extras' top dir holds extras only (pre_commit lists every file outside the data dirs as "
          "one), so once they are moved it is empty and both remove it; the mutant also removes one a zombie "

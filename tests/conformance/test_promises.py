@@ -24,7 +24,7 @@ from exactly_once.errors import ExactlyOnceError, OwnershipError, StagedFileChan
 from exactly_once.targets.base import StagedVersion
 from protocol_helpers import CRASH_EXIT, interleave, make_rows, run_child
 
-from .conftest import IV, PART, PIPELINE, SINK
+from .conftest import IV, IV2, PART, PIPELINE, SINK
 
 PART_B = "dt=2026-02-01"  # a second partition the interval owns (no other interval of the suite writes it)
 
@@ -543,3 +543,21 @@ def test_each_publish_has_one_finisher_that_is_recorded_and_told(world):
     assert not again.finished and other.recover(IV) == [] and other.take_finished() == []
     t2 = world.commit(other, IV, {PART: [make_rows("b", 2, start=10)]})
     assert "by" not in other.status(IV)[t2.epoch].records["published"]
+
+
+def test_a_transaction_reads_only_committed_state_unless_chained_in_a_batch(world):
+    """A stateful interval begins on its predecessor's state only once that version is committed: an open
+    (or pre-committed) predecessor is refused at ``begin``, nothing begun; a batch chaining its intervals'
+    state says so (``reads_pending``) and may begin on a live attempt, committing only after it."""
+    from exactly_once.errors import TransactionStateError
+
+    sink = world.sink()
+    first = sink.begin(IV)
+    with pytest.raises(TransactionStateError, match="not committed"):
+        sink.begin(IV2, reads=first)
+    assert sink.status(IV2) == {}
+    chained = sink.begin(IV2, reads=first, reads_pending=True)
+    assert sink.status(IV2)[chained.epoch].state is State.OPEN
+    sink.abort(chained)
+    sink.abort(first)
+    assert world.leftovers() == []
