@@ -218,7 +218,8 @@ VERDICTS: dict[str, str] = {
     **{f"postgresql targets/csv_rows.py:{k}": PG_NULL_ONLY for k in (
         "csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a",
         "csv_chunks:ReplaceUnaryOperator_Delete_Not:da5024239e", "render:NumberReplacer:94a6c46e41",
-        "csv_chunks:ReplaceAndWithOr:006874d33a", "render:NumberReplacer:9fe829893a")},
+        "csv_chunks:ReplaceAndWithOr:006874d33a", "render:NumberReplacer:9fe829893a",
+        "render:ReplaceOrWithAnd:de74b78541")},
     "targets/database.py:DatabaseTarget:NumberReplacer:bc8ca23290": TUNING,  # the default retries, 2 -> 1
     "targets/database.py:DatabaseTarget:NumberReplacer:6e574b9b1a": TUNING,  # batch_rows
     "targets/csv_rows.py:csv_chunks:NumberReplacer:5ae022a6ee": TUNING,  # the CSV writer's batch size
@@ -239,7 +240,8 @@ VERDICTS: dict[str, str] = {
     "targets/db_claims.py:reserve:ReplaceComparisonOperator_Gt_GtE:b4a99cd45e":
         ("equivalent: a reservation at our own epoch was made by a check of the same sealed version against the "
          "same marker (only this interval's publish moves it, and then nothing is reserved): the same one"),
-    "targets/db_retries.py:with_retries:ReplaceBinaryOperator_Mul_Div:817bd976a3": TUNING,  # the backoff
+    **{f"targets/db_retries.py:with_retries:{k}": TUNING  # the backoff
+       for k in ("ReplaceBinaryOperator_Mul_Div:817bd976a3", "NumberReplacer:ea263f3b0c")},
     "targets/db_retries.py:rollback_quietly:ReplaceComparisonOperator_IsNot_Is:2df0101992":
         ("equivalent: the connection is closed right after (finally), and the server rolls back a closed "
          "session's transaction, releasing its locks and temporary tables"),
@@ -492,6 +494,7 @@ VERDICTS: dict[str, str] = {
     "targets/db_claims.py:_equal_values:NumberReplacer:001a6da52b":
         ("equivalent: the probe's INSERT batches overlap by one row; a spelling inserted twice matches the same "
          "spellings, and the pairs are returned as a set"),
-    "targets/sql_dialects.py:-:ReplaceFalseWithTrue:5b272de789":
-        "equivalent with the pinned pyarrow, which has is_binary_view: the fallback for older ones is never called",
+    **{f"targets/sql_dialects.py:-:ReplaceFalseWithTrue:{h}": ("equivalent with the pinned pyarrow, which has "
+       "is_binary_view and is_string_view: the fallback for older ones is never called")
+       for h in ("5b272de789", "9278c67d38")},
 }

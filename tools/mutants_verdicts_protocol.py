@@ -10,7 +10,13 @@ STAR_TO_SLASH = ("equivalent: the signature's `*` made `/`: the parameters after
 
 PROTOCOL_VERDICTS: dict[str, str] = {
     "protocol/transaction.py:pre_commit:ReplaceBinaryOperator_Mul_Div:29b8460f97": STAR_TO_SLASH,
-    "protocol/transaction.py:abort:ReplaceBinaryOperator_Mul_Div:1ef9ec0a8c": STAR_TO_SLASH,
+    **{f"protocol/transaction.py:{k}": STAR_TO_SLASH
+       for k in ("abort:ReplaceBinaryOperator_Mul_Div:1ef9ec0a8c", "open:ReplaceBinaryOperator_Mul_Div:f5cb357cd6")},
+    "protocol/transaction.py:_commit_recovered:ReplaceAndWithOr:abda6a217d":
+        ("equivalent: it differs only where a verdict is already recorded, and there claiming one is a no-op (the "
+         "first recorded wins) and validation_ok answers as before - a passing verdict commits; a failing one never "
+         "gets here, as recovery reaches this only for the newest epoch whose validation is ok or for a version the "
+         "target holds, which a failed verdict never lets be published"),
     "protocol/transaction.py:pre_commit:AddNot:3a542d4211":
         ("harmless: the writer's per-file counts are passed only where they cannot be used (no trusted partition "
          "count to add up to) and withheld where they could: the manifest then reads those files' footers - "
@@ -34,7 +40,7 @@ PROTOCOL_VERDICTS: dict[str, str] = {
         ("equivalent: the next check (the sealed data inside the checkpoint) answers None in both cases it lets "
          "through - a target that keeps no copies has none there, and a missing checkpoint nothing below it"),
     "protocol/transaction.py:record_validation:AddNot:8b5e8bc5b1": MESSAGE,  # only whether it logs a warning
-    "protocol/transaction.py:_newest_epoch:NumberReplacer:7b9dadfe3d":
+    **{f"protocol/transaction.py:_newest_epoch:NumberReplacer:{h}":
         ("equivalent: asked only by the commit of a transaction of that interval, whose own epoch is in the log, "
-         "so the default is never taken"),
+         "so the default is never taken") for h in ("7b9dadfe3d", "7cefbc53ff")},
 }
