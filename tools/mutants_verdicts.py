@@ -6,8 +6,9 @@ verdict follows its mutant through edits elsewhere and lapses when the line itse
 with a row and a space (``"postgresql targets/..."``) judges the mutant in that row only."""
 from __future__ import annotations
 
-from tools.mutants_reasons import (CONFIG, MESSAGE, NEVER_COMPARED, ONE_COLUMN, OTHER_DIALECT, PG_NULL_ONLY,
-                                   PORT_MUTANTS, TARGETS_NEVER_COMPARED, TUNING, VALIDATION)
+from tools.mutants_reasons import (CONFIG, MESSAGE, NEVER_COMPARED, ONE_COLUMN, OTHER_DIALECT, PORT_MUTANTS,
+                                   TARGETS_NEVER_COMPARED, TUNING, VALIDATION)
+from tools.mutants_verdicts_db import DB_VERDICTS
 from tools.mutants_verdicts_protocol import PROTOCOL_VERDICTS
 from tools.mutants_verdicts_redis import REDIS_VERDICTS
 
@@ -165,9 +166,11 @@ VERDICTS: dict[str, str] = {
     # MariaDB's codes for a value too long / not a number: LOAD DATA's rejected rows (1265, 1366) are raised as
     # TargetSchemaError by the target itself (SHOW WARNINGS), so they reach classify only from a statement
     # that carries no staged value; one misclassified there is raised as the driver's error, nothing published
-    # (1054, an unknown column, likewise: the target names the columns the table lacks before it loads)
+    # (1054, an unknown column, likewise: the target names the columns the table lacks before it loads; 1292, a
+    # bad date/time value, is LOAD DATA's warning too; 1136, a column count, the target's own statements never hit)
     **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG for h in ("179c311288", "7c6835fd9c",
-                                                                              "5ea131f58c")},
+                                                                              "5ea131f58c", "c64bbb4fb3",
+                                                                              "f22f8d1d7e")},
     "mysql targets/sql_dialects.py:-:NumberReplacer:264333221f":
         ("harmless: 1142 (a command denied on a table) then reaches classify as a ProgrammingError: a schema "
          "refusal instead of a privilege one - rolled back, nothing published, only the advice differs"),
@@ -214,40 +217,7 @@ VERDICTS: dict[str, str] = {
         "equivalent: split's limit does not change the first part (the user)",
     **{f"{row} targets/endpoint.py:from_url:ReplaceComparisonOperator_Eq_NotEq:5e71f646ab":
        "equivalent in this row: only the Redis dialect reads Endpoint.tls" for row in ("postgresql", "mysql")},
-    # the renderer's refill path (a non-empty null) in the PostgreSQL row: never taken
-    **{f"postgresql targets/csv_rows.py:{k}": PG_NULL_ONLY for k in (
-        "csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a",
-        "csv_chunks:ReplaceUnaryOperator_Delete_Not:da5024239e", "render:NumberReplacer:94a6c46e41",
-        "csv_chunks:ReplaceAndWithOr:006874d33a", "render:NumberReplacer:9fe829893a",
-        "render:ReplaceOrWithAnd:de74b78541")},
-    "targets/database.py:DatabaseTarget:NumberReplacer:bc8ca23290": TUNING,  # the default retries, 2 -> 1
-    "targets/database.py:DatabaseTarget:NumberReplacer:6e574b9b1a": TUNING,  # batch_rows
-    "targets/csv_rows.py:csv_chunks:NumberReplacer:5ae022a6ee": TUNING,  # the CSV writer's batch size
-    "targets/database.py:_dry_run:ReplaceComparisonOperator_Lt_LtE:9b26842475":
-        ("harmless: it differs only for a check of the epoch the marker already holds (nothing left to decide), "
-         "which then runs its dry run - rolled back - instead of skipping it: the same rows, the same answer"),
-    "targets/database.py:_dry_run:AddNot:0cbe137f5b":
-        ("equivalent: the overlap check only applies to replace by interval column, where _reserve checks a "
-         "first publish's overlap again under the table's lock before the decision (refused there all the same); "
-         "a reprocess's check finds nothing, as two overlapping intervals never both hold markers"),
-    "targets/database.py:_publish_once:NumberReplacer:40fc6030c1":
-        "equivalent: `newest` is only compared as `newest > txn.epoch`, and every epoch is >= 1: 0 and 1 alike",
-    "targets/database.py:_check_landed:ReplaceComparisonOperator_Lt_LtE:7ad40c0334":
-        "equivalent: the message is chosen only when the counts differ, where < and <= agree",
-    "targets/database.py:_batches:NumberReplacer:1d1ac25755": "equivalent: `counted` is a one-element list",
-    "targets/database.py:_load:ReplaceFalseWithTrue:4ccd315e5a":
-        "equivalent: refuse_outside's 'unchecked' flag is set but never read (the landing check runs anyway)",
-    "targets/db_claims.py:reserve:ReplaceComparisonOperator_Gt_GtE:b4a99cd45e":
-        ("equivalent: a reservation at our own epoch was made by a check of the same sealed version against the "
-         "same marker (only this interval's publish moves it, and then nothing is reserved): the same one"),
-    **{f"targets/db_retries.py:with_retries:{k}": TUNING  # the backoff
-       for k in ("ReplaceBinaryOperator_Mul_Div:817bd976a3", "NumberReplacer:ea263f3b0c")},
-    "targets/db_retries.py:rollback_quietly:ReplaceComparisonOperator_IsNot_Is:2df0101992":
-        ("equivalent: the connection is closed right after (finally), and the server rolls back a closed "
-         "session's transaction, releasing its locks and temporary tables"),
-    "targets/db_claims.py:_taken:ReplaceAndWithOr:f9b85ae576":
-        ("equivalent: a marker of epoch > 0 was written by a publish's UPDATE, which sets its partitions (the "
-         "column exists since the first release), and a row of epoch 0 holds none"),
+    **DB_VERDICTS,  # the database rows' (session 27 on)
     # an OperationalError with any SQLSTATE (classes 54, 55, 58 too) taken as unavailable: retried, then raised
     "targets/sql_dialects.py:classify:ReplaceAndWithOr:03d54548b1": CONFIG,
     "targets/db_claims.py:-:ReplaceTrueWithFalse:8c8d715bf6":

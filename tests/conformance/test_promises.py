@@ -540,6 +540,7 @@ def test_each_publish_has_one_finisher_that_is_recorded_and_told(world):
     assert result.finished and sink.take_finished() == [result] and sink.take_finished() == []
     assert sink.status(IV)[txn.epoch].records["published"]["by"] == "pv/run-1/commit"
     again = other.commit(txn)
+    assert again.partitions == {PART: "already"}
     assert not again.finished and other.recover(IV) == [] and other.take_finished() == []
     t2 = world.commit(other, IV, {PART: [make_rows("b", 2, start=10)]})
     assert "by" not in other.status(IV)[t2.epoch].records["published"]
@@ -560,4 +561,5 @@ def test_a_transaction_reads_only_committed_state_unless_chained_in_a_batch(worl
     assert sink.status(IV2)[chained.epoch].state is State.OPEN
     sink.abort(chained)
     sink.abort(first)
-    assert world.leftovers() == []
+    assert world.leftovers() == []  # an abort keeps nothing aside unless asked (keep: `_rejected/`)
+    assert not any(sink.storage.exists(sink.rejected_dir(t)) for t in (first, chained))
