@@ -3,9 +3,14 @@
 :data:`tools.mutants_verdicts.VERDICTS`; the rules are that module's."""
 from __future__ import annotations
 
-from tools.mutants_reasons import PG_NULL_ONLY, TUNING
+from tools.mutants_reasons import CONFIG, PG_NULL_ONLY, TUNING
 
 DB_VERDICTS: dict[str, str] = {
+    # MariaDB's error-code sets, one code turned into its neighbour: 1054 (the target names missing columns before
+    # it loads), 1264/1261 (LOAD DATA's warnings, raised by the target itself), 2013 (lost connection: PyMySQL's
+    # OperationalError, 'unavailable' by type too), 1148/2068 (LOAD DATA LOCAL refused: its advice only)
+    **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG for h in (
+        "d405506d2f", "b73a9bf4db", "9f7941cf86", "c4bc4ae854", "2b22127964", "c11a9a30a2")},
     # the renderer's refill path (a non-empty null) in the PostgreSQL row: never taken
     **{f"postgresql targets/csv_rows.py:{k}": PG_NULL_ONLY for k in (
         "csv_chunks:ReplaceUnaryOperator_Delete_Not:14a8da801a",
