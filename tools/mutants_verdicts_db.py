@@ -3,9 +3,12 @@
 :data:`tools.mutants_verdicts.VERDICTS`; the rules are that module's."""
 from __future__ import annotations
 
-from tools.mutants_reasons import CONFIG, PG_NULL_ONLY, TUNING
+from tools.mutants_reasons import CONFIG, ONE_COLUMN, PG_NULL_ONLY, TUNING
 
 DB_VERDICTS: dict[str, str] = {
+    "targets/sql_dialects.py:raise_on_warnings:NumberReplacer:411ac52253": ONE_COLUMN,  # SELECT @@warning_count
+    "mysql targets/db_claims.py:_equal_values:ReplaceComparisonOperator_Eq_NotEq:ae56d7ba81":
+        "equivalent in this row: MariaDB's DROP TABLE drops the session's temporary tables of those names too",
     # MariaDB's error-code sets, one code turned into its neighbour: 1054 (the target names missing columns before
     # it loads), 1264/1261 (LOAD DATA's warnings, raised by the target itself), 2013 (lost connection: PyMySQL's
     # OperationalError, 'unavailable' by type too), 1148/2068 (LOAD DATA LOCAL refused: its advice only)

@@ -11,7 +11,7 @@ from exactly_once import State
 from exactly_once.errors import ExactlyOnceError
 from protocol_helpers import interleave, make_rows
 
-from .conftest import IV, PART
+from .conftest import IV, IV2, PART, PART2
 
 
 @pytest.mark.parametrize("older_at", ["writing", "validating", "pre-committing"])
@@ -106,3 +106,9 @@ def test_a_pre_commit_with_the_writers_counts_is_never_committed_without_its_ver
     sink.commit(txn)
     assert world.read_rows() == world.rows({PART: [rows]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+    ungated = world.sink()  # no gate asked for: the writer's counts alone make it neither gated nor refused
+    t2 = ungated.begin(IV2)
+    world.stage(ungated, t2, {PART2: [rows]})
+    ungated.pre_commit(t2, rows={PART2: len(rows)})
+    ungated.commit(t2)
+    assert ungated.status(IV2)[t2.epoch].published

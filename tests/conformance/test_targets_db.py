@@ -299,6 +299,27 @@ def test_create_sql_makes_a_missing_table_once(db, tmp_path):
     assert app_rows(db, name) == expected(rows)
 
 
+def test_a_table_another_process_creates_meanwhile_is_used(db, tmp_path, monkeypatch):
+    """Two first publishes with create_sql at once: the other process creates the table between our look and our
+    CREATE, which fails as 'already exists' - the target goes on with that table and publishes."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    ddl = app_pv_ddl(db.kind, name)
+    t = target(db, name, create_sql=ddl)
+    dialect, raced = type(t.dialect), []
+    real = dialect.table_info
+
+    def table_info(self, cur, table, *a, **kw):
+        if table == name and not raced:  # our look: absent; then the other process creates it
+            raced.append(db.run(ddl))
+            return None
+        return real(self, cur, table, *a, **kw)
+
+    monkeypatch.setattr(dialect, "table_info", table_info)
+    rows = pv_rows("a", 3)
+    assert t.publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) == {PART: "published"}
+    assert raced and app_rows(db, name) == expected(rows)
+
+
 def test_a_column_that_does_not_exist(db, table, tmp_path):
     rows = [{**r, "surprise": 1} for r in pv_rows("a", 3)]
     t = target(db, table)
