@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from tools import mutants_carry
-from tools.mutants_carry import PKG, carried_kills, killed_before, mutant_key, save_kills  # noqa: F401
+from tools.mutants_carry import (JUDGED, PKG, carried_kills, forget, killed_before, mutant_key,  # noqa: F401
+                                 save_kills)
 
 ROOT = Path(__file__).resolve().parents[1]
 DB_FILES = ["targets/database.py", "targets/db_claims.py", "targets/db_retries.py", "targets/sql_dialects.py",
@@ -286,17 +287,6 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
     return db_path
 
 
-JUDGED = "judged before (tools/mutants_verdicts.py): not run again"
-
-
-def _forget(db, job_ids: list[str]) -> None:
-    """Drop these jobs' results: they are pending again (cosmic-ray 8.7's work DB has no call for it)."""
-    from cosmic_ray.work_db import WorkResultStorage
-
-    with db._session_maker.begin() as session:
-        session.query(WorkResultStorage).filter(WorkResultStorage.job_id.in_(job_ids)).delete()
-
-
 @dataclass(frozen=True)
 class Result:
     key: str
@@ -355,7 +345,7 @@ def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, 
                        f"--basetemp={work / 'tmp-run'}")
     with use_db(str(work / f"{row}.sqlite"), WorkDB.Mode.open) as db:
         if rerun_judged:
-            _forget(db, [job for job, res in db.results if JUDGED in (res.output or "")])
+            forget(db, [job for job, res in db.results if JUDGED in (res.output or "")])
         pending = list(db.pending_work_items)
         print(f"{row}: {len(pending)} mutants to run", flush=True)
         for n, item in enumerate(pending):

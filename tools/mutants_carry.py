@@ -89,3 +89,14 @@ def killed_before(db_path: Path) -> dict[tuple[str, str, str], object]:
                     mutant_key(module, m.definition_name, m.operator_name, res.diff or "")
                 out[(module, scope, key)] = res
     return out
+
+
+JUDGED = "judged before (tools/mutants_verdicts.py): not run again"  # a skipped mutant's result output
+
+
+def forget(db, job_ids: list[str]) -> None:
+    """Drop these jobs' results in a work DB: they are pending again (cosmic-ray 8.7's has no call for it)."""
+    from cosmic_ray.work_db import WorkResultStorage
+
+    with db._session_maker.begin() as session:
+        session.query(WorkResultStorage).filter(WorkResultStorage.job_id.in_(job_ids)).delete()
