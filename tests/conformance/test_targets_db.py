@@ -19,7 +19,7 @@ import pytest
 from target_helpers import app_pv_ddl, gone, pv_rows, split, stage, txn
 
 from exactly_once import Interval, UnsafeIdentifierError
-from exactly_once.errors import ConfigError, TargetSchemaError, TargetUnavailableError
+from exactly_once.errors import TargetSchemaError, TargetUnavailableError
 from exactly_once.targets import DatabaseTarget
 from exactly_once.targets.base import StagedVersion
 
@@ -398,13 +398,6 @@ def test_a_target_that_is_not_a_transactional_table_is_refused(db, table, tmp_pa
             target(db, name).publish(txn(epoch=1), stage(tmp_path, {PART: [pv_rows("a", 2)]}))
         assert db.count(name) == 0
     assert db.count(table) == 0 and target(db, view).live_epoch(IV) is None
-
-
-@pytest.mark.parametrize("kind", ["postgresql", "mysql"])  # a kind: make mutants' rows run it
-@pytest.mark.parametrize("retries", [-1, "2", 1.5])
-def test_retries_must_be_a_count(kind, retries):
-    with pytest.raises(ConfigError, match="retries must be an integer >= 0"):
-        DatabaseTarget("t", url=f"{kind}://root@127.0.0.1:{PORTS[kind]}/x", retries=retries)
 
 
 # ------------------------------------------------------------------------- SQL metacharacters

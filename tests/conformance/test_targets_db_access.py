@@ -257,3 +257,10 @@ def test_a_url_with_another_port_connects_to_that_port(db, table, tmp_path):
     finally:
         listener.close()
     assert seen and db.count(table) == 2
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])  # a kind: make mutants' rows run it
+@pytest.mark.parametrize("retries", [-1, "2", 1.5])
+def test_retries_must_be_a_count(kind, retries):
+    with pytest.raises(ConfigError, match="retries must be an integer >= 0"):
+        DatabaseTarget("t", url=f"{kind}://root@127.0.0.1:{PORTS[kind]}/x", retries=retries)
