@@ -76,6 +76,32 @@ def test_publish_replaces_the_interval_in_one_delta_commit(delta_url):
     assert delta_leftovers(sink) == []
 
 
+def test_a_retire_cut_short_between_extras_is_finished_by_the_retry(delta_url):
+    """After the publish, the staging's extras (state, counts) move into the checkpoint one by one: a finisher
+    that died after moving the first leaves the others to the retry, which moves every one still there."""
+    from exactly_once.errors import FailpointError
+    from protocol_helpers import failpoints
+
+    sink = delta_sink(delta_url)
+    st = sink.storage
+    txn = sink.begin(IV)
+    write_output(sink, txn, {PART: [make_rows("a", 3)]})
+    for name in ("state/a.json", "state/z.json"):
+        st.write_atomic(st.join(sink.staging_dir(txn), name), name.encode())
+    extras = [e.name for e in sink.pre_commit(txn).extras]
+    content = {n: st.read_bytes(st.join(sink.staging_dir(txn), n)) for n in extras}
+    assert len(extras) == 3
+    with failpoints("commit.before_publish=error"), pytest.raises(FailpointError):
+        sink.commit(txn)  # decided COMMITTED; the finisher dies, here after moving the first extra:
+    src = st.join(sink.staging_dir(txn), extras[0])
+    st.write_atomic(st.join(sink.checkpoint_dir(txn), extras[0]), st.read_bytes(src))
+    st.remove_tree(src)
+    sink.commit(txn)
+    assert {n: st.read_bytes(st.join(sink.checkpoint_dir(txn), n)) for n in extras} == content
+    assert st.list_names(st.join(sink.home, "_staging")) == [] and delta_leftovers(sink) == []
+    assert table_rows(sink) == expect(make_rows("a", 3))
+
+
 def test_two_finishers_of_one_epoch_publish_once(delta_url, monkeypatch):
     sink, other = delta_sink(delta_url), delta_sink(delta_url)
     txn = sink.begin(IV)

@@ -8,7 +8,7 @@ import pytest
 from exactly_once import State
 from protocol_helpers import interleave, make_rows
 
-from .conftest import IV, IV2, PART
+from .conftest import IV, IV2, OUTSIDE, PART, PART2
 
 
 def test_two_pre_commits_of_one_attempt_return_the_manifest_the_log_holds(world, monkeypatch):
@@ -74,3 +74,45 @@ def test_a_transaction_reads_only_committed_state_unless_chained_in_a_batch(worl
     sink.abort(first)
     assert world.leftovers() == []  # an abort keeps nothing aside unless asked (keep: `_rejected/`)
     assert not any(sink.storage.exists(sink.rejected_dir(t)) for t in (first, chained))
+
+
+def test_a_gated_pre_commit_takes_the_writers_counts_and_an_ungated_one_reads_the_footers(world, monkeypatch):
+    """The writer's rows per partition (``rows``) and per file (``file_rows``) stand in for the Parquet footers
+    only where a gate will compare them with the staged data (``gated``): then pre_commit reads no footer. An
+    ungated pre_commit vouches for nothing: it reads every footer, whatever the writer claims."""
+    import pyarrow.parquet as pq
+
+    sink = world.sink()
+    a, b = make_rows("a", 3), make_rows("b", 2, start=10)
+    names = ["part-00000.parquet", "part-00001.parquet"]
+    real, footers = pq.ParquetFile, []
+    for interval, part, gated in ((IV, PART, True), (IV2, PART2, False)):
+        txn = sink.begin(interval)
+        world.stage(sink, txn, {part: [a, b]})
+        claimed = dict(zip(names, (3, 2) if gated else (1, 4)))  # ungated: a wrong split of the right sum
+        with monkeypatch.context() as m:
+            m.setattr(pq, "ParquetFile", lambda f, *args, **kw: footers.append(interval) or real(f, *args, **kw))
+            manifest = sink.pre_commit(txn, gated=gated, rows={part: 5}, file_rows={part: claimed})
+        assert {f.name: f.rows for f in manifest.partitions[part]} == dict(zip(names, (3, 2)))
+        if gated:
+            assert sink.record_validation(txn, True, {})
+        sink.commit(txn)
+    assert footers == [IV2, IV2]
+    assert world.read_rows() == world.rows({PART: [a + b], PART2: [a + b]})
+
+
+def test_partitions_only_an_aborted_attempt_wrote_are_not_published(world):
+    """A version publishes its own partitions, and an empty version of each partition an older *committed*
+    version published that it no longer produces; an aborted attempt's partitions were never published, so
+    the next version neither publishes nor records them."""
+    sink = world.sink()
+    aborted = sink.begin(IV)
+    world.stage(sink, aborted, {PART: [make_rows("a", 2)], OUTSIDE: [make_rows("x", 2, start=50)]})
+    sink.pre_commit(aborted)
+    sink.abort(aborted)
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [make_rows("b", 3)]})
+    sink.pre_commit(txn)
+    assert set(sink.commit(txn).partitions) == {PART}
+    assert set(sink.status(IV)[txn.epoch].records["published"]["partitions"]) == {PART}
+    assert world.read_rows() == world.rows({PART: [make_rows("b", 3)]}) and world.leftovers() == []
