@@ -168,9 +168,9 @@ VERDICTS: dict[str, str] = {
     # that carries no staged value; one misclassified there is raised as the driver's error, nothing published
     # (1054, an unknown column, likewise: the target names the columns the table lacks before it loads; 1292, a
     # bad date/time value, is LOAD DATA's warning too; 1136, a column count, the target's own statements never hit)
-    **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG for h in ("179c311288", "7c6835fd9c",
-                                                                              "5ea131f58c", "c64bbb4fb3",
-                                                                              "f22f8d1d7e")},
+    **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG for h in ("d3acefb16f", "8076cf6337",
+                                                                              "26378b656f", "fab1d7e1f6",
+                                                                              "9b43ef7c94")},
     "mysql targets/sql_dialects.py:-:NumberReplacer:264333221f":
         ("harmless: 1142 (a command denied on a table) then reaches classify as a ProgrammingError: a schema "
          "refusal instead of a privilege one - rolled back, nothing published, only the advice differs"),

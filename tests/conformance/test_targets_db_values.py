@@ -23,6 +23,7 @@ def no_marker(db, name: str) -> bool:
 
 # a case of PostgreSQL's alone (MariaDB has no such setting): its tests run on that server only, not skipped
 only_postgresql = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+only_mysql = pytest.mark.parametrize("db_url", ["mysql"], indirect=True)
 
 
 def test_bad_values_behind_many_notes_are_refused_before_the_decision(db, tmp_path):
@@ -192,3 +193,58 @@ def test_durations_and_nanosecond_times_are_refused_before_the_decision_not_load
         whole = stage(tmp_path, {PART: [pa.table({"v": pa.array([86_399_999_999_000], pa.time64("ns"))})]})
         assert t.publish(txn(epoch=1), whole) == {PART: "published"}
         assert [str(r[0]) for r in db.run(f"SELECT v FROM {db.q(name)}")] == ["23:59:59.999999"]
+
+
+def signal_once(db, table: str, errno: int) -> str:
+    """A MariaDB trigger on ``table`` raising server error ``errno`` for the first row of the next insert (a
+    sequence counts the rows: it is not rolled back with them); returns the sequence's name."""
+    seq = f"{table}_tries"
+    db.run(f"CREATE SEQUENCE {db.q(seq)}")
+    db.run(f"CREATE TRIGGER {db.q(table + '_fails_once')} BEFORE INSERT ON {db.q(table)} FOR EACH ROW BEGIN "
+           f"IF NEXTVAL({db.q(seq)}) = 1 THEN SIGNAL SQLSTATE 'HY000' SET MYSQL_ERRNO = {errno}, "
+           "MESSAGE_TEXT = 'raised by the test'; END IF; END")
+    return seq
+
+
+@pytest.mark.parametrize("errno,kind", [(1205, "transient"), (1213, "transient"), (1053, "unavailable")])
+@only_mysql
+def test_a_mariadb_lock_timeout_deadlock_or_shutdown_is_retried_and_then_unavailable(db, table, tmp_path, errno,
+                                                                                         kind):
+    """MariaDB's lock wait timeout (1205) and deadlock (1213) are transient, a server shutting down (1053) is
+    unavailable: the publish starts over on a new connection and the version goes live once; with no try left
+    it is TargetUnavailableError naming the kind, and with none of PostgreSQL's advice (SQLSTATE class 53)."""
+    seq = signal_once(db, table, errno)
+    rows = [{"app_id": f"a{i}", "pv": i, "uv": 1, "cumulative_pv": i} for i in range(3)]
+    assert DatabaseTarget(table, url=db.url, retries=1).publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) \
+        == {PART: "published"}
+    assert db.count(table) == 3 and marker(db, table)[0] == 1
+    db.run(f"ALTER SEQUENCE {db.q(seq)} RESTART")
+    with pytest.raises(TargetUnavailableError, match=rf"\({kind}, 1 attempt\(s\)\)") as raised:
+        DatabaseTarget(table, url=db.url, retries=0).publish(txn(epoch=2), stage(tmp_path, {PART: [rows[:1]]}))
+    assert "out of disk" not in str(raised.value) and "raised by the test" in str(raised.value)
+    assert db.count(table) == 3 and marker(db, table)[0] == 1
+
+
+@only_mysql
+def test_a_mariadb_refusal_of_the_rows_is_not_retried(db, table, tmp_path):
+    """An error of the rows' own (1054, an unknown column: here a table's trigger naming one) fails on every
+    try: refused at once as TargetSchemaError, not started over as if the server had gone away."""
+    seq = signal_once(db, table, 1054)
+    with pytest.raises(TargetSchemaError, match="raised by the test"):
+        DatabaseTarget(table, url=db.url, retries=2).publish(txn(epoch=1), stage(tmp_path, {PART: [[
+            {"app_id": "a", "pv": 1, "uv": 1, "cumulative_pv": 1}]]}))
+    assert db.run(f"SELECT NEXTVAL({db.q(seq)})") == [(2,)]  # one try
+    assert db.count(table) == 0 and no_marker(db, table)
+
+
+@pytest.mark.parametrize("kind", ["mysql"])
+def test_a_driver_error_without_a_server_code_is_unavailable(kind):
+    """PyMySQL's own errors carry no server code - a packet out of sequence (a proxy cut the stream), or no
+    arguments at all: the connection is broken, so the publish starts over on a new one (unavailable)."""
+    import pymysql
+
+    from exactly_once.targets.sql_dialects import DIALECTS
+
+    for exc in (pymysql.err.InternalError("Packet sequence number wrong - got 3 expected 1"),
+                pymysql.err.InternalError(), pymysql.err.OperationalError()):
+        assert DIALECTS[kind].classify(exc) == "unavailable", exc

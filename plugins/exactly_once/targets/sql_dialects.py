@@ -290,7 +290,8 @@ def advice(exc: BaseException) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------- MariaDB/MySQL
-_MY_SCHEMA = {1146, 1054, 1366, 1264, 1265, 1292, 1406, 1048, 1062, 1364, 1451, 1452, 1263, 1261, 1262, 1136}
+_MY_SCHEMA = {1146, 1054, 1366, 1264, 1265, 1292, 1406, 1048, 1062, 1364, 1451, 1452, 1263, 1261, 1262, 1136,
+              1050}  # 1050: the table exists (a CREATE that lost the race), as PostgreSQL's class 42
 _MY_UNAVAILABLE = {0, 1053, 1927, 2003, 2006, 2013, 2014, 2055}
 _MY_PERMISSION = {1044, 1045, 1142, 1143, 1148, 2068, 3948}
 _TRANSACTIONAL = {"innodb", "xtradb", "ndbcluster", "ndb", "tokudb", "rocksdb"}
