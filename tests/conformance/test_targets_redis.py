@@ -233,3 +233,25 @@ def test_a_target_rebuilt_from_its_spec_keeps_its_value_columns(r, ns, tmp_path)
     rows = pv_rows("a", 2)
     assert again.publish(txn(epoch=1), stage(tmp_path, {PART: [rows]})) == {PART: "published"}
     assert live(r, ns) == {f"{ns}:{PART}:{x['app_id']}": {"pv": x["pv"]} for x in rows}
+
+
+def test_a_partition_value_that_extends_anothers_by_a_colon_is_a_partition_of_its_own(r, ns, tmp_path):
+    """Partition values may hold ':' (a time), so the keys of partition ``h=05:30`` (another interval's) start
+    with ``<ns>:h=05:`` - the prefix of partition ``h=05``'s keys. A key part never holds a raw ':', so a key's
+    partition is what lies before its last key parts: ``h=05``'s first publish after the other's, and its
+    reprocess, see only their own keys (neither refused as 'keys exactly-once did not write' nor stuck on 'key
+    set gone'), and leave the other's keys alone; the refusal's advice deletes one partition's keys only."""
+    t, short, longer = target(ns), "h=05", "h=05:30"
+    day2 = "2026-01-02"
+    assert t.publish(txn(day2, epoch=1), stage(tmp_path, {longer: [pv_rows("b", 2)]})) == {longer: "published"}
+    for epoch, rows in ((1, pv_rows("a", 3)), (2, pv_rows("a", 1))):  # the first publish, then a reprocess
+        version = stage(tmp_path, {short: [rows]})
+        t.check(txn(epoch=epoch), version)
+        assert t.publish(txn(epoch=epoch), version) == {short: "published"}
+    assert live(r, ns) == {**expected(ns, pv_rows("a", 1), short), **expected(ns, pv_rows("b", 2), longer)}
+    r.set(f"{ns}:{short}:old_loader_key", json.dumps({"pv": 1}))
+    with pytest.raises(TargetSchemaError, match="did not write") as refused:
+        t.check(txn(epoch=3), stage(tmp_path, {short: [pv_rows("a", 1)]}))
+    advice = str(refused.value).split("not needed (", 1)[1].rsplit("), or publish", 1)[0]
+    subprocess.run(["bash", "-c", advice], check=True, capture_output=True)
+    assert sorted(live(r, ns)) == sorted(expected(ns, pv_rows("b", 2), longer))  # the other partition's kept

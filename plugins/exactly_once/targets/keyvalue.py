@@ -26,7 +26,7 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 from urllib.parse import quote
 
 import pyarrow.parquet as pq
@@ -190,6 +190,24 @@ class RedisTarget(PublishTarget):
         """The Redis key of ``row`` of ``partition`` (what a reader GETs)."""
         return ":".join([self.namespace, partition, *(key_part(row.get(k)) for k in self.key_columns)])
 
+    def partition_of(self, key: str) -> str | None:
+        """The partition of data key ``key`` of this namespace, or None: what lies between the namespace and
+        the key's last ``len(key_columns)`` parts. A key part never holds a raw ``:`` (:func:`key_part`) but a
+        partition value may (a time), so a key of ``p=a:b`` starts with ``<namespace>:p=a:`` yet is not p=a's."""
+        head, n = f"{self.namespace}:", len(self.key_columns)
+        parts = key[len(head):].rsplit(":", n) if key.startswith(head) else []
+        return parts[0] if len(parts) == n + 1 else None
+
+    def unlink_command(self, partition: str) -> str:
+        """A shell line that deletes this namespace's keys of ``partition``, and only those: the glob
+        ``<namespace>:<partition>:*`` matches partition ``<partition>:x`` too, so awk keeps the keys of
+        exactly this partition's number of ``:``-separated fields."""
+        ep = self.endpoint()
+        cli, fields = f"redis-cli -h {ep.host} -p {ep.port} -n {ep.database or 0}", 2 + partition.count(":") + len(
+            self.key_columns)
+        return (f"{cli} --scan --pattern '{_glob(self.namespace)}:{_glob(partition)}:*' | awk -F: 'NF == {fields}' "
+                f"| xargs {cli} unlink")
+
     # ------------------------------------------------------------------ the contract
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
         """Write ``staged`` as the live version of ``txn.interval`` in one MULTI/EXEC with its marker.
@@ -256,22 +274,24 @@ class RedisTarget(PublishTarget):
                               "must not expire. Remove it (`redis-cli persist <key>`) and whatever sets it; nothing "
                               "was decided")
 
-    def _gone(self, keyset: str, marker_epoch: int) -> str:
+    def _gone(self, keyset: str, marker_epoch: int, partitions: Iterable[str]) -> str:
         """Why a publish cannot go on when the interval's key set is gone while it holds data."""
         return (f"the key set {keyset!r} of this interval is gone (evicted or deleted; marker at epoch "
                 f"{marker_epoch or 'gone too'}) while the namespace holds the interval's keys: exactly-once can no "
                 "longer tell the live version's keys from others', and a new version could leave stale keys "
-                f"beside it. Delete the interval's keys (redis-cli --scan --pattern '{_glob(self.namespace)}:<partition>:*'"
-                f" | xargs redis-cli unlink) and its marker (redis-cli unlink {keyset.replace(':_eo:keys:', ':_eo:marker:')}),"
-                " then reprocess the interval (eo reprocess <table-url> --interval <start>)")
+                f"beside it. Delete the interval's keys ({'; '.join(map(self.unlink_command, sorted(partitions)))}; "
+                "likewise for a partition only an earlier version wrote) and its marker (redis-cli unlink "
+                f"{keyset.replace(':_eo:keys:', ':_eo:marker:')}), then reprocess the interval (eo reprocess "
+                "<table-url> --interval <start>)")
 
     def _interval_keys(self, client: Any, staged: StagedVersion) -> list[str]:
-        """The namespace's keys in the partitions of ``staged``: one SCAN of the namespace (O(keys in it))."""
-        parts = tuple(f"{self.namespace}:{p}:" for p in staged.partitions)
+        """The namespace's keys in the partitions of ``staged`` (:meth:`partition_of`): one SCAN of the
+        namespace (O(keys in it))."""
+        parts = set(staged.partitions)
         if not parts:
             return []
         return sorted(k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
-                                                                           count=1000)) if k.startswith(parts))
+                                                                           count=1000)) if self.partition_of(k) in parts)
 
     def _refuse_unknown_keys(self, client: Any, txn: TxnRef, staged: StagedVersion, marker: dict[bytes, bytes]
                              ) -> None:
@@ -283,15 +303,15 @@ class RedisTarget(PublishTarget):
         ours = {k.decode() for k in client.smembers(keyset)}
         unknown = [k for k in self._interval_keys(client, staged) if k not in ours]
         if unknown and not ours and (int(marker.get(b"rows", 0)) or not marker.get(b"epoch")):
-            raise TargetSchemaError(self._gone(keyset, int(marker.get(b"epoch", 0))) + "; nothing was decided")
+            raise TargetSchemaError(self._gone(keyset, int(marker.get(b"epoch", 0)), staged.partitions)
+                                    + "; nothing was decided")
         if unknown:
-            part = unknown[0][len(self.namespace) + 1:].rsplit(":", 1)[0]
             raise TargetSchemaError(
                 f"the redis namespace {self.namespace} holds {len(unknown)} key(s) in this interval's partitions "
                 f"that exactly-once did not write (e.g. {unknown[0]!r}: an old loader's?). A publish replaces "
                 "only its own keys, so they would stay beside the new version. Delete them once you know they "
-                f"are not needed (redis-cli --scan --pattern '{_glob(self.namespace)}:{_glob(part)}:*' | xargs "
-                "redis-cli unlink), or publish into another namespace; nothing was decided")
+                f"are not needed ({self.unlink_command(self.partition_of(unknown[0]) or '')}), or publish into "
+                "another namespace; nothing was decided")
 
     def live_epoch(self, interval: Interval) -> int | None:
         """The marker's epoch of ``interval`` (None: none, or - once claimed - another owner's marker)."""
@@ -362,7 +382,7 @@ class RedisTarget(PublishTarget):
                         return verdict
                     if not pipe.exists(keyset) and (int(live.get(b"rows", 0)) or (
                             not epoch and self._interval_keys(pipe, staged))):
-                        raise TargetSchemaError(self._gone(keyset, epoch))  # stale keys could not be told
+                        raise TargetSchemaError(self._gone(keyset, epoch, staged.partitions))  # stale keys untold
                     if values is None:
                         values = self._values(staged)
                     stale = sorted({k.decode() for k in pipe.smembers(keyset)} - values.keys())
