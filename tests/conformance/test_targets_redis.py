@@ -237,10 +237,12 @@ def test_a_target_rebuilt_from_its_spec_keeps_its_value_columns(r, ns, tmp_path)
 
 def test_a_partition_value_that_extends_anothers_by_a_colon_is_a_partition_of_its_own(r, ns, tmp_path):
     """Partition values may hold ':' (a time), so the keys of partition ``h=05:30`` (another interval's) start
-    with ``<ns>:h=05:`` - the prefix of partition ``h=05``'s keys. A key part never holds a raw ':', so a key's
-    partition is what lies before its last key parts: ``h=05``'s first publish after the other's, and its
+    with ``<ns>:h=05:`` - the prefix of partition ``h=05``'s keys. A key part never holds a raw ':', and the
+    namespace records the partitions published into it: ``h=05``'s first publish after the other's, and its
     reprocess, see only their own keys (neither refused as 'keys exactly-once did not write' nor stuck on 'key
-    set gone'), and leave the other's keys alone; the refusal's advice deletes one partition's keys only."""
+    set gone') and leave the other's keys alone. An old loader's keys under ``h=05:`` - of more or fewer parts,
+    with blanks and quotes - are refused, and the refusal's advice deletes exactly those: never a key of ours.
+    With the key set gone, its advice deletes this interval's keys and marker, nothing of the other's."""
     t, short, longer = target(ns), "h=05", "h=05:30"
     day2 = "2026-01-02"
     assert t.publish(txn(day2, epoch=1), stage(tmp_path, {longer: [pv_rows("b", 2)]})) == {longer: "published"}
@@ -248,10 +250,34 @@ def test_a_partition_value_that_extends_anothers_by_a_colon_is_a_partition_of_it
         version = stage(tmp_path, {short: [rows]})
         t.check(txn(epoch=epoch), version)
         assert t.publish(txn(epoch=epoch), version) == {short: "published"}
-    assert live(r, ns) == {**expected(ns, pv_rows("a", 1), short), **expected(ns, pv_rows("b", 2), longer)}
-    r.set(f"{ns}:{short}:old_loader_key", json.dumps({"pv": 1}))
+    ours = {**expected(ns, pv_rows("a", 1), short), **expected(ns, pv_rows("b", 2), longer)}
+    assert live(r, ns) == ours
+    foreign = [f"{ns}:{short}:app:US", f"{ns}:{short}:", f"{ns}:{short}:daily {ns}:{short}:a00000",
+               f"{ns}:{short}:O'Brien"]
+    for key in [*foreign, f"{ns}:{short}"]:  # the last: no key part, so no key of the partition (left alone)
+        r.set(key, json.dumps({"pv": 1}))
     with pytest.raises(TargetSchemaError, match="did not write") as refused:
         t.check(txn(epoch=3), stage(tmp_path, {short: [pv_rows("a", 1)]}))
+    assert "4 key(s)" in str(refused.value), refused.value
     advice = str(refused.value).split("not needed (", 1)[1].rsplit("), or publish", 1)[0]
     subprocess.run(["bash", "-c", advice], check=True, capture_output=True)
-    assert sorted(live(r, ns)) == sorted(expected(ns, pv_rows("b", 2), longer))  # the other partition's kept
+    assert not any(r.exists(k) for k in foreign)  # the loader's keys gone, and only they
+    assert live(r, ns) == {**ours, f"{ns}:{short}": {"pv": 1}}
+    r.delete(f"{ns}:{short}", t.keyset_key(IV))
+    with pytest.raises(TargetSchemaError, match="is gone") as gone:
+        t.check(txn(epoch=3), stage(tmp_path, {short: [pv_rows("a", 1)]}))
+    subprocess.run(["bash", "-c", str(gone.value).split("and its marker (", 1)[1].split("; likewise", 1)[0]],
+                   check=True, capture_output=True)
+    assert live(r, ns) == expected(ns, pv_rows("b", 2), longer) and not r.exists(t.marker_key(IV))
+    assert t.publish(txn(epoch=3), stage(tmp_path, {short: [pv_rows("c", 1)]})) == {short: "published"}
+
+
+@pytest.mark.parametrize("kind", ["redis"])
+def test_the_advice_names_the_server_and_user_and_never_the_password(kind):
+    """A refusal's redis-cli lines connect where the target does - host, port, database, user, TLS - and ask
+    for the password to be exported first (REDISCLI_AUTH) instead of showing it."""
+    t = RedisTarget("ns", ("app_id",), url="rediss://loader:s3cr%3At@cache.internal:6380/2")
+    line = t.advice(t.unlink_command("h=05:30"))
+    assert line.startswith("export REDISCLI_AUTH=<password>; redis-cli -h cache.internal -p 6380 -n 2 --user loader "
+                           "--tls --scan --pattern 'ns:h=05:30:*' | awk -F: 'NF == 4' | xargs -r -d '\\n' redis-cli"), line
+    assert "s3cr" not in line and "<password>" not in RedisTarget("ns", ("app_id",), url=REDIS_URL).advice("x")

@@ -7,8 +7,9 @@ row's other columns as a JSON object. Per interval, two bookkeeping keys sit bes
 * ``<namespace>:_eo:marker:<interval>`` - a hash: the live ``epoch``, its ``pipeline``/``sink``, ``rows``;
 * ``<namespace>:_eo:keys:<interval>``   - a set: the data keys of the live version;
 
-and one for the namespace: ``<namespace>:_eo:owner``, the owner (pipeline, sink, owner id, log location)
-that claimed it at its first begin (``SET NX``, before anything was decided). A publish refuses a claim or
+and two for the namespace: ``<namespace>:_eo:owner``, the owner (pipeline, sink, owner id, log location)
+that claimed it at its first begin (``SET NX``, before anything was decided), and ``<namespace>:_eo:partitions``,
+a set of every partition published into it (a key's partition is told by :meth:`RedisTarget.partition_of`). A publish refuses a claim or
 a marker of another owner (OwnershipError) instead of taking its epoch for "already published".
 
 A publish WATCHes both, reads the marker (equal epoch: ``already``; newer: ``superseded``), then in ONE
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
@@ -40,6 +42,7 @@ from .endpoint import Endpoint, redact, resolve, same_database, where, without_p
 
 logger = logging.getLogger(__name__)
 CHUNK = 10_000  # keys per MSET / SADD / DEL inside the transaction
+SHOWN_KEYS = 20  # the keys a refusal names (and its advice deletes)
 
 
 def key_part(value: Any) -> str:
@@ -186,6 +189,10 @@ class RedisTarget(PublishTarget):
     def keyset_key(self, interval: Interval) -> str:
         return f"{self.namespace}:_eo:keys:{interval.token}"
 
+    def partitions_key(self) -> str:
+        """The set of every partition published into the namespace (by any interval of its sink)."""
+        return f"{self.namespace}:_eo:partitions"
+
     def data_key(self, partition: str, row: dict[str, Any]) -> str:
         """The Redis key of ``row`` of ``partition`` (what a reader GETs)."""
         return ":".join([self.namespace, partition, *(key_part(row.get(k)) for k in self.key_columns)])
@@ -198,15 +205,23 @@ class RedisTarget(PublishTarget):
         parts = key[len(head):].rsplit(":", n) if key.startswith(head) else []
         return parts[0] if len(parts) == n + 1 else None
 
+    def cli(self) -> str:
+        """``redis-cli`` with the target's server (a password as a placeholder to export first: never shown)."""
+        ep = self.endpoint()
+        return f"redis-cli -h {ep.host} -p {ep.port} -n {ep.database or 0}" + (
+            f" --user {shlex.quote(ep.user)}" if ep.user else "") + (" --tls" if ep.tls else "")
+
+    def advice(self, command: str) -> str:
+        """``command`` (of :meth:`cli`) to paste, after exporting the password if the server has one."""
+        return ("export REDISCLI_AUTH=<password>; " if self.endpoint().password else "") + command
+
     def unlink_command(self, partition: str) -> str:
         """A shell line that deletes this namespace's keys of ``partition``, and only those: the glob
         ``<namespace>:<partition>:*`` matches partition ``<partition>:x`` too, so awk keeps the keys of
-        exactly this partition's number of ``:``-separated fields."""
-        ep = self.endpoint()
-        cli, fields = f"redis-cli -h {ep.host} -p {ep.port} -n {ep.database or 0}", 2 + partition.count(":") + len(
-            self.key_columns)
-        return (f"{cli} --scan --pattern '{_glob(self.namespace)}:{_glob(partition)}:*' | awk -F: 'NF == {fields}' "
-                f"| xargs {cli} unlink")
+        exactly this partition's number of ``:``-separated fields (one key per line to xargs)."""
+        fields, cli = 2 + partition.count(":") + len(self.key_columns), self.cli()
+        return (f"{cli} --scan --pattern {shlex.quote(f'{_glob(self.namespace)}:{_glob(partition)}:*')} | awk -F: "
+                f"'NF == {fields}' | xargs -r -d '\\n' {cli} unlink")
 
     # ------------------------------------------------------------------ the contract
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
@@ -244,7 +259,7 @@ class RedisTarget(PublishTarget):
             client = self._client(ep)
             try:
                 self._refuse_evicting(client, [self.owner_key(), self.marker_key(txn.interval),
-                                               self.keyset_key(txn.interval)])
+                                               self.keyset_key(txn.interval), self.partitions_key()])
                 if self.owner is not None:
                     self._refuse_foreign_claim(client.get(self.owner_key()), self.owner)
                 marker = client.hgetall(self.marker_key(txn.interval))
@@ -276,22 +291,28 @@ class RedisTarget(PublishTarget):
 
     def _gone(self, keyset: str, marker_epoch: int, partitions: Iterable[str]) -> str:
         """Why a publish cannot go on when the interval's key set is gone while it holds data."""
+        unlink = [*map(self.unlink_command, sorted(partitions)), f"{self.cli()} unlink "
+                  f"{shlex.quote(keyset.replace(':_eo:keys:', ':_eo:marker:'))}"]
         return (f"the key set {keyset!r} of this interval is gone (evicted or deleted; marker at epoch "
                 f"{marker_epoch or 'gone too'}) while the namespace holds the interval's keys: exactly-once can no "
                 "longer tell the live version's keys from others', and a new version could leave stale keys "
-                f"beside it. Delete the interval's keys ({'; '.join(map(self.unlink_command, sorted(partitions)))}; "
-                "likewise for a partition only an earlier version wrote) and its marker (redis-cli unlink "
-                f"{keyset.replace(':_eo:keys:', ':_eo:marker:')}), then reprocess the interval (eo reprocess "
+                f"beside it. Delete the interval's keys and its marker ({self.advice('; '.join(unlink))}; likewise "
+                "for a partition only an earlier version wrote), then reprocess the interval (eo reprocess "
                 "<table-url> --interval <start>)")
 
     def _interval_keys(self, client: Any, staged: StagedVersion) -> list[str]:
-        """The namespace's keys in the partitions of ``staged`` (:meth:`partition_of`): one SCAN of the
-        namespace (O(keys in it))."""
+        """The namespace's keys in the partitions of ``staged``: one SCAN of the namespace (O(keys in it)).
+        A key under a partition's prefix is that partition's unless it is a key of another partition published
+        here (:meth:`partition_of`, :meth:`partitions_key`: ``h=05:30``'s keys start with ``h=05:``): one of an
+        old loader with more or fewer key parts counts as the partition's, never as another's."""
         parts = set(staged.partitions)
         if not parts:
             return []
+        others = {p.decode() for p in client.smembers(self.partitions_key())} - parts
+        prefixes = tuple(f"{self.namespace}:{p}:" for p in parts)
         return sorted(k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
-                                                                           count=1000)) if self.partition_of(k) in parts)
+                                                                           count=1000))
+                      if k.startswith(prefixes) and self.partition_of(k) not in others)
 
     def _refuse_unknown_keys(self, client: Any, txn: TxnRef, staged: StagedVersion, marker: dict[bytes, bytes]
                              ) -> None:
@@ -306,12 +327,14 @@ class RedisTarget(PublishTarget):
             raise TargetSchemaError(self._gone(keyset, int(marker.get(b"epoch", 0)), staged.partitions)
                                     + "; nothing was decided")
         if unknown:
+            shown = unknown[:SHOWN_KEYS]
             raise TargetSchemaError(
                 f"the redis namespace {self.namespace} holds {len(unknown)} key(s) in this interval's partitions "
                 f"that exactly-once did not write (e.g. {unknown[0]!r}: an old loader's?). A publish replaces "
                 "only its own keys, so they would stay beside the new version. Delete them once you know they "
-                f"are not needed ({self.unlink_command(self.partition_of(unknown[0]) or '')}), or publish into "
-                "another namespace; nothing was decided")
+                f"are not needed ({self.advice(self.cli() + ' unlink ' + ' '.join(map(shlex.quote, shown)))}"
+                + (f"; the next check names the other {len(unknown) - len(shown)}" if len(unknown) > len(shown) else "")
+                + "), or publish into another namespace; nothing was decided")
 
     def live_epoch(self, interval: Interval) -> int | None:
         """The marker's epoch of ``interval`` (None: none, or - once claimed - another owner's marker)."""
@@ -394,6 +417,8 @@ class RedisTarget(PublishTarget):
                     pipe.delete(keyset)
                     for chunk in _chunks(sorted(values)):
                         pipe.sadd(keyset, *chunk)
+                    if staged.partitions:
+                        pipe.sadd(self.partitions_key(), *staged.partitions)
                     pipe.hset(marker, mapping={"epoch": txn.epoch, "pipeline": txn.pipeline, "sink": txn.sink,
                                                **({"owner": self.owner.id} if self.owner else {}),
                                                "rows": len(values),
