@@ -373,7 +373,7 @@ class World:
         if self.kind == "redis":
             found += [k for k in redis_client().scan_iter(f"{self.name}:_eo:*")
                       if not k.startswith((f"{self.name}:_eo:marker:", f"{self.name}:_eo:keys:"))
-                      and k != f"{self.name}:_eo:owner"]  # the namespace's owner claim: bookkeeping
+                      and k not in (f"{self.name}:_eo:owner", f"{self.name}:_eo:partitions")]  # the namespace's claim, its partitions
         return found
 
     def log_problems(self, sink: TwoPhaseCommitSink, interval: Interval) -> list[str]:
