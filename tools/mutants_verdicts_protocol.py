@@ -39,7 +39,9 @@ PROTOCOL_VERDICTS: dict[str, str] = {
     "protocol/staging.py:kept_copies:ReplaceOrWithAnd:5811401da4":
         ("equivalent: the next check (the sealed data inside the checkpoint) answers None in both cases it lets "
          "through - a target that keeps no copies has none there, and a missing checkpoint nothing below it"),
-    "protocol/transaction.py:record_validation:AddNot:8b5e8bc5b1": MESSAGE,  # only whether it logs a warning
+    **{f"protocol/transaction.py:record_validation:{k}": MESSAGE  # only whether it logs a warning
+       for k in ("AddNot:8b5e8bc5b1", "ReplaceComparisonOperator_NotEq_Eq:1fff636022")},
+    "protocol/transaction.py:transaction:ReplaceBinaryOperator_Mul_Div:71f60ebfa2": STAR_TO_SLASH,
     "protocol/transaction.py:_publish:NumberReplacer:c011fa8f47":
         ("harmless: only the file count a retried commit reports for a version whose manifest gc has compacted "
          "(unknown, 0 by convention); nothing published or decided differs"),
