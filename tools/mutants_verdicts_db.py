@@ -49,12 +49,13 @@ DB_VERDICTS: dict[str, str] = {
         ("equivalent: the connection is closed right after (finally), and the server rolls back a closed "
          "session's transaction, releasing its locks and temporary tables"),
     # session 28: the MariaDB row's last survivors. Codes PyMySQL's own class already classifies the same way:
-    # 1263 (NULL into NOT NULL: a DataError, 'schema'), 1927/1928 (connection killed / internal error:
-    # OperationalErrors, 'unavailable'); 2067/2068 are libmysqlclient's codes, which PyMySQL never raises (a
-    # refused LOAD DATA LOCAL comes from the server as 1148 or 3948)
+    # 1263 (NULL into NOT NULL: a DataError, 'schema'), 1927/1928 (connection killed / internal error), 2002/2003
+    # (cannot connect), 2006/2007 (server gone): OperationalErrors, 'unavailable'; 2067/2068 are libmysqlclient's
+    # codes, which PyMySQL never raises (a refused LOAD DATA LOCAL comes from the server as 1148 or 3948)
     **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": (
         "equivalent: the code leaves or joins a set only to be classified the same by PyMySQL's exception class "
-        "(or never raised by PyMySQL at all)") for h in ("8703dbcd0f", "6647f21854", "3a311324f3")},
+        "(or never raised by PyMySQL at all)") for h in ("8703dbcd0f", "6647f21854", "3a311324f3",
+                                                         "c29479c0f4", "7bc0435c05")},  # 2003->2002, 2006->2007
     **{f"mysql targets/csv_rows.py:csv_chunks:{k}": (
         "equivalent: MariaDB's null ('NULL') is then put into the empty fields after rendering instead of by "
         "pyarrow's null_string: the same bytes (tests/unit/test_targets_config.py renders both ways and compares)")

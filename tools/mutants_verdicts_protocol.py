@@ -41,7 +41,9 @@ PROTOCOL_VERDICTS: dict[str, str] = {
          "through - a target that keeps no copies has none there, and a missing checkpoint nothing below it"),
     **{f"protocol/transaction.py:record_validation:{k}": MESSAGE  # only whether it logs a warning
        for k in ("AddNot:8b5e8bc5b1", "ReplaceComparisonOperator_NotEq_Eq:1fff636022")},
-    "protocol/transaction.py:transaction:ReplaceBinaryOperator_Mul_Div:71f60ebfa2": STAR_TO_SLASH,
+    **{f"protocol/transaction.py:{k}": STAR_TO_SLASH for k in (
+        "transaction:ReplaceBinaryOperator_Mul_Div:71f60ebfa2", "begin:ReplaceBinaryOperator_Mul_Div:2efcf51af4",
+        "recover:ReplaceBinaryOperator_Mul_Div:941e98371b")},  # no caller names the interval by keyword
     "protocol/transaction.py:_publish:NumberReplacer:c011fa8f47":
         ("harmless: only the file count a retried commit reports for a version whose manifest gc has compacted "
          "(unknown, 0 by convention); nothing published or decided differs"),
