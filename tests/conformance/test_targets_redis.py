@@ -281,3 +281,46 @@ def test_the_advice_names_the_server_and_user_and_never_the_password(kind):
     assert line.startswith("export REDISCLI_AUTH=<password>; redis-cli -h cache.internal -p 6380 -n 2 --user loader "
                            "--tls --scan --pattern 'ns:h=05:30:*' | awk -F: 'NF == 4' | xargs -r -d '\\n' redis-cli"), line
     assert "s3cr" not in line and "<password>" not in RedisTarget("ns", ("app_id",), url=REDIS_URL).advice("x")
+
+
+def test_the_partitions_another_interval_publishes_meanwhile_or_before_the_set_existed_are_its_own(
+        r, ns, tmp_path, monkeypatch):
+    """Which partition a key under ``<ns>:h=05:`` belongs to is read after the SCAN that found it: a first
+    publish of ``h=05:30`` (another interval) landing while a check of ``h=05`` scans writes its keys and its
+    partition in one EXEC, so its keys are never taken for foreign ones (whose advice would delete them). A
+    namespace without the partitions set (published before it existed, or the set deleted) tells them from the
+    interval key sets, and its next publish saves the set. An old loader's key of another shape in a partition
+    never published is refused by name before the first publish - not as a 'key set gone' it never had."""
+    import redis as redis_lib
+
+    t, short, longer = target(ns), "h=05", "h=05:30"
+    assert t.publish(txn(epoch=1), stage(tmp_path, {short: [pv_rows("a", 2)]})) == {short: "published"}
+    real_scan, fired = redis_lib.Redis.scan_iter, []
+
+    def scan_iter(self, *args, **kw):  # the other interval's first publish lands inside our SCAN
+        it = real_scan(self, *args, **kw)
+        if not fired:
+            fired.append("inside")
+            fired.append(target(ns).publish(txn("2026-01-02", epoch=1), stage(tmp_path, {longer: [pv_rows("b", 3)]})))
+        return it
+
+    monkeypatch.setattr(redis_lib.Redis, "scan_iter", scan_iter)
+    version = stage(tmp_path, {short: [pv_rows("a", 1)]})
+    t.check(txn(epoch=2), version)
+    monkeypatch.undo()
+    assert fired == ["inside", {longer: "published"}]
+    assert t.publish(txn(epoch=2), version) == {short: "published"}
+    assert live(r, ns) == {**expected(ns, pv_rows("a", 1), short), **expected(ns, pv_rows("b", 3), longer)}
+    r.delete(t.partitions_key())  # as published before the set existed
+    t.check(txn(epoch=3), stage(tmp_path, {short: [pv_rows("a", 2)]}))
+    assert t.publish(txn(epoch=3), stage(tmp_path, {short: [pv_rows("a", 2)]})) == {short: "published"}
+    assert r.smembers(t.partitions_key()) == {short, longer}  # saved by that publish
+    legacy = f"{ns}:h=07:legacy:app1"
+    r.set(legacy, "1")
+    with pytest.raises(TargetSchemaError, match="did not write") as refused:
+        t.check(txn("2026-01-03", epoch=1), stage(tmp_path, {"h=07": [pv_rows("c", 1)]}))
+    assert legacy in str(refused.value) and "is gone" not in str(refused.value)
+    advice = str(refused.value).split("not needed (", 1)[1].rsplit("), or publish", 1)[0]
+    subprocess.run(["bash", "-c", advice], check=True, capture_output=True)
+    assert not r.exists(legacy)
+    assert t.publish(txn("2026-01-03", epoch=1), stage(tmp_path, {"h=07": [pv_rows("c", 1)]})) == {"h=07": "published"}

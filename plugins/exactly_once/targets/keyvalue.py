@@ -300,41 +300,57 @@ class RedisTarget(PublishTarget):
                 "for a partition only an earlier version wrote), then reprocess the interval (eo reprocess "
                 "<table-url> --interval <start>)")
 
+    def _published_partitions(self, client: Any) -> set[str]:
+        """Every partition published into the namespace: its set (:meth:`partitions_key`) or, where there is
+        none (a namespace published before the set existed, or its set deleted), the partitions of the keys in
+        every interval's key set - O(keys published), which the next publish saves as the set."""
+        found = {p.decode() for p in client.smembers(self.partitions_key())}
+        if not found:
+            for keyset in client.scan_iter(match=f"{_glob(self.namespace)}:_eo:keys:*", count=1000):
+                found.update(self.partition_of(k.decode()) for k in client.sscan_iter(keyset, count=1000))
+            found.discard(None)
+        return found
+
     def _interval_keys(self, client: Any, staged: StagedVersion) -> list[str]:
         """The namespace's keys in the partitions of ``staged``: one SCAN of the namespace (O(keys in it)).
         A key under a partition's prefix is that partition's unless it is a key of another partition published
-        here (:meth:`partition_of`, :meth:`partitions_key`: ``h=05:30``'s keys start with ``h=05:``): one of an
-        old loader with more or fewer key parts counts as the partition's, never as another's."""
+        here (:meth:`partition_of`, :meth:`_published_partitions`: ``h=05:30``'s keys start with ``h=05:``);
+        one of an old loader with more or fewer key parts counts as the partition's, never as another's. The
+        published partitions are read after the SCAN: a publish writes its keys and its partitions in one
+        EXEC, so the partition of any key the SCAN saw is known by then."""
         parts = set(staged.partitions)
-        if not parts:
-            return []
-        others = {p.decode() for p in client.smembers(self.partitions_key())} - parts
         prefixes = tuple(f"{self.namespace}:{p}:" for p in parts)
-        return sorted(k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
-                                                                           count=1000))
-                      if k.startswith(prefixes) and self.partition_of(k) not in others)
+        under = [k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
+                                                                      count=1000)) if parts and k.startswith(prefixes)]
+        if not under:
+            return []
+        others = self._published_partitions(client) - parts
+        return sorted(k for k in under if self.partition_of(k) not in others)
 
     def _refuse_unknown_keys(self, client: Any, txn: TxnRef, staged: StagedVersion, marker: dict[bytes, bytes]
                              ) -> None:
         """TargetSchemaError if a partition of ``staged`` holds keys this interval's versions never wrote
         (an old loader's, a manual SET): a publish replaces only the keys it knows (the interval's key
         set), so they would stay beside every new version - or if the key set itself is gone (evicted or
-        deleted) while the partitions hold keys (the real cause, not "an old loader's")."""
+        deleted) while the marker says its version has keys (the real cause, not "an old loader's")."""
         keyset = self.keyset_key(txn.interval)
         ours = {k.decode() for k in client.smembers(keyset)}
         unknown = [k for k in self._interval_keys(client, staged) if k not in ours]
-        if unknown and not ours and (int(marker.get(b"rows", 0)) or not marker.get(b"epoch")):
+        if unknown and not ours and int(marker.get(b"rows", 0)):
             raise TargetSchemaError(self._gone(keyset, int(marker.get(b"epoch", 0)), staged.partitions)
                                     + "; nothing was decided")
         if unknown:
-            shown = unknown[:SHOWN_KEYS]
-            raise TargetSchemaError(
-                f"the redis namespace {self.namespace} holds {len(unknown)} key(s) in this interval's partitions "
-                f"that exactly-once did not write (e.g. {unknown[0]!r}: an old loader's?). A publish replaces "
-                "only its own keys, so they would stay beside the new version. Delete them once you know they "
-                f"are not needed ({self.advice(self.cli() + ' unlink ' + ' '.join(map(shlex.quote, shown)))}"
+            raise TargetSchemaError(self._foreign(unknown) + "; nothing was decided")
+
+    def _foreign(self, unknown: list[str]) -> str:
+        """Why a publish cannot go on beside ``unknown`` keys in its partitions, and the line deleting them."""
+        shown = unknown[:SHOWN_KEYS]
+        return (f"the redis namespace {self.namespace} holds {len(unknown)} key(s) in this interval's partitions "
+                f"that exactly-once did not write (e.g. {unknown[0]!r}: an old loader's?). A publish replaces only "
+                "its own keys, so they would stay beside the new version. Delete them once you know they are not "
+                f"needed ({self.advice(self.cli() + ' unlink ' + ' '.join(map(shlex.quote, shown)))}"
                 + (f"; the next check names the other {len(unknown) - len(shown)}" if len(unknown) > len(shown) else "")
-                + "), or publish into another namespace; nothing was decided")
+                + "), or publish into another namespace")
 
     def live_epoch(self, interval: Interval) -> int | None:
         """The marker's epoch of ``interval`` (None: none, or - once claimed - another owner's marker)."""
@@ -403,9 +419,12 @@ class RedisTarget(PublishTarget):
                         verdict = ALREADY if epoch == txn.epoch else SUPERSEDED
                         logger.info("%s: %s (marker at epoch %d) in %s", txn.name, verdict, epoch, self.describe())
                         return verdict
-                    if not pipe.exists(keyset) and (int(live.get(b"rows", 0)) or (
-                            not epoch and self._interval_keys(pipe, staged))):
+                    if not pipe.exists(keyset) and int(live.get(b"rows", 0)):
                         raise TargetSchemaError(self._gone(keyset, epoch, staged.partitions))  # stale keys untold
+                    if not epoch and not pipe.exists(keyset) and (unknown := self._interval_keys(pipe, staged)):
+                        raise TargetSchemaError(self._foreign(unknown))  # set between the check and the decision
+                    fill = set(staged.partitions) | (set() if pipe.exists(self.partitions_key()) else
+                                                     self._published_partitions(pipe))  # the set, made once
                     if values is None:
                         values = self._values(staged)
                     stale = sorted({k.decode() for k in pipe.smembers(keyset)} - values.keys())
@@ -417,8 +436,8 @@ class RedisTarget(PublishTarget):
                     pipe.delete(keyset)
                     for chunk in _chunks(sorted(values)):
                         pipe.sadd(keyset, *chunk)
-                    if staged.partitions:
-                        pipe.sadd(self.partitions_key(), *staged.partitions)
+                    if fill:
+                        pipe.sadd(self.partitions_key(), *fill)
                     pipe.hset(marker, mapping={"epoch": txn.epoch, "pipeline": txn.pipeline, "sink": txn.sink,
                                                **({"owner": self.owner.id} if self.owner else {}),
                                                "rows": len(values),
