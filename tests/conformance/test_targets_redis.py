@@ -324,3 +324,25 @@ def test_the_partitions_another_interval_publishes_meanwhile_or_before_the_set_e
     subprocess.run(["bash", "-c", advice], check=True, capture_output=True)
     assert not r.exists(legacy)
     assert t.publish(txn("2026-01-03", epoch=1), stage(tmp_path, {"h=07": [pv_rows("c", 1)]})) == {"h=07": "published"}
+
+
+def test_the_check_refuses_what_the_publish_would_refuse_after_the_decision(r, ns, tmp_path):
+    """The check sees what the publish will: a key set gone while the marker says its version has keys is
+    refused whatever partitions the new version writes (the publish refuses it, too late); a foreign key in a
+    partition the live version has and the new one drops is refused (the publish empties the partition and
+    would leave it); and a key that is not UTF-8 elsewhere in the namespace blocks nobody."""
+    t = target(ns)
+    assert t.publish(txn(epoch=1), stage(tmp_path, {"p=1": [pv_rows("a", 2)], "p=2": [pv_rows("b", 1)]})) == {
+        "p=1": "published", "p=2": "published"}
+    r.set(f"{ns}:p=2:legacy", "1")
+    with pytest.raises(TargetSchemaError, match=f"did not write.*{ns}:p=2:legacy"):
+        t.check(txn(epoch=2), stage(tmp_path, {"p=1": [pv_rows("a", 1)]}))  # p=2 dropped: emptied by the publish
+    r.delete(f"{ns}:p=2:legacy")
+    redis_bytes = __import__("redis").Redis(host="127.0.0.1", port=6379)
+    redis_bytes.set(f"{ns}:p=9:".encode() + b"\xe9t\xe9", b"1")  # another writer's latin-1 key
+    t.check(txn(epoch=2), stage(tmp_path, {"p=1": [pv_rows("a", 1)]}))
+    r.delete(t.keyset_key(IV))
+    with pytest.raises(TargetSchemaError, match="is gone"):
+        t.check(txn(epoch=2), stage(tmp_path, {"p=3": [pv_rows("c", 1)]}))
+    redis_bytes.delete(f"{ns}:p=9:".encode() + b"\xe9t\xe9")
+    redis_bytes.close()

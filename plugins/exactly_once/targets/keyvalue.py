@@ -311,34 +311,35 @@ class RedisTarget(PublishTarget):
             found.discard(None)
         return found
 
-    def _interval_keys(self, client: Any, staged: StagedVersion) -> list[str]:
-        """The namespace's keys in the partitions of ``staged``: one SCAN of the namespace (O(keys in it)).
-        A key under a partition's prefix is that partition's unless it is a key of another partition published
-        here (:meth:`partition_of`, :meth:`_published_partitions`: ``h=05:30``'s keys start with ``h=05:``);
-        one of an old loader with more or fewer key parts counts as the partition's, never as another's. The
-        published partitions are read after the SCAN: a publish writes its keys and its partitions in one
-        EXEC, so the partition of any key the SCAN saw is known by then."""
-        parts = set(staged.partitions)
-        prefixes = tuple(f"{self.namespace}:{p}:" for p in parts)
-        under = [k for k in (raw.decode() for raw in client.scan_iter(match=f"{_glob(self.namespace)}:*",
-                                                                      count=1000)) if parts and k.startswith(prefixes)]
+    def _interval_keys(self, client: Any, staged: StagedVersion, also: Iterable[str] = ()) -> list[str]:
+        """The namespace's keys in the partitions of ``staged`` (and ``also``): one SCAN per partition, matching
+        its prefix on the server. A key under a partition's prefix is that partition's unless it is a key of
+        another partition published here (:meth:`partition_of`, :meth:`_published_partitions`: ``h=05:30``'s
+        keys start with ``h=05:``); one of an old loader with more or fewer key parts counts as the partition's,
+        never as another's. The published partitions are read after the SCANs: a publish writes its keys and
+        its partitions in one EXEC, so the partition of any key a SCAN saw is known by then. A key that is not
+        UTF-8 is shown with its bytes escaped."""
+        parts = set(staged.partitions) | set(also)
+        under = sorted({raw.decode(errors="backslashreplace") for p in sorted(parts) for raw in client.scan_iter(
+            match=f"{_glob(self.namespace)}:{_glob(p)}:*", count=1000)})
         if not under:
             return []
         others = self._published_partitions(client) - parts
-        return sorted(k for k in under if self.partition_of(k) not in others)
+        return [k for k in under if self.partition_of(k) not in others]
 
     def _refuse_unknown_keys(self, client: Any, txn: TxnRef, staged: StagedVersion, marker: dict[bytes, bytes]
                              ) -> None:
-        """TargetSchemaError if a partition of ``staged`` holds keys this interval's versions never wrote
-        (an old loader's, a manual SET): a publish replaces only the keys it knows (the interval's key
-        set), so they would stay beside every new version - or if the key set itself is gone (evicted or
-        deleted) while the marker says its version has keys (the real cause, not "an old loader's")."""
+        """TargetSchemaError if the key set is gone (evicted or deleted) while the marker says the live version
+        has keys - the publish refuses that too - or if a partition of ``staged`` or of the live version holds
+        keys this interval's versions never wrote (an old loader's, a manual SET): a publish replaces only the
+        keys it knows (the interval's key set), so they would stay beside every new version."""
         keyset = self.keyset_key(txn.interval)
         ours = {k.decode() for k in client.smembers(keyset)}
-        unknown = [k for k in self._interval_keys(client, staged) if k not in ours]
-        if unknown and not ours and int(marker.get(b"rows", 0)):
+        if not ours and int(marker.get(b"rows", 0)):
             raise TargetSchemaError(self._gone(keyset, int(marker.get(b"epoch", 0)), staged.partitions)
                                     + "; nothing was decided")
+        live = {self.partition_of(k) for k in ours} - {None}  # a partition the new version drops included
+        unknown = [k for k in self._interval_keys(client, staged, live) if k not in ours]
         if unknown:
             raise TargetSchemaError(self._foreign(unknown) + "; nothing was decided")
 
