@@ -44,6 +44,10 @@ PROTOCOL_VERDICTS: dict[str, str] = {
     **{f"protocol/transaction.py:{k}": STAR_TO_SLASH for k in (
         "transaction:ReplaceBinaryOperator_Mul_Div:71f60ebfa2", "begin:ReplaceBinaryOperator_Mul_Div:2efcf51af4",
         "recover:ReplaceBinaryOperator_Mul_Div:941e98371b")},  # no caller names the interval by keyword
+    "protocol/transaction.py:_publish:ReplaceComparisonOperator_Lt_LtE:9fda800d41":
+        ("equivalent: the one COMMITTED epoch not older is the one publishing, whose partitions are its manifest's "
+         "(already there: setdefault keeps them); its published record, which would name more, exists only once "
+         "its publish is finished, and then _publish returns before"),
     "protocol/transaction.py:_publish:NumberReplacer:c011fa8f47":
         ("harmless: only the file count a retried commit reports for a version whose manifest gc has compacted "
          "(unknown, 0 by convention); nothing published or decided differs"),

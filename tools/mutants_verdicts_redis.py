@@ -71,4 +71,10 @@ REDIS_VERDICTS: dict[str, str] = {
         "equivalent: an Endpoint is never mutated; frozen only guards",
     "targets/endpoint.py:Endpoint:ReplaceFalseWithTrue:39e2a4defc":
         "equivalent: every Endpoint is built by resolve(), which sets tls from the URL's scheme",
+    # session 28: SCAN's batch hint, and how many foreign keys one refusal names
+    **{f"targets/keyvalue.py:{k}": TUNING for k in (
+        "-:NumberReplacer:7661ff39b2", "_published_partitions:NumberReplacer:e72375a96c",
+        "_interval_keys:NumberReplacer:f400ec05eb")},
+    "targets/keyvalue.py:_refuse_unknown_keys:NumberReplacer:858c8c16ed":
+        "equivalent: a marker with rows has its epoch (one HSET sets both), so the default is never taken",
 }

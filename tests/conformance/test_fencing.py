@@ -59,6 +59,7 @@ def test_only_the_newest_of_two_attempts_publishes(world, monkeypatch, older_at)
         finish_first()
     assert world.read_rows() == world.rows({PART: [new]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+    assert not sink.storage.exists(sink.rejected_dir(first))  # a fenced attempt's output is deleted, not kept
 
 
 def test_recovery_aborts_a_superseded_pre_commit_and_leaves_a_running_validation(world, monkeypatch):
