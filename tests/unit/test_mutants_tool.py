@@ -127,7 +127,8 @@ def test_a_verdict_for_one_row_does_not_judge_the_mutant_in_another():
     from tools.mutants_verdicts import VERDICTS
 
     key = "targets/sql_dialects.py:-:NumberReplacer:c29479c0f4"
-    assert verdict(VERDICTS, "postgresql", key) and verdict(VERDICTS, "mysql", key) is None
+    rows = {f"postgresql {key}": "another dialect's code"}
+    assert verdict(rows, "postgresql", key) == "another dialect's code" and verdict(rows, "mysql", key) is None
     assert verdict({key: "any row"}, "mysql", key) == "any row"
     assert all(k.split(" ")[0] in ROWS for k in VERDICTS if " " in k)  # a row's verdict names a row
 
