@@ -116,3 +116,19 @@ def test_partitions_only_an_aborted_attempt_wrote_are_not_published(world):
     assert set(sink.commit(txn).partitions) == {PART}
     assert set(sink.status(IV)[txn.epoch].records["published"]["partitions"]) == {PART}
     assert world.read_rows() == world.rows({PART: [make_rows("b", 3)]}) and world.leftovers() == []
+
+
+def test_recovery_finishes_an_abort_cut_short(world):
+    """An abort that died after deleting the data and before the rest (its decision recorded): recovery
+    deletes what is left, and says so."""
+    from exactly_once.errors import FailpointError
+    from protocol_helpers import failpoints
+
+    sink = world.sink()
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {PART: [make_rows("a", 2)]})
+    with failpoints("abort.mid=error"), pytest.raises(FailpointError):
+        sink.abort(txn)
+    assert sink.status(IV)[txn.epoch].state is State.ABORTED and sink.storage.exists(sink.staging_dir(txn))
+    assert any("cleaned up aborted leftovers" in line for line in world.sink().recover(IV))
+    assert world.leftovers() == [] and world.read_rows() == []

@@ -346,3 +346,13 @@ def test_the_check_refuses_what_the_publish_would_refuse_after_the_decision(r, n
         t.check(txn(epoch=2), stage(tmp_path, {"p=3": [pv_rows("c", 1)]}))
     redis_bytes.delete(f"{ns}:p=9:".encode() + b"\xe9t\xe9")
     redis_bytes.close()
+
+
+@pytest.mark.parametrize("kind", ["redis"])
+def test_an_owner_record_keeps_no_password_even_one_holding_an_at_sign(kind):
+    """What an owner record keeps of a target URL: the user, host, port and database - never the password, also
+    one written with a raw '@' (the netloc's last '@' ends the credentials)."""
+    from exactly_once.targets.endpoint import without_password
+
+    assert without_password("redis://loader:p@ss@cache:6380/2") == "redis://loader@cache:6380/2"
+    assert without_password("redis://:p@ss@cache/0") == "redis://cache/0"
