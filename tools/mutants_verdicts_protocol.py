@@ -43,7 +43,11 @@ PROTOCOL_VERDICTS: dict[str, str] = {
        for k in ("AddNot:8b5e8bc5b1", "ReplaceComparisonOperator_NotEq_Eq:1fff636022")},
     **{f"protocol/transaction.py:{k}": STAR_TO_SLASH for k in (
         "transaction:ReplaceBinaryOperator_Mul_Div:71f60ebfa2", "begin:ReplaceBinaryOperator_Mul_Div:2efcf51af4",
-        "recover:ReplaceBinaryOperator_Mul_Div:941e98371b")},  # no caller names the interval by keyword
+        "recover:ReplaceBinaryOperator_Mul_Div:941e98371b", "at:ReplaceBinaryOperator_Mul_Div:ecf9be7f27")},
+    # (no caller names the interval, or at()'s url, by keyword)
+    "protocol/transaction.py:begin:NumberReplacer:26bbccee4d":
+        ("harmless: a begin that lost the race for an epoch tries two higher instead of one - epochs stay unique "
+         "and increasing, which is all the log, the fencing (the newest wins) and the targets' markers compare"),
     "protocol/transaction.py:_publish:ReplaceComparisonOperator_Lt_LtE:9fda800d41":
         ("equivalent: the one COMMITTED epoch not older is the one publishing, whose partitions are its manifest's "
          "(already there: setdefault keeps them); its published record, which would name more, exists only once "

@@ -132,3 +132,16 @@ def test_recovery_finishes_an_abort_cut_short(world):
     assert sink.status(IV)[txn.epoch].state is State.ABORTED and sink.storage.exists(sink.staging_dir(txn))
     assert any("cleaned up aborted leftovers" in line for line in world.sink().recover(IV))
     assert world.leftovers() == [] and world.read_rows() == []
+
+
+def test_a_newer_begin_aborts_the_older_open_attempt_at_once(world):
+    """Begin recovers its interval with the older open attempts aborted (and their staging deleted) before it
+    takes its epoch: a zombie writer's attempt is over when the retry begins, not only at its own commit."""
+    sink, other = world.sink(), world.sink()
+    first = sink.begin(IV)
+    world.stage(sink, first, {PART: [make_rows("a", 2)]})
+    second = other.begin(IV)
+    assert second.epoch > first.epoch and sink.status(IV)[first.epoch].state is State.ABORTED
+    assert not sink.storage.exists(sink.staging_dir(first))
+    other.abort(second)
+    assert world.leftovers() == []
