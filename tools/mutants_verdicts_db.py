@@ -56,15 +56,16 @@ DB_VERDICTS: dict[str, str] = {
         "equivalent: the code leaves or joins a set only to be classified the same by PyMySQL's exception class "
         "(or never raised by PyMySQL at all)") for h in ("8703dbcd0f", "6647f21854", "3a311324f3",
                                                          "c29479c0f4", "7bc0435c05", "826c77065c", "6176c0d7c9",
-                                                         "40159adba9")},
+                                                         "40159adba9", "2d62a36c49")},
     # (2003->2002, 2006->2007, 1146->1147: no such table, a ProgrammingError; 1927->1926; 1062->1063: a
-    # duplicate key, an IntegrityError)
+    # duplicate key, an IntegrityError; 2055->2056: libmysqlclient's, never PyMySQL's)
     "targets/sql_dialects.py:raise_on_warnings:ReplaceOrWithAnd:4c81e23ad3":
         ("equivalent: the session records no notes (sql_notes 0, set at connect), so what SHOW WARNINGS lists is "
          "warnings and errors, and its first rows are there exactly when the count is not 0"),
     # 1261 (LOAD DATA: too few fields) is a LOAD DATA warning the target raises itself (SHOW WARNINGS)
     **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG  # 1262 too (too many fields), and 1136
-       for h in ("a75f55adc6", "a75a9c3952", "77824dc8bf")},  # (a column count: the target's statements never)
+       for h in ("a75f55adc6", "a75a9c3952", "77824dc8bf", "9357c26d44")},  # (a column count: the target's
+    # statements never); 1143, a column's privilege: PyMySQL's OperationalError, retried, then unavailable
     **{f"targets/sql_dialects.py:exact_names:NumberReplacer:{h}": ONE_COLUMN for h in ("d731e522d8", "e5f45e7901")},
     "targets/sql_dialects.py:upsert_sql:NumberReplacer:116c42328d":
         ("equivalent: when every column is a key, the no-op update assigns one key column to itself, or two: the "
