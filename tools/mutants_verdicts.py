@@ -171,9 +171,6 @@ VERDICTS: dict[str, str] = {
     **{f"mysql targets/sql_dialects.py:-:NumberReplacer:{h}": CONFIG for h in ("d3acefb16f", "8076cf6337",
                                                                               "26378b656f", "fab1d7e1f6",
                                                                               "9b43ef7c94")},
-    "mysql targets/sql_dialects.py:-:NumberReplacer:264333221f":
-        ("harmless: 1142 (a command denied on a table) then reaches classify as a ProgrammingError: a schema "
-         "refusal instead of a privilege one - rolled back, nothing published, only the advice differs"),
     "targets/database.py:_table_columns:AddNot:e72ec40d7b": MESSAGE,
     "targets/database.py:__post_init__:AddNot:8a47199909": CONFIG,
     **{f"targets/database.py:_dry_run:{key}":
