@@ -56,9 +56,9 @@ DB_VERDICTS: dict[str, str] = {
         "equivalent: the code leaves or joins a set only to be classified the same by PyMySQL's exception class "
         "(or never raised by PyMySQL at all)") for h in ("8703dbcd0f", "6647f21854", "3a311324f3",
                                                          "c29479c0f4", "7bc0435c05", "826c77065c", "6176c0d7c9",
-                                                         "40159adba9", "2d62a36c49")},
+                                                         "40159adba9", "2d62a36c49", "fd34c1e05c")},
     # (2003->2002, 2006->2007, 1146->1147: no such table, a ProgrammingError; 1927->1926; 1062->1063: a
-    # duplicate key, an IntegrityError; 2055->2056: libmysqlclient's, never PyMySQL's)
+    # duplicate key, and 1452->1451 a missing referenced row, IntegrityErrors; 2055->2056: libmysqlclient's)
     "targets/sql_dialects.py:raise_on_warnings:ReplaceOrWithAnd:4c81e23ad3":
         ("equivalent: the session records no notes (sql_notes 0, set at connect), so what SHOW WARNINGS lists is "
          "warnings and errors, and its first rows are there exactly when the count is not 0"),
