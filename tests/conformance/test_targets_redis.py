@@ -14,7 +14,7 @@ import pytest
 from eo_testing import need
 from target_helpers import REDIS_URL, gone, pv_rows, reachable, split, stage, txn
 
-from exactly_once import ConfigError, Interval, UnsafeIdentifierError
+from exactly_once import Interval, UnsafeIdentifierError
 from exactly_once.errors import OwnershipError, TargetSchemaError, TargetUnavailableError
 from exactly_once.targets import RedisTarget
 from exactly_once.targets import keyvalue as keyvalue_module
