@@ -59,6 +59,12 @@ def expected(ns, rows, part=PART) -> dict[str, dict]:
             for x in rows}
 
 
+def run_advice(refusal: BaseException, after: str, before: str) -> None:
+    """Run, as a user pastes it into bash, the shell line a refusal gives between ``after`` and ``before``."""
+    line = str(refusal).split(after, 1)[1].rsplit(before, 1)[0]
+    subprocess.run(["bash", "-c", line], check=True, capture_output=True)
+
+
 def test_publish_already_superseded_and_reprocess_drops_keys(r, ns, tmp_path):
     t = target(ns)
     v2 = pv_rows("a", 200)
@@ -259,15 +265,13 @@ def test_a_partition_value_that_extends_anothers_by_a_colon_is_a_partition_of_it
     with pytest.raises(TargetSchemaError, match="did not write") as refused:
         t.check(txn(epoch=3), stage(tmp_path, {short: [pv_rows("a", 1)]}))
     assert "4 key(s)" in str(refused.value), refused.value
-    advice = str(refused.value).split("not needed (", 1)[1].rsplit("), or publish", 1)[0]
-    subprocess.run(["bash", "-c", advice], check=True, capture_output=True)
+    run_advice(refused.value, "not needed (", "), or publish")
     assert not any(r.exists(k) for k in foreign)  # the loader's keys gone, and only they
     assert live(r, ns) == {**ours, f"{ns}:{short}": {"pv": 1}}
     r.delete(f"{ns}:{short}", t.keyset_key(IV))
     with pytest.raises(TargetSchemaError, match="is gone") as gone:
         t.check(txn(epoch=3), stage(tmp_path, {short: [pv_rows("a", 1)]}))
-    subprocess.run(["bash", "-c", str(gone.value).split("and its marker (", 1)[1].split("; likewise", 1)[0]],
-                   check=True, capture_output=True)
+    run_advice(gone.value, "and its marker (", "; likewise")
     assert live(r, ns) == expected(ns, pv_rows("b", 2), longer) and not r.exists(t.marker_key(IV))
     assert t.publish(txn(epoch=3), stage(tmp_path, {short: [pv_rows("c", 1)]})) == {short: "published"}
 
@@ -320,8 +324,7 @@ def test_the_partitions_another_interval_publishes_meanwhile_or_before_the_set_e
     with pytest.raises(TargetSchemaError, match="did not write") as refused:
         t.check(txn("2026-01-03", epoch=1), stage(tmp_path, {"h=07": [pv_rows("c", 1)]}))
     assert legacy in str(refused.value) and "is gone" not in str(refused.value)
-    advice = str(refused.value).split("not needed (", 1)[1].rsplit("), or publish", 1)[0]
-    subprocess.run(["bash", "-c", advice], check=True, capture_output=True)
+    run_advice(refused.value, "not needed (", "), or publish")
     assert not r.exists(legacy)
     assert t.publish(txn("2026-01-03", epoch=1), stage(tmp_path, {"h=07": [pv_rows("c", 1)]})) == {"h=07": "published"}
 

@@ -8,9 +8,10 @@ row's other columns as a JSON object. Per interval, two bookkeeping keys sit bes
 * ``<namespace>:_eo:keys:<interval>``   - a set: the data keys of the live version;
 
 and two for the namespace: ``<namespace>:_eo:owner``, the owner (pipeline, sink, owner id, log location)
-that claimed it at its first begin (``SET NX``, before anything was decided), and ``<namespace>:_eo:partitions``,
-a set of every partition published into it (a key's partition is told by :meth:`RedisTarget.partition_of`). A publish refuses a claim or
-a marker of another owner (OwnershipError) instead of taking its epoch for "already published".
+that claimed it at its first begin (``SET NX``, before anything was decided), and
+``<namespace>:_eo:partitions``, a set of every partition published into it (a key's partition is told by
+:meth:`RedisTarget.partition_of`). A publish refuses a claim or a marker of another owner (OwnershipError)
+instead of taking its epoch for "already published".
 
 A publish WATCHes both, reads the marker (equal epoch: ``already``; newer: ``superseded``), then in ONE
 ``MULTI``/``EXEC`` deletes the keys of the previous version that the new one no longer has, writes every
@@ -420,9 +421,10 @@ class RedisTarget(PublishTarget):
                         verdict = ALREADY if epoch == txn.epoch else SUPERSEDED
                         logger.info("%s: %s (marker at epoch %d) in %s", txn.name, verdict, epoch, self.describe())
                         return verdict
-                    if not pipe.exists(keyset) and int(live.get(b"rows", 0)):
+                    keyless = not pipe.exists(keyset)
+                    if keyless and int(live.get(b"rows", 0)):
                         raise TargetSchemaError(self._gone(keyset, epoch, staged.partitions))  # stale keys untold
-                    if not epoch and not pipe.exists(keyset) and (unknown := self._interval_keys(pipe, staged)):
+                    if not epoch and keyless and (unknown := self._interval_keys(pipe, staged)):
                         raise TargetSchemaError(self._foreign(unknown))  # set between the check and the decision
                     fill = set(staged.partitions) | (set() if pipe.exists(self.partitions_key()) else
                                                      self._published_partitions(pipe))  # the set, made once
