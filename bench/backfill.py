@@ -62,7 +62,8 @@ def _mode(work: Path, mode: str, landing: Path, days: list[str], timeout_per_int
     (run_dir / "data" / "landing").symlink_to(landing)  # the same landing files in every mode
     # per interval (EO_PV_MAX_BATCH=1): this section measures what each scheduled interval costs; the
     # batched path (one job for a whole backfill) is section ``batched`` (bench/backfill_cost.py)
-    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0",
+    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_PV_END": days[-1],
+                "EO_RETRIES": "0",
                 "EO_PV_MAX_BATCH": "1"}
     if idle_sleep is not None:
         settings["AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME"] = str(idle_sleep)
@@ -150,7 +151,8 @@ def backfill_compare(work: Path, intervals: dict[str, int], events: int, timeout
         raise SystemExit(f"unknown backfill mode(s) {sorted(bad)}; choose from {MODES}")
     if not dags or set(dags) - set(DAGS):
         raise SystemExit(f"backfill DAGs must be some of {DAGS}, not {dags}")
-    # the last day is yesterday: unpausing a catchup=False DAG then schedules nothing the backfill lacks
+    # the last day is yesterday and the DAGs' end (EO_PV_END): unpausing a catchup=False DAG then schedules
+    # nothing the backfill lacks, also past midnight UTC
     n = max(intervals.values()) + 1
     days, landing = landing_days(work, "backfill-landing", n, events)
     res: dict[str, Any] = {"events_per_interval": events, "warmup": 1, "modes": {}}

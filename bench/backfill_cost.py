@@ -179,7 +179,8 @@ def _deployment(work: Path, name: str, landing: Path, server: spark_connect.Serv
         (folder / f"{dag}.py").symlink_to(ROOT / "bench" / "dags" / f"{dag}.py")
     (run_dir / "data").mkdir()
     (run_dir / "data" / "landing").symlink_to(landing)
-    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_RETRIES": "0",
+    settings = {"AIRFLOW__CORE__DAGS_FOLDER": str(folder), "EO_PV_START": days[0], "EO_PV_END": days[-1],
+                "EO_RETRIES": "0",
                 "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",  # as docker-compose.yaml ships it (DEPLOYING.md)
                 "EO_PV_MAX_BATCH": str(max_batch), "EO_PV_ONE_TASK": "1" if one_task else "0",
                 "EO_SPARK_REMOTE": server.url,

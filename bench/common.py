@@ -96,8 +96,9 @@ def wait_for_runs(deploy: Any, dag_id: str, runs_of: Callable[[], dict[str, str]
 
 
 def landing_days(work: Path, name: str, n: int, events: int) -> tuple[list[str], Path]:
-    """``n`` days ending yesterday (unpausing a ``catchup=False`` DAG then schedules nothing a backfill lacks) and a
-    fresh landing ``work/<name>`` of ``events`` events a day on each (``tools.sample_data``: 50 apps)."""
+    """``n`` days ending yesterday (unpausing a ``catchup=False`` DAG then schedules nothing a backfill lacks; the
+    deployment's ``EO_PV_END`` keeps it so past midnight UTC) and a fresh landing ``work/<name>`` of ``events``
+    events a day on each (``tools.sample_data``: 50 apps)."""
     import shutil
     from datetime import datetime, timedelta, timezone
 

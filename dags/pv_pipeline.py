@@ -21,6 +21,7 @@ from exactly_once.protocol.layout import Source
 
 ROOT = Path(__file__).resolve().parents[1]
 START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))
+END = os.environ.get("EO_PV_END")  # optional: the last interval's day (a deployment that runs only a backfill)
 
 PV = PipelineConfig(
     pipeline="pv_pipeline",
@@ -49,6 +50,7 @@ with DAG(
     description="Daily page views per app, published exactly once",
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),  # real [start, end) intervals
     start_date=datetime(START.year, START.month, START.day, tzinfo=timezone.utc),
+    end_date=datetime.fromisoformat(END).replace(tzinfo=timezone.utc) if END else None,
     catchup=False,
     max_active_runs=1,  # stateful: intervals run in order
     tags=["exactly-once", "spark"],

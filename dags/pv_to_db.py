@@ -24,6 +24,7 @@ from exactly_once.targets import DatabaseTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 START = date.fromisoformat(os.environ.get("EO_PV_START", "2026-01-01"))
+END = os.environ.get("EO_PV_END")  # optional: the last interval's day (a deployment that runs only a backfill)
 APP_PV_DDL = ("CREATE TABLE app_pv (dt date NOT NULL, app_id varchar(255) NOT NULL, pv bigint NOT NULL, "
               "uv bigint NOT NULL, cumulative_pv bigint NOT NULL, PRIMARY KEY (dt, app_id))")
 
@@ -55,6 +56,7 @@ with DAG(
     description="Daily page views per app, loaded into a database exactly once",
     schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
     start_date=datetime(START.year, START.month, START.day, tzinfo=timezone.utc),
+    end_date=datetime.fromisoformat(END).replace(tzinfo=timezone.utc) if END else None,
     catchup=False,
     max_active_runs=1,
     tags=["exactly-once", "spark", "database"],

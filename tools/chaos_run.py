@@ -147,7 +147,7 @@ class ChaosRun:
         self.race_day, self.verify, self.backfill_runs = race_day, verify, backfill_runs
         self.rng, self.t0 = random.Random(seed), time.time()
         self._log = log or (lambda m: print(m, flush=True))
-        today = datetime.now(timezone.utc).date()  # the last day is yesterday: Deployment.backfill
+        today = datetime.now(timezone.utc).date()  # the last day is yesterday, the DAG's end (EO_PV_END)
         self.days = [(today - timedelta(days=days - i)).isoformat() for i in range(days)]
         self.kills: list[dict[str, Any]] = []
         self.race: dict[str, Any] | None = None  # set when the second attempt (race_day) starts
@@ -163,7 +163,7 @@ class ChaosRun:
         self._log(f"[chaos {time.time() - self.t0:7.1f}s] {msg}")
 
     def run(self) -> dict[str, Any]:
-        settings = {"EO_PV_START": self.days[0], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2",
+        settings = {"EO_PV_START": self.days[0], "EO_PV_END": self.days[-1], "EO_RETRIES": str(self.retries), "EO_RETRY_DELAY_SECONDS": "2",
                     "EO_PREDECESSOR_POKE_SECONDS": "10", "EO_BATCH_POKE_SECONDS": "5",
                     "EO_PV_MAX_BATCH": "366" if self.batch else "1", **ORPHAN_SETTINGS}
         if self.spark == "connect":

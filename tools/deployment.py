@@ -306,7 +306,13 @@ class Deployment:
 
         Backfill first, unpause after: with catchup=False the scheduler would otherwise create a run for
         the latest interval; that logical date would then already be taken when the backfill asks for it.
+        The deployment's DAGs end at ``last_day`` (``EO_PV_END``, which the pv DAGs read): a backfill ending
+        yesterday that runs past midnight UTC would otherwise get a scheduled run of the day that just ended.
         """
+        if self.env.get("EO_PV_END") != last_day:
+            raise ValueError(f"start the deployment with EO_PV_END={last_day} (the backfill's last day), not "
+                             f"{self.env.get('EO_PV_END')!r}: past midnight UTC the scheduler would run a day "
+                             "the backfill lacks")
         self.airflow(f"backfill-{dag_id}", ["backfill", "create", "--dag-id", dag_id, "--from-date", first_day,
                                             "--to-date", last_day, "--max-active-runs", str(max_active_runs),
                                             "--reprocess-behavior", "none"])

@@ -40,7 +40,7 @@ from tools.sample_data import generate  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.s3, pytest.mark.timeout(1500)]  # the fleet starts in the first test
 TODAY = datetime.now(timezone.utc).date()
-DAYS = [(TODAY - timedelta(days=2 - i)).isoformat() for i in range(2)]  # the last is yesterday: a backfill
+DAYS = [(TODAY - timedelta(days=2 - i)).isoformat() for i in range(2)]  # the last is yesterday: a backfill (and the DAG's end)
 PHASES = ("begin", "write", "pre_commit", "validate", "commit")  # abort: skipped by a clean commit (no task start)
 
 
@@ -52,7 +52,7 @@ def fleet(tmp_path_factory):
     need(shutil.which("moto_server", path=str(Path(sys.executable).parent)) is not None, "no moto_server")
     run = tmp_path_factory.mktemp("celery-fleet")
     deploy = Deployment(run / "deployment", purpose="celery_fleet", executor="celery", storage="s3", spread=True,
-                        settings={"EO_PV_START": DAYS[0], "EO_RETRIES": "2", "EO_RETRY_DELAY_SECONDS": "2",
+                        settings={"EO_PV_START": DAYS[0], "EO_PV_END": DAYS[-1], "EO_RETRIES": "2", "EO_RETRY_DELAY_SECONDS": "2",
                                   "EO_PREDECESSOR_POKE_SECONDS": "5", "EO_STANDIN_COMPUTE": "oracle",
                                   "EO_PV_MAX_BATCH": "1"})  # per-interval runs: their phases spread over workers
     oracle = run / "oracle"  # the harness's copy of the landing data: the reference reads it, no worker does

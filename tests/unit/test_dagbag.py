@@ -101,3 +101,30 @@ def test_eo_finds_a_dag_by_id_from_any_directory(tmp_path, monkeypatch, capsys):
     assert f"flights_hourly/departures: {tmp_path}/data/warehouse/departures\n" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no DAG 'nope'"):
         main(["status", "--dag", "nope"])
+
+
+@pytest.mark.parametrize("folder, dag_id", [("dags", "pv_pipeline"), ("dags", "pv_to_db"),
+                                            ("bench/dags", "naive_pv")])
+def test_eo_pv_end_stops_the_schedule_after_a_backfills_last_day(folder, dag_id, monkeypatch):
+    """A deployment that runs only a backfill of days ending yesterday sets ``EO_PV_END`` to its last day. When
+    its run goes past midnight UTC, the day that just ended must not get a scheduled run of its own (stop 59's CI:
+    three tests met a run nobody asked for). Midnight is stood in for by a last day two days back."""
+    from datetime import timedelta
+
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.encoders import coerce_to_core_timetable
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    first, last = today - timedelta(days=4), today - timedelta(days=2)
+    monkeypatch.setenv("EO_PV_START", first.date().isoformat())
+    ran = DataInterval(last, last + timedelta(days=1))  # the backfill's last run
+    for end, expected in ((None, DataInterval(today - timedelta(days=1), today)), (last.date().isoformat(), None)):
+        if end:
+            monkeypatch.setenv("EO_PV_END", end)
+        dag = DagBag(dag_folder=str(ROOT / folder)).dags[dag_id]
+        assert dag.end_date == (last if end else None), dag_id
+        nxt = coerce_to_core_timetable(dag.timetable).next_dagrun_info(
+            last_automated_data_interval=ran,
+            restriction=TimeRestriction(earliest=dag.start_date, latest=dag.end_date, catchup=dag.catchup))
+        assert (nxt and nxt.data_interval) == expected, (dag_id, end)
