@@ -4,6 +4,7 @@
     python -m tools.mutants run    [--rows files-local,redis,...] [--work DIR] [--limit N] [--fresh]
     python -m tools.mutants report [--work DIR]
     python -m tools.mutants save   [--work DIR]   (record a work DB's kills in tools/mutants_killed.json)
+    python -m tools.mutants run --shard K/N ...; merge --work DIR --from DIR2,...   (one row over N workers)
 
 The mutants come from cosmic-ray (its operators and work database; docs/RELIABILITY.md says why this
 library). Everything runs in a scratch copy of the checkout (``<work>/tree``): the checkout is never
@@ -45,11 +46,12 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from tools import mutants_carry
-from tools.mutants_carry import (JUDGED, PKG, carried_kills, forget, killed_before, mutant_key,  # noqa: F401
-                                 save_kills)
+from tools.mutants_carry import (JUDGED, PKG, carried_kills, forget, in_shard, killed_before,  # noqa: F401
+                                 merge_shards, mutant_key, save_kills)
+from tools.mutants_report import Result, report, results, verdict  # noqa: F401  (the report: its own module)
 
 ROOT = Path(__file__).resolve().parents[1]
 DB_FILES = ["targets/database.py", "targets/db_claims.py", "targets/db_retries.py", "targets/sql_dialects.py",
@@ -287,17 +289,6 @@ def init_row(tree: Path, work: Path, row: str, fresh: bool) -> Path:
     return db_path
 
 
-@dataclass(frozen=True)
-class Result:
-    key: str
-    module: str
-    line: int
-    outcome: str  # killed | survived | message | not covered
-    diff: str
-    tests: str = ""
-    judged_before: bool = False  # a survivor a verdict judged, not run again this time
-
-
 def _mutates(item, tree: Path) -> bool:
     """False for a mutant cosmic-ray's operator cannot make: its exception replacer fails on some dotted names
     in an ``except`` tuple (``AttributeError: 'PythonNode' object has no attribute 'value'``) - skipped and
@@ -328,8 +319,9 @@ def _diff(item, tree: Path) -> str:
 
 
 def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, deadline: float | None,
-            confirm: bool = False, rerun_judged: bool = False) -> None:
-    """Run the row's pending mutants (at most ``limit``, none after ``deadline``), recording each result.
+            confirm: bool = False, rerun_judged: bool = False, shard: tuple[int, int] | None = None) -> None:
+    """Run the row's pending mutants (at most ``limit``, none after ``deadline``; only ``shard``'s: see
+    :func:`tools.mutants_carry.in_shard`), recording each result.
     A mutant already judged equivalent or harmless (:data:`VERDICTS`) is recorded as the survivor it was,
     not run again (unless ``rerun_judged``): running it cannot change the score, and a survivor costs its
     tests' whole time."""
@@ -346,7 +338,7 @@ def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, 
     with use_db(str(work / f"{row}.sqlite"), WorkDB.Mode.open) as db:
         if rerun_judged:
             forget(db, [job for job, res in db.results if JUDGED in (res.output or "")])
-        pending = list(db.pending_work_items)
+        pending = [item for item in db.pending_work_items if in_shard(item, shard)]
         print(f"{row}: {len(pending)} mutants to run", flush=True)
         for n, item in enumerate(pending):
             if (limit is not None and n >= limit) or (deadline is not None and time.time() > deadline):
@@ -383,76 +375,15 @@ def run_row(tree: Path, work: Path, row: str, cov: Coverage, limit: int | None, 
                              + (res.output or "")[-4000:], test_outcome=res.test_outcome, diff=res.diff)
             db.set_result(item.job_id, res)
             if n % 20 == 19:
-                mutants_carry.save(row, killed_before(work / f"{row}.sqlite"))
+                mutants_carry.save(row, killed_before(work / f"{row}.sqlite"), merge=shard is not None)
             print(f"{row} {n + 1}/{len(pending)} {module}:{m.start_pos[0]} {m.operator_name.rsplit('/', 1)[-1]}: "
                   f"{res.test_outcome.value if res.test_outcome else res.worker_outcome.value} "
                   f"({time.time() - t0:.0f} s, {len(tests)} tests)", flush=True)
 
 
-# ---------------------------------------------------------------------------------------------- report
-def results(work: Path, row: str) -> Iterator[Result]:
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome
-
-    with use_db(str(work / f"{row}.sqlite"), WorkDB.Mode.open) as db:
-        for item, res in db.completed_work_items:
-            m = item.mutations[0]
-            module = m.module_path.as_posix().split(f"{PKG}/", 1)[-1]
-            if res.output in ("message", "not covered") and res.test_outcome is None:
-                outcome = res.output
-            elif res.test_outcome is TestOutcome.SURVIVED:
-                outcome = "survived"
-            elif res.test_outcome is None:  # the runner failed (cosmic-ray's exception): run it again
-                outcome = "error"
-            else:  # killed, a timeout, or a mutant the interpreter refuses (incompetent): the suite notices
-                outcome = "killed"
-            yield Result(mutant_key(module, m.definition_name, m.operator_name, res.diff or ""), module,
-                         m.start_pos[0], outcome, res.diff or "", judged_before=JUDGED in (res.output or ""))
-
-
-def verdict(verdicts: dict[str, str], row: str, key: str) -> str | None:
-    """The verdict on survivor ``key`` in ``row``: one for that row only (``"<row> <key>"``: another
-    dialect's code is equivalent in this row, not in its own), else one for every row."""
-    return verdicts.get(f"{row} {key}") or verdicts.get(key)
-
-
-def report(work: Path, rows: list[str]) -> str:
-    from tools.mutants_verdicts import VERDICTS
-
-    head = ("| row | mutants | killed | survived | equivalent / harmless | message only | not covered | "
-            "pending | killed of non-equivalent |\n|---|---|---|---|---|---|---|---|---|")
-    table, details, notes = [head], [], []
-    for row in rows:
-        if not (work / f"{row}.sqlite").exists():
-            continue
-        from cosmic_ray.work_db import WorkDB, use_db
-
-        with use_db(str(work / f"{row}.sqlite"), WorkDB.Mode.open) as db:
-            total, pending = db.num_work_items, len(list(db.pending_work_items))
-        res = list(results(work, row))
-        count = lambda o: sum(1 for r in res if r.outcome == o)  # noqa: E731
-        survivors = [r for r in res if r.outcome == "survived"]
-        judged = [r for r in survivors if verdict(VERDICTS, row, r.key)]
-        real = [r for r in survivors if not verdict(VERDICTS, row, r.key)]
-        killed = count("killed")
-        score = f"{100 * killed / (killed + len(real)):.1f}%" if killed + len(real) else "-"
-        table.append(f"| {row} | {total} | {killed} | {len(real)} | {len(judged)} | {count('message')} | "
-                     f"{count('not covered')} | {pending + count('error')} | {score} |")
-        for r in sorted(survivors, key=lambda r: (r.module, r.line)):
-            why = verdict(VERDICTS, row, r.key) or ("NOT JUDGED: a real survivor (add a test, or a verdict with the "
-                                                    "reason)" + ("; its verdict is gone since a run skipped it: "
-                                                                 "`--rerun-judged` runs it" if r.judged_before else ""))
-            details.append(f"### {row}: `{r.key}` ({r.module}:{r.line})\n{why}\n```diff\n{r.diff.strip()}\n```\n")
-        again = sum(1 for r in judged if r.judged_before)
-        if again:
-            notes.append(f"{row}: {again} of the {len(judged)} equivalent / harmless were judged by an earlier run "
-                         "and not run again (`--rerun-judged` runs them)")
-    return "\n".join(table + [""] + notes) + "\n\n## Survivors\n\n" + ("\n".join(details) or "none\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.mutants", description=__doc__.split("\n\n")[0])
-    ap.add_argument("command", choices=["run", "report", "save"])
+    ap.add_argument("command", choices=["run", "report", "save", "merge"])
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
     ap.add_argument("--work", default=os.environ.get("MUTANTS_DIR", str(ROOT / ".mutants")))
     ap.add_argument("--limit", type=int, help="at most this many mutants per row this time")
@@ -462,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(the pending order is random: a time-boxed row is a random sample)")
     ap.add_argument("--confirm", action="store_true", help="run each survivor again against its row's whole share")
     ap.add_argument("--rerun-judged", action="store_true", help="run the mutants a verdict already judges too")
+    ap.add_argument("--shard", help="K/N: run only the K-th of N parts of each row (N workers, each its own --work; "
+                    "their kills add up in the carry file; `merge` then joins their results for one report)")
+    ap.add_argument("--from", dest="others", default="", help="merge: the other shards' work directories")
     args = ap.parse_args(argv)
     rows = [r for r in args.rows.split(",") if r]
     unknown = sorted(set(rows) - set(ROWS))
@@ -469,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown rows {unknown}; choose of {list(ROWS)}")
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    k, _, n = (args.shard or "").partition("/")
+    if args.shard and not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        ap.error(f"--shard is K/N with 0 <= K < N, not {args.shard!r}")
+    shard = (int(k), int(n)) if args.shard else None
     if args.command == "run":
         tree = work / "tree"
         snapshot(tree)
@@ -480,11 +418,16 @@ def main(argv: list[str] | None = None) -> int:
             init_row(tree, work, row, args.fresh)
             row_deadline = time.time() + args.row_minutes * 60 if args.row_minutes else None
             ends = [d for d in (deadline, row_deadline) if d is not None]
-            run_row(tree, work, row, cov, args.limit, min(ends) if ends else None, args.confirm, args.rerun_judged)
-            print(f"{row}: {save_kills(work, row)} kills recorded in {mutants_carry.CARRY}", flush=True)
-    if args.command == "save":  # a work DB's kills, recorded for the next run on any machine
+            run_row(tree, work, row, cov, args.limit, min(ends) if ends else None, args.confirm, args.rerun_judged,
+                    shard)
+            print(f"{row}: {save_kills(work, row, shard is not None)} kills recorded in {mutants_carry.CARRY}",
+                  flush=True)
+    if args.command in ("save", "merge"):  # a work DB's kills, recorded for the next run on any machine
         for row in rows:
-            print(f"{row}: {save_kills(work, row)} kills recorded in {mutants_carry.CARRY}")
+            if args.command == "merge":
+                others = [Path(d).resolve() for d in args.others.split(",") if d]
+                print(f"{row}: {merge_shards(work, others, row)} results of {len(others)} other shards copied")
+            print(f"{row}: {save_kills(work, row, shard is not None)} kills recorded in {mutants_carry.CARRY}")
         return 0
     text = report(work, rows)
     (work / "report.md").write_text("# Mutation testing report (make mutants)\n\n" + text)

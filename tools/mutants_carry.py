@@ -12,9 +12,11 @@ Here too: :func:`mutant_key` (a mutant's name across edits), what a run's work D
 and the carried kills as cosmic-ray results (:func:`carried_kills`, :func:`save_kills`)."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Iterable
 
@@ -33,19 +35,60 @@ def load(row: str, path: Path | None = None) -> set[Entry]:
     return {tuple(line.split(" ", 2)) for line in rows.get(row, [])}  # type: ignore[misc]
 
 
-def save(row: str, killed: Iterable[Entry], path: Path | None = None) -> int:
+def save(row: str, killed: Iterable[Entry], path: Path | None = None, merge: bool = False) -> int:
     """Record ``killed`` as ``row``'s kills in ``path`` (default :data:`CARRY`; the other rows' are kept);
-    how many. Written atomically: a run killed while it writes leaves the previous file."""
+    how many. ``merge``: added to the row's recorded kills (a shard's run: the other shards record theirs
+    in the same file) instead of replacing them (which also drops the kills of functions since changed).
+    Written atomically and under a lock: a run killed while it writes leaves the previous file, and two
+    shards saving at once both count."""
     path = path or CARRY
-    try:
-        rows = json.loads(path.read_text())
-    except FileNotFoundError:
-        rows = {}
-    rows[row] = sorted(" ".join(e) for e in set(killed))
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dict(sorted(rows.items())), indent=0) + "\n")
-    os.replace(tmp, path)
+    lock = Path(tempfile.gettempdir()) / f"eo-mutants-{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}.lock"
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            rows = json.loads(path.read_text())
+        except FileNotFoundError:
+            rows = {}
+        rows[row] = sorted({" ".join(e) for e in set(killed)} | (set(rows.get(row, [])) if merge else set()))
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(dict(sorted(rows.items())), indent=0) + "\n")
+        os.replace(tmp, path)
     return len(rows[row])
+
+
+def in_shard(item, shard: tuple[int, int] | None) -> bool:
+    """Whether the mutant is shard ``k`` of ``n``'s (``shard = (k, n)``; ``None``: every mutant is). The split
+    is by module, operator and occurrence, so every shard's work DB, made from the same code, splits alike."""
+    if shard is None:
+        return True
+    m = item.mutations[0]
+    name = f"{m.module_path.as_posix().split(f'{PKG}/', 1)[-1]}:{m.operator_name}:{m.occurrence}"
+    return int(hashlib.sha1(name.encode()).hexdigest(), 16) % shard[1] == shard[0]
+
+
+def merge_shards(into: Path, others: Iterable[Path], row: str) -> int:
+    """Copy into ``into``'s work DB of ``row`` the results the other shards' work DBs have and it lacks (one
+    DB for the report); how many. Refused unless every DB was made from the same code (``<row>.hash``)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    def ident(item) -> tuple[str, str, int]:
+        m = item.mutations[0]
+        return m.module_path.as_posix().split(f"{PKG}/", 1)[-1], m.operator_name, m.occurrence
+
+    code = (into / f"{row}.hash").read_text()
+    found = {}
+    for other in others:
+        if (other / f"{row}.hash").read_text() != code:
+            raise SystemExit(f"{other}'s {row} row was made from other code than {into}'s: run the shards again")
+        with use_db(str(other / f"{row}.sqlite"), WorkDB.Mode.open) as db:
+            found.update({ident(item): res for item, res in db.completed_work_items})
+    copied = 0
+    with use_db(str(into / f"{row}.sqlite"), WorkDB.Mode.open) as db:
+        for item in list(db.pending_work_items):
+            if (res := found.get(ident(item))) is not None:
+                db.set_result(item.job_id, res)
+                copied += 1
+    return copied
 
 
 def mutant_key(module: str, definition: str | None, operator: str, diff: str) -> str:
@@ -64,10 +107,10 @@ def carried_kills(row: str) -> dict[tuple[str, str, str], object]:
             for e in load(row)}
 
 
-def save_kills(work: Path, row: str) -> int:
-    """Record the row's kills (its work DB's, carried ones included) in :data:`CARRY`."""
+def save_kills(work: Path, row: str, merge: bool = False) -> int:
+    """Record the row's kills (its work DB's, carried ones included) in :data:`CARRY` (``merge``: :func:`save`)."""
     db_path = work / f"{row}.sqlite"
-    return save(row, killed_before(db_path)) if db_path.exists() else 0
+    return save(row, killed_before(db_path), merge=merge) if db_path.exists() else 0
 
 
 def killed_before(db_path: Path) -> dict[tuple[str, str, str], object]:

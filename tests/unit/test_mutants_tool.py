@@ -202,3 +202,47 @@ def test_a_judged_mutant_is_not_run_again_unless_asked(tmp_path, monkeypatch):
     assert "its verdict is gone" in mutants.report(work, ["tiny"])
     mutants.run_row(tree, work, "tiny", cov, None, None, rerun_judged=True)
     assert outcomes() == {k: ("killed", False) for k in keys}  # run this time: the missing test fails each
+
+
+def test_a_row_split_over_shards_runs_each_mutant_once_and_their_kills_add_up(tmp_path, monkeypatch):
+    """``--shard K/N``: N workers, each its own work DB, run disjoint parts that together are the whole row;
+    their kills add up in the carry file (neither shard's save drops the other's), and ``merge`` joins their
+    results into one DB whose report counts every mutant. A shard made from other code is refused."""
+    import pytest
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    from tools import mutants, mutants_carry
+
+    tree = tmp_path / "tree"
+    (tree / mutants.PKG / "targets").mkdir(parents=True)
+    source = "def kept(n):\n    return n + 1 if n > 0 else n * 2\n"
+    (tree / mutants.PKG / "targets" / "tiny.py").write_text(source)
+    monkeypatch.setitem(mutants.ROWS, "tiny", (["targets/tiny.py"], ["files-local"]))
+    monkeypatch.setattr(mutants_carry, "CARRY", tmp_path / "killed.json")
+    monkeypatch.chdir(tree)
+    cov = mutants.Coverage({"targets/tiny.py": {2: {"tests/conformance/test_gone.py::t[files-local]"}}}, {})
+    works = [tmp_path / f"shard{k}" for k in range(3)]
+    for k, work in enumerate(works[:2]):
+        work.mkdir()
+        mutants.init_row(tree, work, "tiny", fresh=True)
+        mutants.run_row(tree, work, "tiny", cov, None, None, shard=(k, 2))  # every mutant that runs is killed
+        mutants.save_kills(work, "tiny", merge=True)
+
+    def done(work) -> set[tuple]:
+        with use_db(str(work / "tiny.sqlite"), WorkDB.Mode.open) as db:
+            return {(i.mutations[0].operator_name, i.mutations[0].occurrence) for i, _ in db.completed_work_items}
+
+    with use_db(str(works[0] / "tiny.sqlite"), WorkDB.Mode.open) as db:
+        every = {(i.mutations[0].operator_name, i.mutations[0].occurrence) for i in db.work_items}
+    parts = [done(w) for w in works[:2]]
+    assert len(every) >= 6 and parts[0] and parts[1] and not parts[0] & parts[1] and parts[0] | parts[1] == every
+    assert len(mutants_carry.load("tiny")) == len(every)  # both shards' kills recorded
+    assert mutants.merge_shards(works[0], [works[1]], "tiny") == len(parts[1])
+    assert done(works[0]) == every
+    assert f"| tiny | {len(every)} | {len(every)} | 0 | 0 | 0 | 0 | 0 | 100.0% |" in mutants.report(works[0], ["tiny"])
+    works[2].mkdir()
+    (tree / mutants.PKG / "targets" / "tiny.py").write_text(source.replace("n * 2", "n * 3"))
+    mutants.init_row(tree, works[2], "tiny", fresh=True)
+    with pytest.raises(SystemExit, match="other code"):
+        mutants.merge_shards(works[0], [works[2]], "tiny")
+    assert mutants.save_kills(works[2], "tiny") == 0  # a save that is not a shard's replaces the row's kills
