@@ -8,6 +8,8 @@ is published, the interval is not stuck once the cause is gone), or handled exac
 4. PostgreSQL: a DBA changes ``search_path`` so the unqualified names resolve to another schema - refused;
 5. files (local): another writer made a plain directory at a partition path - refused;
 6. MariaDB: ``t`` and ``T`` are two tables (case-sensitive names) - two pipelines, one each, both publish.
+
+Each obstacle is refused before the decision also where it sits only in a partition a reprocess drops.
 """
 from __future__ import annotations
 
@@ -180,3 +182,37 @@ def test_two_tables_whose_names_differ_only_in_case_are_two_tables(world, tables
     assert world.read_rows() == world.rows({PART: [a2]})
     assert [(int(k), v) for k, v in db.run(f"SELECT k, v FROM {db.q(upper)} ORDER BY k")] == b
     assert theirs.target.live_epoch(IV) == 1 and mine.target.live_epoch(IV) == 2
+
+
+def test_an_obstacle_only_in_a_partition_the_reprocess_drops_is_refused_before_the_decision(world):
+    """The check before the decision sees the version the publish writes, with the partitions it empties: an
+    obstacle only in a partition the new version no longer produces is refused before the decision - not after
+    it, where every retry and every recover would meet it again. Files: another writer's plain directory where
+    our link was. Redis: the interval's marker and key set lost (deleted by hand), so the keys of the old
+    version's partitions are no longer known as ours. Once cleared, the reprocess publishes."""
+    only(world, "files-local", "redis", why="a dropped partition can hold another writer's obstacle here only")
+    sink = world.sink()
+    a, b, again = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20)
+    part_b, part_c = "dt=2026-02-01", "dt=2026-03-01"
+    world.commit(sink, IV, {PART: [a], part_b: [b]})
+    if world.kind == "redis":
+        client = redis_client()
+        client.delete(sink.target.marker_key(IV), sink.target.keyset_key(IV))
+        new = {part_c: [again]}  # nothing left in the new version's partitions: only the dropped hold keys
+    else:
+        os.unlink(os.path.join(sink.table, part_b))  # our link, replaced by their plain directory
+        world.other_writer(part_b, [(99, "theirs")])
+        new = {PART: [again]}
+    err = refused_before_deciding(world, sink, new)
+    if world.kind == "redis":
+        assert "did not write" in str(err) and f"{world.name}:{part_b}:" in str(err), err
+        assert world.read_rows() == world.rows({PART: [a], part_b: [b]})  # nothing changed
+        client.delete(*client.keys(f"{world.name}:dt=*"))  # what the error says to do (here: every old key)
+    else:
+        assert "plain directory" in str(err) and part_b in str(err), err
+        assert world.read_rows() == world.rows({PART: [a], part_b: [[(99, "theirs")]]})
+        os.rename(os.path.join(sink.table, part_b), os.path.join(os.path.dirname(sink.table), "theirs"))
+        world.foreign.clear()
+    world.commit(world.sink(), IV, new)
+    assert world.read_rows() == world.rows(new)
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []

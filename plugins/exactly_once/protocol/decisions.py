@@ -3,6 +3,7 @@ files, the gate's verdict) and the decision itself, the exclusive create of its 
 
 * :func:`staged_refusal` - seal the staged files, verify them against the manifest and let the target
   refuse them: the abort's cause and reason, or None.
+* :func:`published_version` - the version a publish writes, as the target's check and publish both see it.
 * :func:`gated`, :func:`validation_ok`, :func:`check_validated` - may the gate's verdict let it commit?
   :func:`claim_verdict` - recovery's passing verdict for an ungated transaction that has none.
 * :func:`decide` - the outcome record (the linearization point): the first decision recorded wins.
@@ -14,7 +15,8 @@ and :class:`~exactly_once.records.txlog.TxLog`; they never import the protocol m
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Mapping, NoReturn, Sequence
 
 from ..errors import ABORT_CAUSES, FencedError, StagedFileChangedError, TargetSchemaError, TransactionStateError
 from ..ids import TxnRef
@@ -36,7 +38,7 @@ def staged_refusal(sink: "SinkView", txn: TxnRef, manifest: Manifest) -> tuple[s
                                  content=sink.storage.can_rename):
         return "staged_changed", f"{changed}{problem} (a second writer?)"
     try:  # the target refuses here whatever its publish would refuse (schema, types, keys), not after
-        sink.target.check(txn, StagedVersion.on(sink.storage, sink.sealed_dir(txn), manifest.partitions))
+        sink.target.check(txn, published_version(sink, txn, manifest))
     except TargetSchemaError as exc:
         return "target_refused", str(exc)
     except FileNotFoundError as exc:  # unverified files gone: only a decided abort removes them
@@ -44,6 +46,21 @@ def staged_refusal(sink: "SinkView", txn: TxnRef, manifest: Manifest) -> tuple[s
     except StagedFileChangedError as exc:  # the same, as the target's own read of a staged file says it
         return "staged_changed", f"{changed}{exc.path} {exc.what} (a concurrent abort or gc?)"
     return None
+
+
+def published_version(sink: "SinkView", txn: TxnRef, manifest: Manifest,
+                      statuses: Mapping[int, EpochStatus] | None = None) -> StagedVersion:
+    """The version a publish of ``txn`` writes, as its target sees it - the check before the decision and the
+    publish after it alike: the manifest's partitions and, empty (``dropped``), each partition an earlier
+    COMMITTED epoch of the interval published that this one no longer produces."""
+    parts = dict(manifest.partitions)
+    for epoch, other in (statuses if statuses is not None else sink.log.statuses(txn.interval)).items():
+        if epoch < txn.epoch and other.state is State.COMMITTED:
+            for part in other.published_partitions:
+                parts.setdefault(part, ())  # no longer produced: publish an empty version of it
+    return StagedVersion.on(sink.storage, sink.sealed_dir(txn), parts, partial(sink.log.newest_committed, txn.interval),
+                            partial(sink.log.committed_files, txn.interval),
+                            frozenset(parts) - frozenset(manifest.partitions))
 
 
 def gated(st: EpochStatus, required: bool) -> bool:

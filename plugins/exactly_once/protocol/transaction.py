@@ -35,8 +35,8 @@ from functools import partial
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import liveness, ordering
-from .decisions import (check_validated, claim_verdict, decide, gated, known_status, raise_aborted, staged_refusal,
-                        validation_ok)
+from .decisions import (check_validated, claim_verdict, decide, gated, known_status, published_version, raise_aborted,
+                        staged_refusal, validation_ok)
 from ..records import manifest as manifests
 from ..errors import (ConfigError, ExactlyOnceError, FencedError, InputChangedError, PredecessorPendingError,
                      StorageError, TargetSchemaError, TransactionAbortedError, TransactionStateError)
@@ -47,7 +47,7 @@ from ..records.ownership import PartitionClaims, bind_table, bound_target, owner
 from ..storage import MANIFEST, Storage, default_home, storage_for, to_json
 from .staging import retire_staging
 from ..targets import target_for, target_from_binding
-from ..targets.base import PublishTarget, StagedVersion, refused_after_decision
+from ..targets.base import PublishTarget, refused_after_decision
 from ..records.txlog import EpochStatus, State, TxLog
 
 log = logging.getLogger(__name__)
@@ -453,15 +453,8 @@ class TwoPhaseCommitSink:
         manifest = statuses[txn.epoch].manifest
         assert manifest is not None, f"{txn.name} is committed without a manifest"
         failpoint("commit.before_publish")
-        parts = dict(manifest.partitions)
-        for epoch, other in statuses.items():
-            if epoch < txn.epoch and other.state is State.COMMITTED:
-                for part in other.published_partitions:
-                    parts.setdefault(part, ())  # no longer produced: publish an empty version of it
         try:
-            results = self.target.publish(txn, StagedVersion.on(
-                self.storage, self.sealed_dir(txn), parts, partial(self.log.newest_committed, txn.interval),
-                partial(self.log.committed_files, txn.interval), frozenset(parts) - frozenset(manifest.partitions)))
+            results = self.target.publish(txn, published_version(self, txn, manifest, statuses))
         except (TargetSchemaError, ConfigError) as exc:  # the target changed since its check: the way out
             raise refused_after_decision(txn, self.target, self.storage.url(self.table), exc) from exc
         retire_staging(self, txn, manifest)

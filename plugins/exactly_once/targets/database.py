@@ -245,7 +245,7 @@ class DatabaseTarget(PublishTarget):
                 if marker.epoch == 0:
                     self._refuse_overlap(cur, d, txn, lock=True)
             else:
-                new = sorted(set(staged.partitions) - set(marker.partitions))
+                new = sorted(set(staged.partitions) - staged.dropped - set(marker.partitions))  # dropped: emptied
                 db_claims.refuse_same_partitions(d, cur, self.commit_table, self.table, txn.name, txn.interval,
                                                  d.table_info(cur, self.table), new)
             db_claims.reserve(d, cur, self.commit_table, self.table, txn.interval, txn.epoch, new)
