@@ -48,7 +48,7 @@ SAMPLE = {
         "targets/keyvalue.py", "                self._refuse_unknown_keys(client, txn, staged, marker)\n", "",
         [BREAKS, "-k", "did_not_write"]),
     "protocol: a partition the new version drops is not emptied": (
-        "protocol/transaction.py", "                    parts.setdefault(part, ())", "                    pass",
+        "protocol/decisions.py", "                parts.setdefault(part, ())", "                pass",
         [PROMISES, "-k", "drops_a_partition and (files-local or mysql)"]),
     "protocol: an older epoch is not fenced": (
         "protocol/transaction.py", 'began") if newest > txn.epoch else', 'began") if newest < txn.epoch else',
