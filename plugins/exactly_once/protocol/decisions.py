@@ -54,7 +54,9 @@ def published_version(sink: "SinkView", txn: TxnRef, manifest: Manifest,
     publish after it alike: the manifest's partitions and, empty (``dropped``), each partition an earlier
     COMMITTED epoch of the interval published that this one no longer produces."""
     parts = dict(manifest.partitions)
-    for epoch, other in (statuses if statuses is not None else sink.log.statuses(txn.interval)).items():
+    if statuses is None:  # a first epoch has no earlier version: no log read (a batch checks a year of them)
+        statuses = sink.log.statuses(txn.interval) if txn.epoch > 1 else {}
+    for epoch, other in statuses.items():
         if epoch < txn.epoch and other.state is State.COMMITTED:
             for part in other.published_partitions:
                 parts.setdefault(part, ())  # no longer produced: publish an empty version of it
