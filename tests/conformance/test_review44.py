@@ -7,8 +7,9 @@ ends ABORTED, nothing is published, the interval is not stuck once the cause is 
    refused; PostgreSQL's ON CONFLICT (key) raises on the other index, which the dry run refuses;
 3. Redis evicting (allkeys-*) or expiring the bookkeeping, an operator deleting a marker (Redis, and the
    commit table's row of a database): a late finisher never publishes an older version over a newer one
-   (superseded, by the log's newest committed epoch); a key set that is gone is refused with that cause;
-   an evicting server or a TTL on the bookkeeping is refused at begin / before the decision.
+   (superseded, by the log's newest committed epoch); a reprocess still empties what it drops; a key set that
+   is gone is refused with that cause; an evicting server or a TTL on the bookkeeping is refused at begin /
+   before the decision.
 """
 from __future__ import annotations
 
@@ -124,6 +125,30 @@ def test_a_late_finisher_never_publishes_over_a_newer_version_whose_marker_is_go
     again = make_rows("again", 2, start=70)
     world.commit(world.sink(), IV, {PART: [again]})  # the next reprocess publishes (the marker is back)
     assert world.read_rows() == world.rows({PART: [again]})
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+def test_a_reprocess_after_the_marker_is_gone_still_empties_the_partitions_it_drops(world):
+    """An operator deletes the interval's marker (the commit table's row, the marker hash), then a reprocess no
+    longer produces a partition the live version had: it is emptied as with the marker there (the database kept
+    its rows beside the new version for good: mixed versions) - unless another interval's marker holds it by
+    then: its rows are that interval's, never deleted."""
+    only(world, "postgresql", "mysql", "redis", why="the files targets' marker is the partition's own link or manifest")
+    sink, part_b = world.sink(), "dt=2026-02-01"
+    a, b, c, d = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20), make_rows("d", 2, start=30)
+    world.commit(sink, IV, {PART: [a], part_b: [b]})
+    forget_marker(world)
+    world.commit(sink, IV, {PART: [c]})  # part_b dropped
+    assert world.read_rows() == world.rows({PART: [c]})
+    world.commit(world.sink(), IV, {PART: [c]})
+    assert world.read_rows() == world.rows({PART: [c]})
+    if world.kind != "redis":  # Redis refuses another interval's keys in a partition (its own test)
+        world.commit(sink, IV, {PART: [a], part_b: [b]})
+        forget_marker(world)
+        # no marker names part_b now: another interval takes it, spelled so the log's claims tell them apart
+        world.commit(sink, IV2, {"dt=2026-2-1": [d]})
+        world.commit(sink, IV, {PART: [c]})  # drops part_b, which IV2 holds: left alone
+        assert world.read_rows() == world.rows({PART: [c], part_b: [d]})
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from exactly_once import State
 from exactly_once.errors import ExactlyOnceError
-from protocol_helpers import make_rows, open_sink
+from protocol_helpers import _read_rows, make_rows, open_sink
 
 from .conftest import IV, PART, PIPELINE, SINK, ddl, redis_client
 
@@ -188,9 +188,9 @@ def test_an_obstacle_only_in_a_partition_the_reprocess_drops_is_refused_before_t
     """The check before the decision sees the version the publish writes, with the partitions it empties: an
     obstacle only in a partition the new version no longer produces is refused before the decision - not after
     it, where every retry and every recover would meet it again. Files: another writer's plain directory where
-    our link was. Redis: the interval's marker and key set lost (deleted by hand), so the keys of the old
+    our link was; on S3 another tool's manifest. Redis: the interval's marker and key set lost (deleted by hand), so the keys of the old
     version's partitions are no longer known as ours. Once cleared, the reprocess publishes."""
-    only(world, "files-local", "redis", why="a dropped partition can hold another writer's obstacle here only")
+    only(world, "files-local", "files-s3", "redis", why="a dropped partition can hold another writer's obstacle here only")
     sink = world.sink()
     a, b, again = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20)
     part_b, part_c = "dt=2026-02-01", "dt=2026-03-01"
@@ -199,6 +199,10 @@ def test_an_obstacle_only_in_a_partition_the_reprocess_drops_is_refused_before_t
         client = redis_client()
         client.delete(sink.target.marker_key(IV), sink.target.keyset_key(IV))
         new = {part_c: [again]}  # nothing left in the new version's partitions: only the dropped hold keys
+    elif world.kind == "files-s3":  # another tool's manifest in the dropped partition
+        manifest = sink.storage.join(sink.table, part_b, "_MANIFEST.json")
+        sink.storage.write_atomic(manifest, b'{"files": ["part-0.parquet"]}')
+        new = {PART: [again]}
     else:
         os.unlink(os.path.join(sink.table, part_b))  # our link, replaced by their plain directory
         world.other_writer(part_b, [(99, "theirs")])
@@ -208,6 +212,10 @@ def test_an_obstacle_only_in_a_partition_the_reprocess_drops_is_refused_before_t
         assert "did not write" in str(err) and f"{world.name}:{part_b}:" in str(err), err
         assert world.read_rows() == world.rows({PART: [a], part_b: [b]})  # nothing changed
         client.delete(*client.keys(f"{world.name}:dt=*"))  # what the error says to do (here: every old key)
+    elif world.kind == "files-s3":
+        assert "not a manifest exactly-once wrote" in str(err) and part_b in str(err), err
+        assert sink.live_version(PART) == sink.ref(IV, 1).name
+        sink.storage.remove_tree(manifest)  # moved out of the prefix
     else:
         assert "plain directory" in str(err) and part_b in str(err), err
         assert world.read_rows() == world.rows({PART: [a], part_b: [[(99, "theirs")]]})
@@ -215,4 +223,32 @@ def test_an_obstacle_only_in_a_partition_the_reprocess_drops_is_refused_before_t
         world.foreign.clear()
     world.commit(world.sink(), IV, new)
     assert world.read_rows() == world.rows(new)
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+@pytest.mark.parametrize("where", ["dropped", "produced"])
+def test_a_plain_file_at_a_nested_partitions_parent_is_refused_before_the_decision(world, where):
+    """Nested partitions (``dt=../h=..``): another writer's plain file where a partition's parent directory
+    goes - of a partition the reprocess drops, or of one it produces - is refused before the decision (the
+    publish could not make the directory: COMMITTED and stuck); once it is moved out, the reprocess publishes."""
+    only(world, "files-local", why="only a local partition path is a link another writer can shadow")
+    keep, other = f"{PART}/h=00", "dt=2026-03-01/h=00"
+    sink = world.sink()
+    a, b, again = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20)
+    world.commit(sink, IV, {keep: [a], other: [b]} if where == "dropped" else {keep: [a]})
+    parent = os.path.join(sink.table, "dt=2026-03-01")
+    if where == "dropped":
+        os.unlink(os.path.join(parent, "h=00"))
+        os.rmdir(parent)
+    with open(parent, "w") as f:  # their plain file
+        f.write("theirs\n")
+    new = {keep: [again]} if where == "dropped" else {keep: [again], other: [b]}
+    err = refused_before_deciding(world, sink, new)
+    assert "plain file" in str(err) and "dt=2026-03-01" in str(err), err
+    assert sink.live_version(keep) == sink.ref(IV, 1).name  # nothing switched (their file stops a plain read)
+    os.rename(parent, os.path.join(os.path.dirname(sink.table), "theirs"))
+    done = world.commit(world.sink(), IV, new)
+    live = {part: sorted(_read_rows(sink, sink.live_files(part))) for part in (keep, other)}
+    assert live == {keep: again, other: b if where == "produced" else []}
+    assert sink.live_version(keep) == done.name
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []

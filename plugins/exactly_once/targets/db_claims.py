@@ -268,14 +268,30 @@ def lock_table(d: Dialect, cur: Any, table: str, name: str) -> None:
 def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
                            info: TableInfo, new: list[str]) -> None:
     """replace by partition columns, for the partitions ``new`` to the interval (not in its marker):
-    TargetSchemaError if one of them is, for the database, a partition another interval's marker names -
-    its values compared as values of the table's columns (their types and collations), not as text:
-    ``hour=3`` is ``hour=03`` in an int column, ``EU`` is ``eu`` under a case-insensitive collation, and
-    ``hour=3/dt=..`` is ``dt=../hour=3``; a key one of the two lacks does not tell them apart. Replacing it
-    would delete the other interval's rows while its marker says published (the text claims see two
-    partitions). Empty partitions count: a marker claims its partitions whether or not they hold rows. Under
-    a lock per table, so two first publishes of one partition in two spellings run one after the other and
-    the second sees the first's marker; the interval's own partitions were checked when they were new."""
+    TargetSchemaError if one of them is, for the database, a partition another interval's marker names
+    (:func:`same_partitions`)."""
+    same = next(same_partitions(d, cur, commit_table, table, name, iv, info, new), None)
+    if same is not None:
+        part, token, other = same
+        raise TargetSchemaError(
+            f"{name}: partition {part!r} is, for the database, partition {other!r} that interval {token} "
+            f"holds in {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
+            "and eu under a case-insensitive collation); replacing it would delete that interval's rows. "
+            "One of the two jobs writes a partition outside its own interval: fix it (each interval's "
+            "partitions with its own values, in one spelling) and run that interval again")
+
+
+def same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
+                    info: TableInfo, new: list[str]) -> Iterator[tuple[str, str, str]]:
+    """(ours, the other interval, its partition) for each partition of ``new`` that is, for the database, a
+    partition another interval's marker names - its values compared as values of the table's columns (their
+    types and collations), not as text: ``hour=3`` is ``hour=03`` in an int column, ``EU`` is ``eu`` under a
+    case-insensitive collation, and ``hour=3/dt=..`` is ``dt=../hour=3``; a key one of the two lacks does not
+    tell them apart. Replacing it would delete the other interval's rows while its marker says published (the
+    text claims see two partitions). Empty partitions count: a marker claims its partitions whether or not
+    they hold rows. Under a lock per table, so two first publishes of one partition in two spellings run one
+    after the other and the second sees the first's marker; the interval's own partitions were checked when
+    they were new."""
     if not new or d.table_info(cur, commit_table) is None:  # a check before the first publish: no markers yet
         return
     lock_table(d, cur, table, name)
@@ -290,17 +306,8 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
     theirs = [(who, part, cols) for row in cur.fetchall() for who, part in _taken(table, commit_table, *row)
               if (cols := columns(part)) is not None]
     ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
-    if not theirs or not ours:
-        return
-    same = next(_same_partitions(_equal_values(d, cur, table, ours, theirs), ours, theirs), None)
-    if same is not None:
-        part, token, other = same
-        raise TargetSchemaError(
-            f"{name}: partition {part!r} is, for the database, partition {other!r} that interval {token} "
-            f"holds in {table} (its column values are equal: hour=3 and hour=03 in an int column, EU "
-            "and eu under a case-insensitive collation); replacing it would delete that interval's rows. "
-            "One of the two jobs writes a partition outside its own interval: fix it (each interval's "
-            "partitions with its own values, in one spelling) and run that interval again")
+    if theirs and ours:
+        yield from _same_partitions(_equal_values(d, cur, table, ours, theirs), ours, theirs)
 
 
 def _same_partitions(equal: set[tuple[str, str, str]], ours: list, theirs: list) -> Iterator[tuple[str, str, str]]:

@@ -107,13 +107,18 @@ class LocalFilesTarget(FilesTarget):
 
     def check(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Before the decision: the location is ours (see :meth:`FilesTarget.check`), and no partition
-        path of the version is a plain directory or file another writer made (the switch could never
-        replace it: TargetSchemaError, the transaction is aborted and the other writer's files stay)."""
+        path of the version - nor a nested partition's parent - is a plain directory or file another writer
+        made (the switch could never replace it: TargetSchemaError, the transaction is aborted and the other
+        writer's files stay)."""
         super().check(txn, staged)
         for part in staged.partitions:
             link = self.storage.join(self.table, part)
             if os.path.lexists(link) and not os.path.islink(link):
                 raise TargetSchemaError(self._not_ours(link))
+            keys = part.split("/")  # a nested partition's parents must be directories: the publish makes them
+            for up in (os.path.join(self.table, *keys[:i]) for i in range(1, len(keys))):
+                if os.path.lexists(up) and not os.path.isdir(up):
+                    raise TargetSchemaError(self._not_ours(up))
             self._foreign_link(txn, link, self.live_version(part))
 
     @staticmethod

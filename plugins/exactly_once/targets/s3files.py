@@ -21,7 +21,7 @@ import logging
 import posixpath
 from typing import Any, Callable, Iterable
 
-from ..errors import StorageError
+from ..errors import StorageError, TargetSchemaError
 from ..ids import parse_txn_name, published_name, version_of
 from ..records.manifest import ManifestFile, sha256_of
 from ..storage import MANIFEST, SUCCESS, FileEntry, supersedes, to_json
@@ -49,9 +49,35 @@ class S3FilesTarget(FilesTarget):
         if etag is None:
             return None, None
         try:
-            return json.loads(self.storage.read_bytes(path)), etag
+            manifest = json.loads(self.storage.read_bytes(path))
         except FileNotFoundError:
             return None, None
+        except ValueError:
+            manifest = None
+        if not (isinstance(manifest, dict) and isinstance(manifest.get("version"), str) and isinstance(
+                manifest.get("files"), list) and all(isinstance(f, dict) and "name" in f for f in manifest["files"])):
+            raise TargetSchemaError(f"s3://{path} is not a manifest exactly-once wrote (another tool's?): the partition's "
+                                    "live version cannot be told. Move it out of the table's prefix, then run the "
+                                    "interval again (or, if already committed, `eo recover` the table)")
+        return manifest, etag
+
+    def check(self, txn: TxnRef, staged: StagedVersion) -> None:
+        """Before the decision: the location is ours (:meth:`FilesTarget.check`), and no partition of the version
+        - those it empties included - is live with another interval's version or a manifest exactly-once did
+        not write (TargetSchemaError, as the publish would refuse it after the decision)."""
+        super().check(txn, staged)
+        for part in staged.partitions:
+            live = self.storage.join(self.table, part)
+            self._refuse_other_interval(live, self.read_manifest(live)[0], txn)
+
+    @staticmethod
+    def _refuse_other_interval(live: str, current: dict[str, Any] | None, txn: TxnRef) -> None:
+        parsed = parse_txn_name(current["version"]) if current else None
+        if current and (parsed is None or parsed[0] != txn.interval.token):
+            raise TargetSchemaError(f"s3://{live} is live with {current['version']}, a version of another interval "
+                                    "(or another tool's manifest); a partition belongs to one interval: check the "
+                                    "partitioning, or move the other writer's _MANIFEST.json out of the prefix, then "
+                                    "run the interval again")
 
     def _ours(self, manifest: dict[str, Any] | None, txn: TxnRef, staged: StagedVersion, part: str) -> bool:
         """A live manifest this sink's log switched: its owner id is ours (a manifest of another log - one
@@ -134,10 +160,7 @@ class S3FilesTarget(FilesTarget):
         done = self._outcome_if_done(live, txn, staged, part) if current else None
         if done:
             return done
-        parsed = parse_txn_name(current["version"]) if current else None
-        if current and (parsed is None or parsed[0] != txn.interval.token):
-            raise StorageError(f"s3://{live} is live with {current['version']}, a version of another "
-                               "interval; a partition belongs to one interval (check the partitioning)")
+        self._refuse_other_interval(live, current, txn)
         names = [published_name(version, f.name) for f in files]
         present = {e.rel: e for e in self.storage.walk_files(live) if "/" not in e.rel} \
             if self._ours(current, txn, staged, part) else {}  # another log's objects may share our names and sizes: copy all
@@ -197,7 +220,11 @@ class S3FilesTarget(FilesTarget):
             candidates = [n for n in names if version_of(n) and garbage(version_of(n))]  # type: ignore[arg-type]
             if not candidates:
                 continue
-            current, _ = self.read_manifest(live)
+            try:
+                current, _ = self.read_manifest(live)
+            except TargetSchemaError as exc:  # the live version cannot be told: nothing here is garbage
+                log.warning("gc keeps every file of s3://%s: %s", live, exc)
+                continue
             keep = {f["name"] for f in current["files"]} if current else set()
             for name in candidates:
                 if name not in keep and version_of(name) != (current or {}).get("version"):
