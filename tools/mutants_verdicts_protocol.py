@@ -9,6 +9,14 @@ STAR_TO_SLASH = ("equivalent: the signature's `*` made `/`: the parameters after
                  "position, and every caller passes them by keyword - the same calls bind the same way")
 
 PROTOCOL_VERDICTS: dict[str, str] = {
+    **{f"protocol/decisions.py:published_version:{k}":
+       ("equivalent: a first epoch (1) has no earlier epoch, so reading the log for it finds nothing to empty and "
+        "the version is the same; the condition only saves that read (a batch checks a year of first epochs)")
+       for k in ("ReplaceComparisonOperator_Gt_GtE:6dd1aba0da", "NumberReplacer:46960fe668")},
+    "protocol/decisions.py:published_version:ReplaceComparisonOperator_Lt_LtE:b6eeec72d7":
+        ("equivalent: it adds the transaction's own epoch where it is COMMITTED - at the publish, never at the check "
+         "(not decided yet) - and that epoch's partitions are its manifest's, already in the version (its published "
+         "record is written only after the publish, which then returns early): setdefault changes nothing"),
     "protocol/transaction.py:pre_commit:ReplaceBinaryOperator_Mul_Div:29b8460f97": STAR_TO_SLASH,
     **{f"protocol/transaction.py:{k}": STAR_TO_SLASH
        for k in ("abort:ReplaceBinaryOperator_Mul_Div:1ef9ec0a8c", "open:ReplaceBinaryOperator_Mul_Div:f5cb357cd6")},
