@@ -152,6 +152,58 @@ def test_a_reprocess_after_the_marker_is_gone_still_empties_the_partitions_it_dr
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []
 
 
+@pytest.mark.parametrize("lost", ["the table's markers", "two intervals' markers"])
+def test_a_lost_marker_empties_only_what_the_live_version_holds(world, lost):
+    """The interval's live version had dropped a partition already, and another interval published it since
+    (spelled otherwise: one date for the database); then the markers are deleted. A reprocess empties only
+    the partitions the interval's live version holds by the log - never that one, whose rows are the other
+    interval's (they were deleted, with no error, while the log said published)."""
+    only(world, "postgresql", "mysql", why="the commit table of a database target")
+    db, sink, part_b = world.place.db, world.sink(), "dt=2026-03-01"
+    a, b, c, d = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20), make_rows("d", 2, start=30)
+    world.commit(sink, IV, {PART: [a], part_b: [b]})
+    world.commit(sink, IV, {PART: [c]})  # drops part_b: emptied (the marker held it)
+    world.commit(sink, IV2, {"dt=2026-3-1": [d]})  # no marker names part_b now
+    if lost == "the table's markers":
+        db.run(f"DELETE FROM {db.q('_eo_commits')} WHERE target = %s", (world.name,))
+    else:
+        for iv in (IV, IV2):
+            db.run(f"DELETE FROM {db.q('_eo_commits')} WHERE target = %s AND interval_token = %s", (world.name, iv.token))
+    world.commit(world.sink(), IV, {PART: [c]})
+    assert world.read_rows() == world.rows({PART: [c], part_b: [d]})
+
+
+def test_a_reservation_never_published_does_not_keep_a_lost_markers_partition(world, monkeypatch):
+    """With the interval's marker gone, another interval's check reserves the dropped partition (spelled
+    otherwise) and its attempt dies before its decision. A reservation holds no rows: the reprocess empties the
+    partition (kept, the new marker no longer named it, and its old rows stayed for good)."""
+    only(world, "postgresql", "mysql", why="the commit table of a database target")
+    db, part_b = world.place.db, "dt=2026-03-01"
+    a, b, c, d, e = (make_rows(x, 2, start=10 * i) for i, x in enumerate("abcde"))
+    world.commit(world.sink(), IV, {PART: [a], part_b: [b]})
+    db.run(f"DELETE FROM {db.q('_eo_commits')} WHERE target = %s AND interval_token = %s", (world.name, IV.token))
+    other = world.sink()
+    cls, check = type(other.target), type(other.target).check
+
+    def check_then_die(self, txn, staged):
+        check(self, txn, staged)
+        if txn.interval == IV2:
+            raise RuntimeError("the worker is lost between the check and the decision")
+
+    monkeypatch.setattr(cls, "check", check_then_die)
+    t2 = other.begin(IV2)
+    world.stage(other, t2, {"dt=2026-3-1": [d]})
+    other.pre_commit(t2)
+    with pytest.raises(RuntimeError):
+        other.commit(t2)
+    monkeypatch.setattr(cls, "check", check)
+    other.abort(t2, reason="the dead attempt's teardown")
+    world.commit(world.sink(), IV, {PART: [c]})  # drops part_b, the marker gone
+    world.commit(world.sink(), IV2, {PART2: [e]})
+    world.commit(world.sink(), IV, {PART: [c]})
+    assert world.read_rows() == world.rows({PART: [c], PART2: [e]})
+
+
 def test_redis_refuses_with_the_real_cause_when_the_key_set_is_gone(world):
     only(world, "redis", why="only Redis keeps a key set per interval")
     sink, client = world.sink(), redis_client()

@@ -375,14 +375,14 @@ class DatabaseTarget(PublishTarget):
         cols, table_sql = self._table_columns(info, d, [*file_cols, *part_cols]), d.table(self.table)
         refuse_one_column_twice([*file_cols, *part_cols], cols, self.table)
         own = set(staged.partitions) - staged.dropped  # dropped: emptied where our marker holds them, else no-op
-        lost = set() if marker.epoch else set(staged.dropped)  # the marker row is gone, the log's version had them
+        lost = set() if marker.epoch else db_claims.lost_partitions(staged, txn)  # the marker row is gone
         parts = sorted(own | set(marker.partitions))
         if self.mode == "replace":
             if not self.interval_column:  # by partition columns; a lost marker's: emptied unless another holds them
                 db_claims.refuse_same_partitions(d, cur, self.commit_table, self.table, txn.name, txn.interval,
                                                  info, sorted(own - set(marker.partitions)))
                 parts = sorted({*parts, *lost} - {p for p, *_ in db_claims.same_partitions(
-                    d, cur, self.commit_table, self.table, txn.name, txn.interval, info, sorted(lost))})
+                    d, cur, self.commit_table, self.table, txn.name, txn.interval, info, sorted(lost), False)})
             for where, params in self._interval_rows(d, info, txn.interval, parts):
                 cur.execute(f"DELETE FROM {table_sql} WHERE {where}", params)
         if not cols:

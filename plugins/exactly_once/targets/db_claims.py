@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..errors import ConfigError, OwnershipError, TargetSchemaError, TargetUnavailableError
-from ..ids import Interval
+from ..ids import Interval, TxnRef
 from ..records.ownership import Owner, refuse_other_owner
-from .base import partition_values
+from .base import StagedVersion, partition_values
 from .sql_dialects import Dialect, Resolved, TableInfo
 
 CLAIM = "_owner"
@@ -122,6 +122,18 @@ def _taken(table: str, commit_table: str, token: str, epoch: int, published: str
         who = f"{token} ({unpublished(table, commit_table, token)})"
         held += [(who, p) for p in json.loads(reserved).get("partitions", ())]
     return held
+
+
+def lost_partitions(staged: StagedVersion, txn: TxnRef) -> set[str]:
+    """Where the interval's marker row is gone (deleted by hand): the partitions ``staged`` drops that the
+    interval's live version holds by the log - those with rows in the newest COMMITTED epoch before ``txn``
+    (what its marker named). An earlier epoch's partition its live version had dropped already may be another
+    interval's by now: never one of these."""
+    for epoch in range(txn.epoch - 1, 0, -1) if staged.dropped and staged.committed_files else ():
+        held = {p: staged.committed_files(epoch, p) for p in sorted(staged.dropped)}  # type: ignore[misc]
+        if any(files is not None for files in held.values()):  # COMMITTED (its manifest kept)
+            return {p for p, files in held.items() if files}
+    return set()
 
 
 def unpublished(table: str, commit_table: str, token: str) -> str:
@@ -282,7 +294,7 @@ def refuse_same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, 
 
 
 def same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, name: str, iv: Interval,
-                    info: TableInfo, new: list[str]) -> Iterator[tuple[str, str, str]]:
+                    info: TableInfo, new: list[str], reserved: bool = True) -> Iterator[tuple[str, str, str]]:
     """(ours, the other interval, its partition) for each partition of ``new`` that is, for the database, a
     partition another interval's marker names - its values compared as values of the table's columns (their
     types and collations), not as text: ``hour=3`` is ``hour=03`` in an int column, ``EU`` is ``eu`` under a
@@ -291,7 +303,7 @@ def same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, name: s
     text claims see two partitions). Empty partitions count: a marker claims its partitions whether or not
     they hold rows. Under a lock per table, so two first publishes of one partition in two spellings run one
     after the other and the second sees the first's marker; the interval's own partitions were checked when
-    they were new."""
+    they were new. ``reserved=False``: only what the markers name as published (a reservation holds no rows)."""
     if not new or d.table_info(cur, commit_table) is None:  # a check before the first publish: no markers yet
         return
     lock_table(d, cur, table, name)
@@ -303,7 +315,8 @@ def same_partitions(d: Dialect, cur: Any, commit_table: str, table: str, name: s
 
     cur.execute(f"SELECT interval_token, epoch, partitions, reserved FROM {d.table(commit_table)} WHERE target = %s "
                 f"AND interval_token <> %s AND interval_token <> %s AND {RESERVED}", (table, iv.token, CLAIM))
-    theirs = [(who, part, cols) for row in cur.fetchall() for who, part in _taken(table, commit_table, *row)
+    theirs = [(who, part, cols) for token, epoch, published, held in cur.fetchall()
+              for who, part in _taken(table, commit_table, token, epoch, published, held if reserved else None)
               if (cols := columns(part)) is not None]
     ours = [(part, cols) for part in new if (cols := columns(part)) is not None]
     if theirs and ours:
