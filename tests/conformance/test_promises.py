@@ -436,6 +436,8 @@ def test_a_manifest_an_older_release_wrote_with_a_version_we_cannot_read_is_refu
     foreign = {**{k: v for k, v in sink.storage.read_json(path).items() if k != "owner"}, "version": "nightly-load"}
     for theirs, says in ((json.dumps(foreign).encode(), "nightly-load, a version of another interval"),
                          (json.dumps({"files": ["part-0.parquet"]}).encode(), "not a manifest exactly-once wrote"),
+                         (json.dumps({"version": sink.ref(IV, 1).name, "files": [{"name": "part-0.parquet"}]}).encode(),
+                          "not a manifest exactly-once wrote"),  # ours by its name, but no sizes to tell
                          (b"part-0.parquet\n", "not a manifest exactly-once wrote")):
         sink.storage.write_atomic(path, theirs)
         err = refused_before_deciding(world, sink, {PART: [make_rows("v2", 2, start=20)]})

@@ -55,7 +55,8 @@ class S3FilesTarget(FilesTarget):
         except ValueError:
             manifest = None
         if not (isinstance(manifest, dict) and isinstance(manifest.get("version"), str) and isinstance(
-                manifest.get("files"), list) and all(isinstance(f, dict) and "name" in f for f in manifest["files"])):
+                manifest.get("files"), list) and all(isinstance(f, dict) and {"name", "size"} <= f.keys()
+                                                 for f in manifest["files"])):
             raise TargetSchemaError(f"s3://{path} is not a manifest exactly-once wrote (another tool's?): the partition's "
                                     "live version cannot be told. Move it out of the table's prefix, then run the "
                                     "interval again (or, if already committed, `eo recover` the table)")
