@@ -13,6 +13,10 @@ from tools.mutants_verdicts_protocol import PROTOCOL_VERDICTS
 from tools.mutants_verdicts_redis import REDIS_VERDICTS
 
 VERDICTS: dict[str, str] = {
+    "targets/files.py:check:NumberReplacer:b5147b52f4":
+        ("harmless: the range from 0 also checks the table directory itself (``keys[:0]``), which is a directory "
+         "- or a link to one - wherever a publish can happen: a table path that is a plain file fails the owner "
+         "check before it, so no outcome changes"),
     # files (local)
     "targets/files.py:partition_lock:ReplaceComparisonOperator_Gt_GtE:9b73aa659e":
         "equivalent: `>` or `>=` against a float deadline of time.monotonic() - the same wait to the nanosecond",
