@@ -6,6 +6,15 @@ from __future__ import annotations
 from tools.mutants_reasons import CONFIG, ONE_COLUMN, PG_NULL_ONLY, TUNING
 
 DB_VERDICTS: dict[str, str] = {
+    "targets/db_claims.py:lost_partitions:ReplaceAndWithOr:931345b624":
+        ("equivalent: with nothing dropped every epoch's look-up is empty and nothing is returned, as before; with "
+         "partitions dropped the protocol always sets committed_files (only it sets dropped)"),
+    "targets/db_claims.py:lost_partitions:NumberReplacer:749e444a86":
+        ("equivalent: epoch 0 is reached only when no earlier epoch is COMMITTED, and the log has no epoch 0 "
+         "(committed_files: None, not COMMITTED): nothing is returned, as before"),
+    "targets/db_claims.py:_same_partitions:ReplaceBreakWithContinue:b8ea4eeb6e":
+        ("equivalent: it may yield one of our partitions more than once (each interval holding an equal one), "
+         "and every caller takes the first (the refusal) or the set of our partitions (a lost marker's)"),
     "targets/sql_dialects.py:raise_on_warnings:NumberReplacer:411ac52253": ONE_COLUMN,  # SELECT @@warning_count
     "mysql targets/db_claims.py:_equal_values:ReplaceComparisonOperator_Eq_NotEq:ae56d7ba81":
         "equivalent in this row: MariaDB's DROP TABLE drops the session's temporary tables of those names too",
