@@ -50,6 +50,19 @@ def test_upsert_refuses_a_null_in_a_key_column(world):
     assert sorted((int(k), v) for k, v in db.rows(table, "k, v")) == good
 
 
+def test_upsert_into_a_table_whose_columns_are_all_keys(world):
+    """Every column is a key column (a set of members): nothing to update, so a row already there stays as it
+    is (a no-op assignment), and a reprocess adds the new keys."""
+    only(world, "postgresql", "mysql", why="only a database upserts by a unique key")
+    db, table = world.place.db, f"{world.name}_k"
+    db.run(f"CREATE TABLE {db.q(table)} (k bigint NOT NULL, dt date NOT NULL, "
+           f"CONSTRAINT {db.q(table + '_key')} UNIQUE (dt, k))" + (" ENGINE=InnoDB" if world.kind == "mysql" else ""))
+    sink = upsert_sink(world, table)
+    for keys in ([1, 2], [2, 3]):
+        world.commit(sink, IV, {PART: [pa.table({"k": pa.array(keys, pa.int64())})]})
+    assert sorted(int(k) for (k,) in db.rows(table, "k")) == [1, 2, 3]
+
+
 def test_upsert_with_another_unique_index_never_loses_a_row(world):
     only(world, "postgresql", "mysql", why="only a database upserts by a unique key")
     db = world.place.db
