@@ -13,6 +13,11 @@ from tools.mutants_verdicts_protocol import PROTOCOL_VERDICTS
 from tools.mutants_verdicts_redis import REDIS_VERDICTS
 
 VERDICTS: dict[str, str] = {
+    "targets/s3files.py:_ours:ReplaceOrWithAnd:6c1cbfdba9":
+        ("harmless: an ownerless manifest whose version is no transaction name, or another interval's, is refused "
+         "by the check before the decision (_refuse_other_interval), so _ours meets one only where another writer "
+         "replaces the manifest between the check and the publish; the publish then fails either way (a TypeError "
+         "instead of the TargetSchemaError naming it), nothing switched"),
     "targets/files.py:check:NumberReplacer:b5147b52f4":
         ("harmless: the range from 0 also checks the table directory itself (``keys[:0]``), which is a directory "
          "- or a link to one - wherever a publish can happen: a table path that is a plain file fails the owner "
