@@ -417,36 +417,6 @@ def test_our_own_version_under_a_manifest_an_older_release_wrote_is_already_publ
     assert world.read_rows() == world.rows({PART: [make_rows("v1", 3)]})
 
 
-def test_a_manifest_an_older_release_wrote_with_a_version_we_cannot_read_is_refused_by_us(world):
-    """files-s3: a live manifest with no owner (written before manifests named it) whose version is not a
-    transaction name at all (another tool's, hand-edited), or that is no manifest of ours at all (no version,
-    not JSON), is never taken for ours: refused before the decision with our error naming it, nothing
-    switched; `recover` and gc of the table run past it."""
-    if world.kind != "files-s3":
-        pytest.skip("only files-s3 reads manifests written before they named their owner")
-    import json
-
-    from exactly_once.ops.maintenance import gc
-
-    from .test_target_breaks import refused_before_deciding
-
-    sink = world.sink()
-    world.commit(sink, IV, {PART: [make_rows("v1", 3)]})
-    path = sink.storage.join(sink.table, PART, "_MANIFEST.json")
-    foreign = {**{k: v for k, v in sink.storage.read_json(path).items() if k != "owner"}, "version": "nightly-load"}
-    for theirs, says in ((json.dumps(foreign).encode(), "nightly-load, a version of another interval"),
-                         (json.dumps({"files": ["part-0.parquet"]}).encode(), "not a manifest exactly-once wrote"),
-                         (json.dumps({"version": sink.ref(IV, 1).name, "files": [{"name": "part-0.parquet"}]}).encode(),
-                          "not a manifest exactly-once wrote"),  # ours by its name, but no sizes to tell
-                         (b"part-0.parquet\n", "not a manifest exactly-once wrote")):
-        sink.storage.write_atomic(path, theirs)
-        err = refused_before_deciding(world, sink, {PART: [make_rows("v2", 2, start=20)]})
-        assert says in str(err), err
-        assert sink.storage.read_bytes(path) == theirs
-        sink.recover()
-        gc(sink, min_age=0)
-
-
 def test_a_staged_file_rewritten_while_the_publish_copies_never_goes_live(world, monkeypatch):
     """files-s3 publishes by server-side copies after checking the staged files (one LIST). A same-size
     rewrite of a file still to be copied, made while the first copies run, is copied as it is - so the staged
