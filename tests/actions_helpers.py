@@ -26,6 +26,13 @@ def dag_runs(ui, dag_id: str) -> list[dict]:
     return got.json()["dag_runs"]
 
 
+def task_ids(ui, dag_id: str, run_id: str) -> list[str]:
+    """The tasks Airflow created for the run (none for a run dated outside the DAG's start/end dates)."""
+    got = ui["client"].get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", headers=as_user(ui, "admin"))
+    assert got.status_code == 200, got.text
+    return sorted(ti["task_id"] for ti in got.json()["task_instances"])
+
+
 def token_in(page: str) -> str:
     found = re.search(r'name="token" value="([0-9a-f]+)"', page)
     assert found, re.sub(r"<[^>]+>", " ", page.split("<body>")[-1])[:2000]   # a refusal: say why

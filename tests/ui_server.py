@@ -53,7 +53,8 @@ def wait_healthy(client: httpx.Client, proc: subprocess.Popen, deadline: float, 
 
 
 @contextlib.contextmanager
-def api_server(base: Path, data_root: Path, users: dict[str, tuple[str, str]]) -> Iterator[dict]:
+def api_server(base: Path, data_root: Path, users: dict[str, tuple[str, str]],
+               extra: dict[str, str] | None = None) -> Iterator[dict]:
     from tools import ui as uiserver
 
     home = base / "airflow-home"
@@ -65,7 +66,7 @@ def api_server(base: Path, data_root: Path, users: dict[str, tuple[str, str]]) -
         "AIRFLOW_HOME": str(home), "EO_DATA_ROOT": str(data_root),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{role}" for u, (role, _) in users.items()),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET, "AIRFLOW__API__BASE_URL": url})
+        "AIRFLOW__API_AUTH__JWT_SECRET": JWT_SECRET, "AIRFLOW__API__BASE_URL": url, **(extra or {})})
     env.pop("EO_REPORTS_DIR", None)
     uiserver.prepare(env)
     log = open(base / "api-server.log", "wb")

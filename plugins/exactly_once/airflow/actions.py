@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
+from ..errors import ConfigError
 from ..ids import Interval
 from ..text import REASON_CHARS, one_line
 from .tables import TableRef
@@ -241,16 +242,17 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
             _unused(session, req.dag_to_trigger, f"manual__eo_{req.action}_{nonce}_0")
             if refusal:
                 raise RefusedError(refusal)
+            dag = _dag(session, t.pipeline)
             if req.action == "rollback":
-                return [_create(session, t.pipeline, user, {"to_version": req.to_version, **asked}, req.interval,
+                return [_create(session, dag, user, {"to_version": req.to_version, **asked}, req.interval,
                                 nonce=nonce)]
             if req.action == "recover":
-                return [_create(session, t.pipeline, user, asked, carrier_interval(t), nonce=nonce)]
+                return [_create(session, dag, user, asked, carrier_interval(t, dag.end_date), nonce=nonce)]
             mine = {"reprocess": True}
             if req.action == "reprocess":
-                return [_create(session, t.pipeline, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
+                return [_create(session, dag, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
                                 req.interval, nonce=nonce)]
-            return [_create(session, t.pipeline, user, {**mine, **asked}, Interval.from_token(s), order=i,
+            return [_create(session, dag, user, {**mine, **asked}, Interval.from_token(s), order=i,
                             nonce=nonce) for i, s in enumerate(req.stale)]
     except IntegrityError:  # a concurrent use of the same confirmation (a double click) made its run first
         raise TokenUsedError("this confirmation was used already (a double click sends it twice; the first one "
@@ -265,12 +267,13 @@ def _lock(session: Any, dag_id: str) -> None:
     session.execute(select(DagModel.dag_id).where(DagModel.dag_id == dag_id).with_for_update()).all()
 
 
-def carrier_interval(table: TableRef) -> Interval:
-    """The data interval of the run that carries out a recover of the whole table: its log's newest."""
+def carrier_interval(table: TableRef, end_date: datetime | None = None) -> Interval:
+    """The data interval of the run that carries out a recover of the whole table: its log's newest that
+    starts by the DAG's ``end_date`` (a run dated after it gets no task), else the newest."""
     every = table.handle().log.intervals()
     if not every:
         raise ValueError(f"{table.sink}'s log has no interval: nothing to recover")
-    return max(every)
+    return max([iv for iv in every if end_date is None or iv.start <= end_date] or every)
 
 
 def _unused(session: Any, dag_id: str, run_id: str) -> None:
@@ -283,9 +286,14 @@ def _unused(session: Any, dag_id: str, run_id: str) -> None:
                              "page again to do it once more")
 
 
-def _create(session: Any, dag_id: str, user: str, conf: dict[str, Any], interval: Interval | None = None,
-            order: int = 0, nonce: str = "") -> str:
+def _dag(session: Any, dag_id: str) -> Any:
     from airflow.api_fastapi.common.dagbag import create_dag_bag, get_latest_version_of_dag
+
+    return get_latest_version_of_dag(create_dag_bag(), dag_id, session)
+
+
+def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: Interval | None = None,
+            order: int = 0, nonce: str = "") -> str:
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
@@ -293,9 +301,13 @@ def _create(session: Any, dag_id: str, user: str, conf: dict[str, Any], interval
 
     run_after = datetime.now(timezone.utc) + timedelta(microseconds=order)  # the runs start in this order
     logical, data_interval = None, None
-    if interval is not None:  # a logical date inside the interval that no other run of the DAG has
-        logical, data_interval = logical_date_inside(interval), (interval.start, interval.end)
-    dag = get_latest_version_of_dag(create_dag_bag(), dag_id, session)
+    dag_id = dag.dag_id
+    if interval is not None:  # a logical date no other run of the DAG has, that the DAG creates its tasks for
+        try:
+            logical = logical_date_inside(interval, dag.start_date, dag.end_date)
+        except ConfigError as exc:
+            raise RefusedError(f"{dag_id}: {exc}") from None
+        data_interval = (interval.start, interval.end)
     run_id = f"manual__eo_{conf['eo_action']}_{nonce}_{order}"  # unique: the token triggers once
     run = dag.create_dagrun(run_id=run_id, logical_date=logical,
                             data_interval=data_interval, run_after=run_after, conf=conf,

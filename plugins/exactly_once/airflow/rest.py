@@ -4,7 +4,8 @@ use, in the user's own deployment (nothing but the installed package and the API
 A run for a data interval is created with ``POST /api/v2/dags/<dag>/dagRuns`` giving that interval as its
 ``data_interval_start``/``_end`` and a ``logical_date`` *inside* it (:func:`logical_date_inside`): Airflow
 keeps one run per (DAG, logical date), so the interval's start - the scheduled run's logical date - answers
-409 once the interval ran. ``run_after`` orders several runs (a stateful DAG runs them one at a time, in
+409 once the interval ran; within the DAG's ``start_date``/``end_date`` (``GET .../details``), as Airflow
+creates no task for a run dated outside them. ``run_after`` orders several runs (a stateful DAG runs them one at a time, in
 that order). The API checks that the login may trigger the DAG; the run's ``begin`` task then checks that
 the same user may edit it (a reprocess replaces a committed version: ``operators.may_reprocess``).
 
@@ -25,19 +26,39 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ..errors import AirflowApiError
+from ..errors import AirflowApiError, ConfigError
 from ..ids import Interval
 from ..storage import redact
 
 log = logging.getLogger(__name__)
 TIMEOUT = 60.0
+_MINUTE = timedelta(minutes=1)
 
 
-def logical_date_inside(interval: Interval) -> datetime:
-    """A logical date inside ``interval`` that no other run of the DAG has (one run per logical date): the
-    start plus 1 microsecond and a time-derived offset - never the start itself, the scheduled run's."""
-    span = max(2, int((interval.end - interval.start) / timedelta(microseconds=1)))
-    return interval.start + timedelta(microseconds=1 + time.time_ns() // 1000 % (span - 1))
+def logical_date_inside(interval: Interval, earliest: datetime | None = None,
+                        latest: datetime | None = None) -> datetime:
+    """A logical date for a run of ``interval`` that no other run of the DAG has (one run per logical date),
+    between the DAG's ``start_date`` (``earliest``) and ``end_date`` (``latest``): Airflow creates no task for
+    a manual run dated outside them, and that run ends at once having done nothing.
+
+    Inside the interval where the dates allow: the start plus 1 microsecond and a time-derived offset, never
+    the start itself (the scheduled run's). The last interval of a DAG whose ``end_date`` is that interval's
+    start (the date of its last scheduled run) has no such date; its run is dated in the second before the
+    start, which no scheduled run has (cron intervals are a minute or more). :class:`ConfigError` when the
+    DAG's dates leave neither (an interval after the DAG's ``end_date``)."""
+    us = timedelta(microseconds=1)
+    for lo, hi in ((interval.start + us, interval.end - us), (interval.start - timedelta(seconds=1) + us,
+                                                              interval.start - us)):
+        lo, hi = max(lo, earliest or lo), min(hi, latest or hi)
+        if lo <= hi:
+            return lo + us * (time.time_ns() // 1000 % ((hi - lo) // us + 1))
+    if earliest is not None and earliest > interval.start:
+        fix = f"set the DAG's start_date to {interval.start.isoformat()} or earlier"
+    else:  # an end inside the interval dates the run and schedules no later interval
+        fix = f"set the DAG's end_date to a time inside the interval, e.g. {(interval.start + _MINUTE).isoformat()}"
+    raise ConfigError(f"Airflow creates a DAG's tasks only for runs dated from its start_date to its end_date "
+                      f"({earliest} .. {latest}): no date is left for a run of {interval.label}, which would do "
+                      f"nothing. To run it, {fix}, then run this again")
 
 
 def api_url(explicit: str | None = None) -> str:
@@ -101,7 +122,8 @@ class Api:
         """Create a run of ``dag_id`` for ``interval`` with ``conf`` (QUEUED: the scheduler runs it); returns
         the run as the API shows it. ``order``: runs of one request start in this order."""
         run_id = f"manual__eo_{action}_{interval.token}_{secrets.token_hex(4)}"
-        body = {"dag_run_id": run_id, "logical_date": logical_date_inside(interval).isoformat(),
+        logical = logical_date_inside(interval, *self.dag_dates(dag_id))
+        body = {"dag_run_id": run_id, "logical_date": logical.isoformat(),
                 "data_interval_start": interval.start.isoformat(), "data_interval_end": interval.end.isoformat(),
                 "run_after": (datetime.now(timezone.utc) + timedelta(microseconds=order)).isoformat(),
                 "conf": conf, **({"note": note} if note else {})}
@@ -110,6 +132,17 @@ class Api:
         if got.status_code in (200, 201):
             return got.json()
         raise AirflowApiError(_refusal(got, dag_id, self.url))
+
+    def dag_dates(self, dag_id: str) -> tuple[datetime | None, datetime | None]:
+        """The DAG's ``start_date`` and ``end_date`` (``GET /api/v2/dags/<dag>/details``): a run's logical date
+        must lie between them (:func:`logical_date_inside`)."""
+        got = _call("GET", f"{self.url}/api/v2/dags/{dag_id}/details",
+                    headers={"Authorization": f"Bearer {self.token}"})
+        if got.status_code != 200:
+            raise AirflowApiError(_refusal(got, dag_id, self.url, "read the details of"))
+        details = got.json()
+        return tuple(datetime.fromisoformat(details[k].replace("Z", "+00:00")) if details.get(k) else None
+                     for k in ("start_date", "end_date"))  # type: ignore[return-value]
 
     def pending_runs(self, table: Any) -> list[Any]:
         """The queued and running runs of ``table``'s DAG that act on it (``runs.from_api``: the table page's
