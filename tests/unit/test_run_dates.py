@@ -14,7 +14,7 @@ from exactly_once.errors import ConfigError
 from exactly_once.ids import Interval
 
 IV = Interval.daily("2026-03-31")
-US, SECOND, HOUR = timedelta(microseconds=1), timedelta(seconds=1), timedelta(hours=1)
+US, MINUTE, HOUR = timedelta(microseconds=1), timedelta(minutes=1), timedelta(hours=1)
 
 
 def dates(monkeypatch, earliest=None, latest=None) -> list:
@@ -34,9 +34,13 @@ def test_a_run_is_dated_inside_its_interval_never_at_its_start(monkeypatch):
 
 def test_the_last_interval_of_a_dag_that_ended_is_dated_just_before_its_start(monkeypatch):
     """A DAG whose end_date is its last interval's start (its last scheduled run's date): after the start,
-    Airflow would create no task. The run is dated in the second before the start (no scheduled run's date)."""
+    Airflow would create no task. The run is dated in the minute before the start, never on a whole second
+    (a scheduled run's date under any cron timetable)."""
     got = dates(monkeypatch, earliest=IV.start - timedelta(days=90), latest=IV.start)
-    assert all(IV.start - SECOND < d < IV.start for d in got), got
+    for now_us in (999_999, 59 * 10**6 + 999_999):  # the offsets that land on a whole second
+        monkeypatch.setattr(rest.time, "time_ns", lambda v=now_us: v * 1000)
+        got.append(rest.logical_date_inside(IV, IV.start - timedelta(days=90), IV.start))
+    assert all(IV.start - MINUTE < d < IV.start and d.microsecond for d in got), got
 
 
 def test_an_end_inside_the_interval_bounds_the_date(monkeypatch):
@@ -61,3 +65,64 @@ def test_dates_that_leave_no_room_are_refused_and_the_advice_works(monkeypatch, 
     assert advice in str(err.value) and "then run this again" in str(err.value)
     fixed = (earliest, IV.start + timedelta(minutes=1)) if "end_date" in advice else (IV.start, latest)
     assert all(IV.start <= d < IV.end for d in dates(monkeypatch, *fixed))
+
+
+def test_pendulum_dates_of_a_serialized_dag_bound_the_date(monkeypatch):
+    """A serialized DAG's dates are pendulum DateTimes, whose differences are pendulum Durations: an end or
+    start inside the interval must bound the date, not raise (the table page's path)."""
+    import pendulum
+
+    end, start = pendulum.datetime(2026, 3, 31, 0, 1), pendulum.datetime(2026, 3, 31, 0, 0, 30)
+    got = dates(monkeypatch, earliest=start, latest=end)
+    assert all(IV.start + 30 * timedelta(seconds=1) <= d <= IV.start + MINUTE for d in got), got
+    assert all(type(d).__module__ == "datetime" for d in got)
+
+
+def _serialized(**dag_kwargs):
+    """A DAG of two tasks as the api-server holds it (serialized and read back: pendulum dates, each task's)."""
+    from datetime import datetime, timezone
+
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, CronDataIntervalTimetable
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    task_end = dag_kwargs.pop("task_end", None)
+    with DAG("ended", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+             start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), **dag_kwargs) as dag:
+        EmptyOperator(task_id="begin")
+        EmptyOperator(task_id="commit", **({"end_date": task_end} if task_end else {}))
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
+def _every_task_created(dag, logical) -> bool:
+    """Airflow's own rule for a manual run (``DagRun.verify_integrity``'s task filter), per task."""
+    return all((t.start_date is None or t.start_date <= logical) and (t.end_date is None or logical <= t.end_date)
+               for t in dag.task_dict.values())
+
+
+@pytest.mark.parametrize("how", ["end_date", "default_args"])
+def test_an_end_set_on_the_dag_or_through_default_args_dates_the_last_interval_so_every_task_runs(how, monkeypatch):
+    """``default_args={"end_date": ...}`` leaves the DAG's end_date None and sets each task's: the tasks'
+    dates bound the run too (the scheduler stops at them as well)."""
+    from datetime import datetime, timezone
+
+    from exactly_once.airflow.actions import run_dates
+
+    end = datetime(2026, 3, 31, tzinfo=timezone.utc)
+    dag = _serialized(**({"end_date": end} if how == "end_date" else {"default_args": {"end_date": end}}))
+    assert run_dates(dag)[1] == end
+    got = dates(monkeypatch, *run_dates(dag))
+    assert all(_every_task_created(dag, d) and IV.start - MINUTE < d < IV.start for d in got), got
+
+
+def test_a_task_that_ends_before_the_interval_refuses_the_run_instead_of_a_partial_one():
+    """One task of the DAG ends earlier than the others: a run of a later interval would get some tasks and
+    not that one (a begin with no commit). No date fits: refused, saying what to move."""
+    from datetime import datetime, timezone
+
+    from exactly_once.airflow.actions import run_dates
+
+    dag = _serialized(end_date=datetime(2026, 4, 5, tzinfo=timezone.utc),
+                      task_end=datetime(2026, 3, 3, tzinfo=timezone.utc))
+    with pytest.raises(ConfigError, match="no date is left for a run of 2026-03-31.*end_date to a time inside"):
+        rest.logical_date_inside(IV, *run_dates(dag))

@@ -247,7 +247,7 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
                 return [_create(session, dag, user, {"to_version": req.to_version, **asked}, req.interval,
                                 nonce=nonce)]
             if req.action == "recover":
-                return [_create(session, dag, user, asked, carrier_interval(t, dag.end_date), nonce=nonce)]
+                return [_create(session, dag, user, asked, carrier_interval(t, run_dates(dag)[1]), nonce=nonce)]
             mine = {"reprocess": True}
             if req.action == "reprocess":
                 return [_create(session, dag, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
@@ -286,6 +286,13 @@ def _unused(session: Any, dag_id: str, run_id: str) -> None:
                              "page again to do it once more")
 
 
+def run_dates(dag: Any) -> tuple[datetime | None, datetime | None]:
+    """The dates a manual run of the (serialized) DAG must lie between to get every task."""
+    from .rest import date_bounds
+
+    return date_bounds([(dag.start_date, dag.end_date), *((t.start_date, t.end_date) for t in dag.task_dict.values())])
+
+
 def _dag(session: Any, dag_id: str) -> Any:
     from airflow.api_fastapi.common.dagbag import create_dag_bag, get_latest_version_of_dag
 
@@ -304,7 +311,7 @@ def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: I
     dag_id = dag.dag_id
     if interval is not None:  # a logical date no other run of the DAG has, that the DAG creates its tasks for
         try:
-            logical = logical_date_inside(interval, dag.start_date, dag.end_date)
+            logical = logical_date_inside(interval, *run_dates(dag))
         except ConfigError as exc:
             raise RefusedError(f"{dag_id}: {exc}") from None
         data_interval = (interval.start, interval.end)

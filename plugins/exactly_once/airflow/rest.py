@@ -23,7 +23,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Iterable
 from urllib.parse import unquote, urlsplit
 
 from ..errors import AirflowApiError, ConfigError
@@ -38,27 +38,47 @@ _MINUTE = timedelta(minutes=1)
 def logical_date_inside(interval: Interval, earliest: datetime | None = None,
                         latest: datetime | None = None) -> datetime:
     """A logical date for a run of ``interval`` that no other run of the DAG has (one run per logical date),
-    between the DAG's ``start_date`` (``earliest``) and ``end_date`` (``latest``): Airflow creates no task for
-    a manual run dated outside them, and that run ends at once having done nothing.
+    between ``earliest`` and ``latest`` (:func:`date_bounds`: the DAG's and its tasks' ``start_date`` and
+    ``end_date``): Airflow creates no task for a manual run dated outside a task's, and a run without its
+    tasks ends at once having done nothing.
 
     Inside the interval where the dates allow: the start plus 1 microsecond and a time-derived offset, never
     the start itself (the scheduled run's). The last interval of a DAG whose ``end_date`` is that interval's
-    start (the date of its last scheduled run) has no such date; its run is dated in the second before the
-    start, which no scheduled run has (cron intervals are a minute or more). :class:`ConfigError` when the
-    DAG's dates leave neither (an interval after the DAG's ``end_date``)."""
+    start (the date of its last scheduled run) has no such date; its run is dated in the minute before the
+    start, never on a whole second (a scheduled run's date). :class:`ConfigError` when the dates leave
+    neither (an interval after the DAG's ``end_date``)."""
     us = timedelta(microseconds=1)
-    for lo, hi in ((interval.start + us, interval.end - us), (interval.start - timedelta(seconds=1) + us,
-                                                              interval.start - us)):
+    earliest, latest = (utc(d) if d is not None else None for d in (earliest, latest))
+    for lo, hi in ((interval.start + us, interval.end - us), (interval.start - _MINUTE + us, interval.start - us)):
         lo, hi = max(lo, earliest or lo), min(hi, latest or hi)
         if lo <= hi:
-            return lo + us * (time.time_ns() // 1000 % ((hi - lo) // us + 1))
+            at = lo + us * (time.time_ns() // 1000 % ((hi - lo) // us + 1))
+            if hi < interval.start and at.microsecond == 0 and at < hi:
+                at += us  # before the start: never on a whole second, a scheduled run's date
+            return at
     if earliest is not None and earliest > interval.start:
         fix = f"set the DAG's start_date to {interval.start.isoformat()} or earlier"
     else:  # an end inside the interval dates the run and schedules no later interval
         fix = f"set the DAG's end_date to a time inside the interval, e.g. {(interval.start + _MINUTE).isoformat()}"
     raise ConfigError(f"Airflow creates a DAG's tasks only for runs dated from its start_date to its end_date "
-                      f"({earliest} .. {latest}): no date is left for a run of {interval.label}, which would do "
-                      f"nothing. To run it, {fix}, then run this again")
+                      f"({earliest} .. {latest}, the DAG's and its tasks'): no date is left for a run of "
+                      f"{interval.label}, which would do nothing. To run it, {fix}, then run this again")
+
+
+def date_bounds(dates: Iterable[tuple[datetime | None, datetime | None]]) -> tuple[datetime | None, datetime | None]:
+    """The dates a manual run must lie between for Airflow to create every task (its ``task_filter``): the
+    latest of the ``(start_date, end_date)`` pairs' starts and the earliest of their ends - the DAG's and each
+    task's (``default_args={"end_date": ...}`` sets the tasks' end, not the DAG's)."""
+    pairs = list(dates)
+    starts = [utc(a) for a, _ in pairs if a is not None]
+    ends = [utc(b) for _, b in pairs if b is not None]
+    return max(starts, default=None), min(ends, default=None)
+
+
+def utc(d: datetime) -> datetime:
+    """``d`` as a plain UTC datetime (a serialized DAG's dates are pendulum's, whose arithmetic differs)."""
+    u = d.astimezone(timezone.utc)
+    return datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, tzinfo=timezone.utc)
 
 
 def api_url(explicit: str | None = None) -> str:
@@ -134,15 +154,16 @@ class Api:
         raise AirflowApiError(_refusal(got, dag_id, self.url))
 
     def dag_dates(self, dag_id: str) -> tuple[datetime | None, datetime | None]:
-        """The DAG's ``start_date`` and ``end_date`` (``GET /api/v2/dags/<dag>/details``): a run's logical date
-        must lie between them (:func:`logical_date_inside`)."""
-        got = _call("GET", f"{self.url}/api/v2/dags/{dag_id}/details",
-                    headers={"Authorization": f"Bearer {self.token}"})
-        if got.status_code != 200:
-            raise AirflowApiError(_refusal(got, dag_id, self.url, "read the details of"))
-        details = got.json()
-        return tuple(datetime.fromisoformat(details[k].replace("Z", "+00:00")) if details.get(k) else None
-                     for k in ("start_date", "end_date"))  # type: ignore[return-value]
+        """The dates a run of the DAG must lie between (:func:`date_bounds` of the DAG's ``start_date`` and
+        ``end_date`` and its tasks': ``GET /api/v2/dags/<dag>/details`` and ``.../tasks``)."""
+        pairs = []
+        for path, rows in ((f"{dag_id}/details", lambda j: [j]), (f"{dag_id}/tasks", lambda j: j.get("tasks") or [])):
+            got = _call("GET", f"{self.url}/api/v2/dags/{path}", headers={"Authorization": f"Bearer {self.token}"})
+            if got.status_code != 200:
+                raise AirflowApiError(_refusal(got, dag_id, self.url, "read the dates of"))
+            pairs += [tuple(datetime.fromisoformat(r[k].replace("Z", "+00:00")) if r.get(k) else None
+                            for k in ("start_date", "end_date")) for r in rows(got.json())]
+        return date_bounds(pairs)  # type: ignore[arg-type]
 
     def pending_runs(self, table: Any) -> list[Any]:
         """The queued and running runs of ``table``'s DAG that act on it (``runs.from_api``: the table page's
