@@ -62,7 +62,9 @@ def logical_date_inside(interval: Interval, earliest: datetime | None = None,
         fix = f"set the DAG's end_date to a time inside the interval, e.g. {(interval.start + _MINUTE).isoformat()}"
     raise ConfigError(f"Airflow creates a DAG's tasks only for runs dated from its start_date to its end_date "
                       f"({earliest} .. {latest}, the DAG's and its tasks'): no date is left for a run of "
-                      f"{interval.label}, which would do nothing. To run it, {fix}, then run this again")
+                      f"{interval.label}, which would do nothing. To run it, {fix}, then run this again; or "
+                      "reprocess it as a backfill, whose runs get every task whatever the dates (`airflow backfill "
+                      "create --reprocess-behavior completed --dag-run-conf '{\"reprocess\": true}'`, Airflow 3.2+)")
 
 
 def date_bounds(dates: Iterable[tuple[datetime | None, datetime | None]]) -> tuple[datetime | None, datetime | None]:
