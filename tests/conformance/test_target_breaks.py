@@ -20,7 +20,8 @@ import pytest
 
 from exactly_once import State
 from exactly_once.errors import ExactlyOnceError
-from protocol_helpers import _read_rows, make_rows, open_sink
+from exactly_once.protocol.transaction import TwoPhaseCommitSink
+from protocol_helpers import _read_rows, interleave, make_rows, open_sink
 
 from .conftest import IV, PART, PIPELINE, SINK, ddl, redis_client
 
@@ -251,4 +252,56 @@ def test_a_plain_file_at_a_nested_partitions_parent_is_refused_before_the_decisi
     live = {part: sorted(_read_rows(sink, sink.live_files(part))) for part in (keep, other)}
     assert live == {keep: again, other: b if where == "produced" else []}
     assert sink.live_version(keep) == done.name
+    assert world.log_problems(sink, IV) == [] and world.leftovers() == []
+
+
+@pytest.mark.parametrize("obstacle", ["file at the parent", "directory at the link"])
+def test_an_obstacle_put_after_the_check_is_refused_with_the_way_out_and_recover_finishes(world, monkeypatch, obstacle):
+    """Another writer's obstacle in a partition of the version, put after the check (after the decision):
+    local files, a plain file where a nested partition's parent directory goes or a plain directory where its
+    link goes; S3, another tool's ``_MANIFEST.json``. The publish is refused with the error that names it,
+    says what readers see (a files table switches its partitions one at a time: the one before is live) and
+    that `eo recover` finishes once it is moved - never a bare FileExistsError, never "nothing of it is
+    live". No half-made link is left; recover then publishes the rest."""
+    only(world, "files-local", "files-s3", why="a files table switches partitions one at a time")
+    if world.kind == "files-s3" and obstacle.endswith("link"):
+        pytest.skip("S3 has no directories: another tool's manifest is the obstacle")
+    from exactly_once.errors import TargetSchemaError
+
+    keep, other = f"{PART}/h=00", "dt=2026-03-01/h=00"
+    sink = world.sink()
+    a, b, again = make_rows("a", 3), make_rows("b", 2, start=10), make_rows("c", 2, start=20)
+    world.commit(sink, IV, {keep: [a]})
+    st = sink.storage
+    at = st.join(sink.table, other, "_MANIFEST.json") if world.kind == "files-s3" else \
+        os.path.join(sink.table, "dt=2026-03-01" if obstacle.endswith("parent") else other)
+
+    def put() -> None:  # after the decision, before the publish
+        if world.kind == "files-s3":
+            st.write_atomic(at, b'{"files": ["part-0.parquet"]}')
+        elif obstacle.endswith("parent"):
+            with open(at, "w") as f:
+                f.write("theirs\n")
+        else:
+            os.makedirs(at)
+
+    txn = sink.begin(IV)
+    world.stage(sink, txn, {keep: [again], other: [b]})
+    sink.pre_commit(txn)
+    state = interleave(monkeypatch, TwoPhaseCommitSink, "_publish", lambda *a: True, put)
+    with pytest.raises(TargetSchemaError) as err:
+        sink.commit(txn)
+    monkeypatch.undo()
+    said = str(err.value)
+    assert state["fired"] and f"{txn.name} is COMMITTED" in said and "dt=2026-03-01" in said, said
+    assert "partitions switched before the refusal are live" in said and "eo recover" in said, said
+    assert sink.live_version(keep) == txn.name  # switched before (dt=2026-01-01 sorts first)
+    if world.kind == "files-s3":
+        st.remove_tree(at)  # the way out the error names: moved out of the prefix
+    else:
+        assert not [n for n in os.listdir(os.path.dirname(at)) if n.endswith(".link")]
+        os.rename(at, os.path.join(os.path.dirname(sink.table), "theirs"))  # the way out the error names
+    world.sink().recover(IV)
+    live = {part: sorted(_read_rows(sink, sink.live_files(part))) for part in (keep, other)}
+    assert live == {keep: again, other: b}
     assert world.log_problems(sink, IV) == [] and world.leftovers() == []

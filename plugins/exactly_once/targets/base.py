@@ -255,6 +255,7 @@ class PublishTarget(ABC):
         return self
 
     publishes_in_place = False  # True: the sealed staged files become the live files (they are not removed)
+    after_refusal = "nothing of it is live"  # what readers see of a version whose publish was refused midway
     # True: the target replaces rows in place (databases, Redis), so the protocol keeps each published
     # version's sealed staged files in its checkpoint (gc: after the grace period) for rollback
     keeps_staged_copies = False
@@ -302,9 +303,11 @@ class PublishTarget(ABC):
 
 def refused_after_decision(txn: TxnRef, target: PublishTarget, url: str, exc: Exception) -> Exception:
     """The error of a publish refused after the decision (the target changed since its check): the same
-    type as ``exc``, saying that nothing is lost and which command finishes the publish once fixed."""
-    return type(exc)(f"{txn.name} is COMMITTED, but {target.describe()} refused its publish: {exc} -- nothing "
-                     f"of it is live and its staged files are kept; fix the target, then run `eo recover {url}` "
+    type as ``exc``, saying what readers see, that nothing is lost and which command finishes the publish once
+    fixed. A files table switches its partitions one at a time: those before the refused one are live."""
+    return type(exc)(f"{txn.name} is COMMITTED, but {target.describe()} refused its publish: {exc} -- "
+                     f"{target.after_refusal}, "
+                     f"and its staged files are kept; fix the target, then run `eo recover {url}` "
                      "(or retry the commit) to finish the publish. Other intervals are not blocked.")
 
 
@@ -353,6 +356,8 @@ class LocationOwned:
 class FilesTarget(LocationOwned, PublishTarget):
     """A target that publishes files partition by partition and tracks the live version per partition
     (local and S3 files); subclasses implement ``_publish_partition`` and ``live_version``."""
+
+    after_refusal = "its partitions switched before the refusal are live, the others keep their previous version"
 
     def publish(self, txn: TxnRef, staged: StagedVersion) -> dict[str, str]:
         self.check_owner()

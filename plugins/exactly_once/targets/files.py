@@ -98,12 +98,30 @@ class LocalFilesTarget(FilesTarget):
             done = self._settled(txn, staged, part, link)  # re-read once more right before the switch
             if done:
                 return done
-            os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
             tmp = os.path.join(os.path.dirname(link), f".{os.path.basename(link)}.{uuid.uuid4().hex}.link")
-            # relative between the real dirs: the table dir (or a parent) may itself be a symlink
-            os.symlink(os.path.relpath(os.path.realpath(vdir), os.path.realpath(os.path.dirname(link))), tmp)
-            self.storage.rename(tmp, link)  # the atomic switch for plain readers, made durable
+            try:
+                os.makedirs(os.path.dirname(link), exist_ok=True)  # nested partitions: dt=X/h=Y
+                # relative between the real dirs: the table dir (or a parent) may itself be a symlink
+                os.symlink(os.path.relpath(os.path.realpath(vdir), os.path.realpath(os.path.dirname(link))), tmp)
+                self.storage.rename(tmp, link)  # the atomic switch for plain readers, made durable
+            except OSError:
+                self._obstacle_since_check(part, tmp)
+                raise
             return "published"
+
+    def _obstacle_since_check(self, part: str, tmp: str) -> None:
+        """After a failed switch of ``part``: TargetSchemaError naming a plain file or directory another writer
+        put since the check where the switch needs a parent directory or the link (the way out: move it, then
+        `eo recover`); the unused link ``tmp`` is removed. Returns if there is none (the error is another)."""
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        link, keys = self.storage.join(self.table, part), part.split("/")
+        parents = [os.path.join(self.table, *keys[:i]) for i in range(1, len(keys))]
+        found = next((p for p in parents if os.path.lexists(p) and not os.path.isdir(p)), None)
+        if found is None and os.path.lexists(link) and not os.path.islink(link):
+            found = link  # a plain directory: a link cannot replace it
+        if found:
+            raise TargetSchemaError(self._not_ours(found))
 
     def check(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Before the decision: the location is ours (see :meth:`FilesTarget.check`), and no partition
@@ -152,7 +170,7 @@ class LocalFilesTarget(FilesTarget):
             current = None  # dangling, or into another store: not a version of this log
         if current is None:
             if os.path.lexists(link) and not os.path.islink(link):
-                raise StorageError(self._not_ours(link))
+                raise TargetSchemaError(self._not_ours(link))
             return "superseded" if staged.newer_committed(txn.epoch) else None
         if current == txn.name:
             return "already"
