@@ -104,24 +104,21 @@ class LocalFilesTarget(FilesTarget):
                 # relative between the real dirs: the table dir (or a parent) may itself be a symlink
                 os.symlink(os.path.relpath(os.path.realpath(vdir), os.path.realpath(os.path.dirname(link))), tmp)
                 self.storage.rename(tmp, link)  # the atomic switch for plain readers, made durable
-            except OSError:
-                self._obstacle_since_check(part, tmp)
+            except OSError:  # another writer's plain file where a parent goes, put since the check: the way out
+                if os.path.lexists(tmp):
+                    os.unlink(tmp)
+                up = self._plain_parent(part)
+                if up:
+                    raise TargetSchemaError(self._not_ours(up)) from None
                 raise
             return "published"
 
-    def _obstacle_since_check(self, part: str, tmp: str) -> None:
-        """After a failed switch of ``part``: TargetSchemaError naming a plain file or directory another writer
-        put since the check where the switch needs a parent directory or the link (the way out: move it, then
-        `eo recover`); the unused link ``tmp`` is removed. Returns if there is none (the error is another)."""
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        link, keys = self.storage.join(self.table, part), part.split("/")
-        parents = [os.path.join(self.table, *keys[:i]) for i in range(1, len(keys))]
-        found = next((p for p in parents if os.path.lexists(p) and not os.path.isdir(p)), None)
-        if found is None and os.path.lexists(link) and not os.path.islink(link):
-            found = link  # a plain directory: a link cannot replace it
-        if found:
-            raise TargetSchemaError(self._not_ours(found))
+    def _plain_parent(self, part: str) -> str | None:
+        """A nested partition's parent path (``dt=X`` of ``dt=X/h=Y``) that is not a directory, if any: another
+        writer's plain file where the publish must make the directory."""
+        keys = part.split("/")
+        return next((up for up in (os.path.join(self.table, *keys[:i]) for i in range(1, len(keys)))
+                     if os.path.lexists(up) and not os.path.isdir(up)), None)
 
     def check(self, txn: TxnRef, staged: StagedVersion) -> None:
         """Before the decision: the location is ours (see :meth:`FilesTarget.check`), and no partition
@@ -133,10 +130,9 @@ class LocalFilesTarget(FilesTarget):
             link = self.storage.join(self.table, part)
             if os.path.lexists(link) and not os.path.islink(link):
                 raise TargetSchemaError(self._not_ours(link))
-            keys = part.split("/")  # a nested partition's parents must be directories: the publish makes them
-            for up in (os.path.join(self.table, *keys[:i]) for i in range(1, len(keys))):
-                if os.path.lexists(up) and not os.path.isdir(up):
-                    raise TargetSchemaError(self._not_ours(up))
+            up = self._plain_parent(part)  # the publish makes a nested partition's parent directories
+            if up:
+                raise TargetSchemaError(self._not_ours(up))
             self._foreign_link(txn, link, self.live_version(part))
 
     @staticmethod
