@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 PIPELINE, SINK, D1, D2 = "pv_pipeline", "app_pv", "2026-01-01", "2026-01-02"
+END = "2026-01-08"  # the DAG's end_date (EO_PV_END): the start of its last interval
 USERS = {"admin": ("admin", "admin-pw-actions"), "viewer": ("viewer", "viewer-pw-actions"),
          "editor": ("user", "editor-pw-actions")}                      # not an admin, may edit DAGs
 TABLE = f"/eo/dags/{PIPELINE}/tables/{SINK}"

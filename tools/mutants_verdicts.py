@@ -18,10 +18,11 @@ VERDICTS: dict[str, str] = {
          "by the check before the decision (_refuse_other_interval), so _ours meets one only where another writer "
          "replaces the manifest between the check and the publish; the publish then fails either way (a TypeError "
          "instead of the TargetSchemaError naming it), nothing switched"),
-    "targets/files.py:check:NumberReplacer:b5147b52f4":
-        ("harmless: the range from 0 also checks the table directory itself (``keys[:0]``), which is a directory "
-         "- or a link to one - wherever a publish can happen: a table path that is a plain file fails the owner "
-         "check before it, so no outcome changes"),
+    **{key: ("harmless: the range from 0 also checks the table directory itself (``keys[:0]``), which is a "
+             "directory - or a link to one - wherever a publish can happen: a table path that is a plain file fails "
+             "the owner check before it, so no outcome changes")
+       for key in ("targets/files.py:check:NumberReplacer:b5147b52f4",  # until session 30: the loop in check
+                   "targets/files.py:_plain_parent:NumberReplacer:f8e57cb50e")},
     # files (local)
     "targets/files.py:partition_lock:ReplaceComparisonOperator_Gt_GtE:9b73aa659e":
         "equivalent: `>` or `>=` against a float deadline of time.monotonic() - the same wait to the nanosecond",

@@ -54,15 +54,17 @@ def test_a_start_date_inside_the_interval_bounds_the_date(monkeypatch):
 
 
 @pytest.mark.parametrize("earliest, latest, advice", [
-    (None, IV.start - timedelta(days=1), "set the DAG's end_date to a time inside the interval, e.g. "
+    (None, IV.start - timedelta(days=1), "set the end_date to a time inside the interval, e.g. "
                                          "2026-03-31T00:01:00+00:00"),       # an interval after the DAG's end
-    (IV.start, IV.start, "set the DAG's end_date to a time inside the interval"),  # a DAG of one interval
-    (IV.end + HOUR, None, "set the DAG's start_date to 2026-03-31T00:00:00+00:00 or earlier"),
+    (IV.start, IV.start, "set the end_date to a time inside the interval"),  # a DAG of one interval
+    (IV.end + HOUR, None, "set the start_date to 2026-03-31T00:00:00+00:00 or earlier"),
 ])
 def test_dates_that_leave_no_room_are_refused_and_the_advice_works(monkeypatch, earliest, latest, advice):
     with pytest.raises(ConfigError, match="no date is left for a run of 2026-03-31") as err:
-        rest.logical_date_inside(IV, earliest, latest)
-    assert advice in str(err.value) and "then run this again" in str(err.value)
+        rest.logical_date_inside(IV, earliest, latest, dag_id="sales_daily")
+    assert advice in str(err.value) and "(the DAG's, or its tasks' if set through default_args)" in str(err.value)
+    assert ("`airflow backfill create --dag-id sales_daily --from-date 2026-03-31T00:00:00+00:00 --to-date "
+            "2026-03-31T00:00:00+00:00 --reprocess-behavior completed") in str(err.value)
     fixed = (earliest, IV.start + timedelta(minutes=1)) if "end_date" in advice else (IV.start, latest)
     assert all(IV.start <= d < IV.end for d in dates(monkeypatch, *fixed))
 
@@ -126,3 +128,21 @@ def test_a_task_that_ends_before_the_interval_refuses_the_run_instead_of_a_parti
                       task_end=datetime(2026, 3, 3, tzinfo=timezone.utc))
     with pytest.raises(ConfigError, match="no date is left for a run of 2026-03-31.*end_date to a time inside"):
         rest.logical_date_inside(IV, *run_dates(dag))
+
+
+def test_the_advice_for_an_end_set_through_default_args_works_when_followed_there(monkeypatch):
+    """The tasks' end (default_args) before the interval: refused; the advice followed where the end was set
+    (default_args, not the DAG's own end_date, which the tasks' would still bound) dates a run with every task."""
+    from datetime import datetime, timezone
+
+    from exactly_once.airflow.actions import run_dates
+
+    early = _serialized(default_args={"end_date": datetime(2026, 3, 30, tzinfo=timezone.utc)})
+    with pytest.raises(ConfigError, match="its tasks' if set through default_args"):
+        rest.logical_date_inside(IV, *run_dates(early))
+    advised = IV.start + MINUTE
+    still = _serialized(end_date=advised, default_args={"end_date": datetime(2026, 3, 30, tzinfo=timezone.utc)})
+    with pytest.raises(ConfigError):
+        rest.logical_date_inside(IV, *run_dates(still))  # the DAG's own end moved: the tasks' still bounds
+    fixed = _serialized(default_args={"end_date": advised})
+    assert all(_every_task_created(fixed, d) for d in dates(monkeypatch, *run_dates(fixed)))

@@ -48,6 +48,7 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from ..ids import Interval
 from ..text import REASON_CHARS, one_line
+from .rest import date_bounds, logical_date_inside
 from .tables import TableRef
 
 log = logging.getLogger(__name__)
@@ -80,9 +81,9 @@ class Request:
             return f"Make version {self.to_version} of {t.sink}'s interval {_when(self.interval)} live again " \
                    f"(a new epoch; later intervals that read the replaced state become stale)"
         if self.action == "reprocess":
-            shrink = " It may read fewer input files than the live version did." if self.allow_shrinking else ""
+            shrink = ". It may read fewer input files than the live version did" if self.allow_shrinking else ""
             return f"Recompute {t.sink}'s interval {_when(self.interval)} from its input files as they are now " \
-                   f"(a run of {t.pipeline} with reprocess).{shrink}"
+                   f"(a run of {t.pipeline} with reprocess){shrink}"  # the page ends the sentence
         if self.action == "rerun-stale":
             days = ", ".join(_when(Interval.from_token(s)) for s in self.stale)
             return f"Re-run the stale intervals of {t.sink} in order, one run of {t.pipeline} each: {days}"
@@ -243,17 +244,17 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
             if refusal:
                 raise RefusedError(refusal)
             dag = _dag(session, t.pipeline)
+            ivs = run_intervals(req, run_dates(dag)[1])
             if req.action == "rollback":
-                return [_create(session, dag, user, {"to_version": req.to_version, **asked}, req.interval,
-                                nonce=nonce)]
+                return [_create(session, dag, user, {"to_version": req.to_version, **asked}, ivs[0], nonce=nonce)]
             if req.action == "recover":
-                return [_create(session, dag, user, asked, carrier_interval(t, run_dates(dag)[1]), nonce=nonce)]
+                return [_create(session, dag, user, asked, ivs[0], nonce=nonce)]
             mine = {"reprocess": True}
             if req.action == "reprocess":
                 return [_create(session, dag, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
-                                req.interval, nonce=nonce)]
-            return [_create(session, dag, user, {**mine, **asked}, Interval.from_token(s), order=i,
-                            nonce=nonce) for i, s in enumerate(req.stale)]
+                                ivs[0], nonce=nonce)]
+            return [_create(session, dag, user, {**mine, **asked}, iv, order=i, nonce=nonce)
+                    for i, iv in enumerate(ivs)]
     except IntegrityError:  # a concurrent use of the same confirmation (a double click) made its run first
         raise TokenUsedError("this confirmation was used already (a double click sends it twice; the first one "
                              "triggered the run): its state is on the table page") from None
@@ -265,6 +266,36 @@ def _lock(session: Any, dag_id: str) -> None:
     from sqlalchemy import select
 
     session.execute(select(DagModel.dag_id).where(DagModel.dag_id == dag_id).with_for_update()).all()
+
+
+def run_intervals(req: Request, end_date: datetime | None) -> list[Interval]:
+    """The data intervals of the runs ``req`` creates, in their order (recover: :func:`carrier_interval`)."""
+    if req.action == "recover":
+        return [carrier_interval(req.table, end_date)]
+    if req.action in ("rollback", "reprocess") and req.interval is not None:
+        return [req.interval]
+    return [Interval.from_token(s) for s in req.stale]
+
+
+def dates_refusal(req: Request, session: Any = None) -> str:
+    """The confirm step's check that each run of ``req`` can be dated within its DAG's and tasks' dates
+    (:func:`run_dates`): why not, or "" (also when the DAG cannot be read here: creating the run says why)."""
+    from airflow.utils.session import create_session
+
+    if session is None:
+        with create_session() as own:
+            return dates_refusal(req, own)
+    try:
+        dag = _dag(session, req.table.pipeline)
+    except Exception:  # noqa: BLE001 - not serialized yet, DB down: the trigger's own error page says what to do
+        return ""
+    bounds = run_dates(dag)
+    for iv in run_intervals(req, bounds[1]):
+        try:
+            logical_date_inside(iv, *bounds, dag_id=dag.dag_id)
+        except ConfigError as exc:
+            return f"{dag.dag_id}: {exc}"
+    return ""
 
 
 def carrier_interval(table: TableRef, end_date: datetime | None = None) -> Interval:
@@ -288,8 +319,6 @@ def _unused(session: Any, dag_id: str, run_id: str) -> None:
 
 def run_dates(dag: Any) -> tuple[datetime | None, datetime | None]:
     """The dates a manual run of the (serialized) DAG must lie between to get every task."""
-    from .rest import date_bounds
-
     return date_bounds([(dag.start_date, dag.end_date), *((t.start_date, t.end_date) for t in dag.task_dict.values())])
 
 
@@ -304,14 +333,12 @@ def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: I
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
-    from .rest import logical_date_inside
-
     run_after = datetime.now(timezone.utc) + timedelta(microseconds=order)  # the runs start in this order
     logical, data_interval = None, None
     dag_id = dag.dag_id
     if interval is not None:  # a logical date no other run of the DAG has, that the DAG creates its tasks for
         try:
-            logical = logical_date_inside(interval, *run_dates(dag))
+            logical = logical_date_inside(interval, *run_dates(dag), dag_id=dag_id)
         except ConfigError as exc:
             raise RefusedError(f"{dag_id}: {exc}") from None
         data_interval = (interval.start, interval.end)

@@ -42,7 +42,8 @@ def asset_uri(config: Any) -> str:
 
 
 NOTE_KEY = "eo_note"
-OURS = ("published ", "aborted", "fenced", "not published", "refused")   # a note starting so was written by us
+# a note starting so was written by us (the last two: what `eo reprocess` / `eo rerun-stale` start a run with)
+OURS = ("published ", "aborted", "fenced", "not published", "refused", "eo reprocess of ", "eo rerun-stale of ")
 PHASE_NOTE_CHARS = 480  # one table's note; Airflow keeps 1,000 characters of a run's note
 RUN_NOTE_CHARS = 1000
 _CLAUSE = re.compile(r"(?<=[.;:]) |(?<= -) ")  # where a clause starts: after '. ', '; ', ': ', ' - '

@@ -35,8 +35,8 @@ TIMEOUT = 60.0
 _MINUTE = timedelta(minutes=1)
 
 
-def logical_date_inside(interval: Interval, earliest: datetime | None = None,
-                        latest: datetime | None = None) -> datetime:
+def logical_date_inside(interval: Interval, earliest: datetime | None = None, latest: datetime | None = None,
+                        dag_id: str = "<dag>") -> datetime:
     """A logical date for a run of ``interval`` that no other run of the DAG has (one run per logical date),
     between ``earliest`` and ``latest`` (:func:`date_bounds`: the DAG's and its tasks' ``start_date`` and
     ``end_date``): Airflow creates no task for a manual run dated outside a task's, and a run without its
@@ -46,7 +46,7 @@ def logical_date_inside(interval: Interval, earliest: datetime | None = None,
     the start itself (the scheduled run's). The last interval of a DAG whose ``end_date`` is that interval's
     start (the date of its last scheduled run) has no such date; its run is dated in the minute before the
     start, never on a whole second (a scheduled run's date). :class:`ConfigError` when the dates leave
-    neither (an interval after the DAG's ``end_date``)."""
+    neither (an interval after the DAG's ``end_date``): its advice names ``dag_id``."""
     us = timedelta(microseconds=1)
     earliest, latest = (utc(d) if d is not None else None for d in (earliest, latest))
     for lo, hi in ((interval.start + us, interval.end - us), (interval.start - _MINUTE + us, interval.start - us)):
@@ -57,14 +57,17 @@ def logical_date_inside(interval: Interval, earliest: datetime | None = None,
                 at += us  # before the start: never on a whole second, a scheduled run's date
             return at
     if earliest is not None and earliest > interval.start:
-        fix = f"set the DAG's start_date to {interval.start.isoformat()} or earlier"
+        fix = f"set the start_date to {interval.start.isoformat()} or earlier"
     else:  # an end inside the interval dates the run and schedules no later interval
-        fix = f"set the DAG's end_date to a time inside the interval, e.g. {(interval.start + _MINUTE).isoformat()}"
+        fix = f"set the end_date to a time inside the interval, e.g. {(interval.start + _MINUTE).isoformat()}"
+    start = interval.start.isoformat()
     raise ConfigError(f"Airflow creates a DAG's tasks only for runs dated from its start_date to its end_date "
                       f"({earliest} .. {latest}, the DAG's and its tasks'): no date is left for a run of "
-                      f"{interval.label}, which would do nothing. To run it, {fix}, then run this again; or "
-                      "reprocess it as a backfill, whose runs get every task whatever the dates (`airflow backfill "
-                      "create --reprocess-behavior completed --dag-run-conf '{\"reprocess\": true}'`, Airflow 3.2+)")
+                      f"{interval.label}, which would do nothing. To run it, {fix} (the DAG's, or its tasks' if "
+                      "set through default_args), then run this again; or reprocess it as a backfill, whose runs "
+                      f"get every task whatever the dates: `airflow backfill create --dag-id {dag_id} --from-date "
+                      f"{start} --to-date {start} --reprocess-behavior completed --dag-run-conf "
+                      "'{\"reprocess\": true}'` (Airflow 3.2+)")
 
 
 def date_bounds(dates: Iterable[tuple[datetime | None, datetime | None]]) -> tuple[datetime | None, datetime | None]:
@@ -144,7 +147,7 @@ class Api:
         """Create a run of ``dag_id`` for ``interval`` with ``conf`` (QUEUED: the scheduler runs it); returns
         the run as the API shows it. ``order``: runs of one request start in this order."""
         run_id = f"manual__eo_{action}_{interval.token}_{secrets.token_hex(4)}"
-        logical = logical_date_inside(interval, *self.dag_dates(dag_id))
+        logical = logical_date_inside(interval, *self.dag_dates(dag_id), dag_id=dag_id)
         body = {"dag_run_id": run_id, "logical_date": logical.isoformat(),
                 "data_interval_start": interval.start.isoformat(), "data_interval_end": interval.end.isoformat(),
                 "run_after": (datetime.now(timezone.utc) + timedelta(microseconds=order)).isoformat(),

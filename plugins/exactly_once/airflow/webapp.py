@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
-
+from dataclasses import replace
 from urllib.parse import parse_qs, quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
@@ -105,8 +105,9 @@ def _plan(req: actions.Request, session: object = None) -> Plan:
     ``session``: the trigger's, which holds the DAG's row lock; see ``actions.trigger``)."""
     if req.action == "unpause":
         return Plan()
-    return plan(req, airflow_runs.table_runs(req.table, actions.ROLLBACK_DAG, logged_intervals(req.table),
-                                             session=session))
+    checked = plan(req, airflow_runs.table_runs(req.table, actions.ROLLBACK_DAG, logged_intervals(req.table),
+                                                session=session))
+    return checked if checked.refusal else replace(checked, refusal=actions.dates_refusal(req, session))
 
 
 def _act(user: GetUserDep, dag_id: str, sink: str, action: str, form: dict[str, str]) -> HTMLResponse:

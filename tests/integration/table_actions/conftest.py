@@ -3,14 +3,14 @@ modules run against it, in file order - a module's tests continue from the state
 
 Users: ``admin`` (may edit every DAG), ``viewer`` (may read, not edit), ``editor`` (not an admin, may edit DAGs).
 The table ``app_pv`` of ``pv_pipeline``: day 1 committed twice (e1, then a reprocess e2 with another state), day
-2 computed from e1's state - so day 2 is stale. The DAG ends at day 2 (``EO_PV_END``: its ``end_date``)."""
+2 computed from e1's state - so day 2 is stale. The DAG ends at day 8 (``EO_PV_END``: its ``end_date``)."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from actions_helpers import D1, D2, PIPELINE, SINK, USERS
+from actions_helpers import D1, D2, END, PIPELINE, SINK, USERS
 from ui_server import commit_day
 
 
@@ -30,8 +30,8 @@ def ui(tmp_path_factory):
     commit_day(sink, D2, "run-d2", "s2", prev=d1)
     commit_day(sink, D1, "run-d1-reprocess", "s1-new")                     # day 2 read e1's state: stale
     saved = {k: os.environ.get(k) for k in ("EO_DATA_ROOT", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS")}
-    # pv_pipeline ends at day 2 (its end_date, a DAG that ended): an action on day 2 must still get its tasks
-    with api_server(base, root, USERS, {"EO_PV_END": D2}) as server:
+    # pv_pipeline ends at day 8 (its end_date: a DAG that ended): actions on its last interval get their tasks
+    with api_server(base, root, USERS, {"EO_PV_END": END}) as server:
         # the worker's view (this process runs the triggered task): same data root, same users
         os.environ["EO_DATA_ROOT"] = str(root)
         os.environ["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = server["env"]["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from actions_helpers import (D1, D2, PIPELINE, SINK, TABLE, as_user, dag_runs, post_as, run_task, set_run_note, settle,
-                             token_in)
+from actions_helpers import (D1, D2, END, PIPELINE, SINK, TABLE, USERS, as_user, dag_runs, post_as, run_task,
+                             set_run_note, settle, task_ids, token_in)
 from exactly_once.ids import Interval
 from ui_server import commit_day
 
@@ -41,7 +41,8 @@ def test_an_action_on_one_table_runs_only_that_tables_group_of_the_dag(tmp_path,
     created = []
     monkeypatch.setattr(actions, "_lock", lambda session, dag_id: None)
     monkeypatch.setattr(actions, "_unused", lambda session, dag_id, run_id: None)
-    monkeypatch.setattr(actions, "_dag", lambda session, dag_id: SimpleNamespace(dag_id=dag_id, end_date=None))
+    monkeypatch.setattr(actions, "_dag", lambda session, dag_id: SimpleNamespace(
+        dag_id=dag_id, start_date=None, end_date=None, task_dict={}))
     monkeypatch.setattr(actions, "_create", lambda session, dag, user, conf, interval=None, order=0, nonce="":
                         created.append(conf) or "run")
     for action, form, stale in (("reprocess", {"interval": iv.token}, []), ("rerun-stale", {}, [iv.token])):
@@ -322,3 +323,62 @@ def test_the_page_lists_plain_runs_and_recover_runs_with_their_state_and_a_fence
     with pytest.raises(TransactionAbortedError) as fenced:
         IntervalRun(find_table(PIPELINE, SINK).config, d7).counts(old)
     assert "re-run the interval" not in str(fenced.value) and "Nothing to do: the newer attempt decides" in str(fenced.value)
+
+
+def test_the_ended_dags_last_interval_gets_its_tasks_and_one_after_its_end_is_refused_at_confirm(ui, monkeypatch,
+                                                                                                capsys):
+    """The fixture's DAG ends at day 8 (its end_date: the start of its last interval). A reprocess of day 8 -
+    from the page, and by `eo reprocess` through the REST API - is dated in the minute before the interval's
+    start (after it, Airflow would create no task and the run would do nothing) and gets its tasks. A logged
+    interval after the end (day 9) can be dated nowhere: the confirm page refuses it (409) naming the dates and
+    both ways out, its POST creates no run, and so does the CLI. Recover's run carries day 8, the newest
+    interval within the DAG's dates."""
+    from datetime import datetime
+
+    from exactly_once.airflow import actions
+    from exactly_once.airflow.tables import find_table
+    from exactly_once.cli import main as eo
+
+    last, after = Interval.daily(END), Interval.daily("2026-01-09")
+    commit_day(ui["sink"], END, "r8", "s8")
+    commit_day(ui["sink"], "2026-01-09", "r9", "s9")
+    settle(ui)
+
+    def queued_run(iv) -> dict:
+        [run] = [r for r in dag_runs(ui, PIPELINE) if r["state"] == "queued"]
+        logical = datetime.fromisoformat(run["logical_date"].replace("Z", "+00:00"))
+        assert run["data_interval_start"][:10] == str(iv.start.date()), run
+        assert iv.start - timedelta(minutes=1) < logical < iv.start, run              # before the end
+        assert f"{SINK}.begin" in task_ids(ui, PIPELINE, run["dag_run_id"]), run
+        settle(ui)
+        return run
+
+    confirm = ui["client"].get(f"{TABLE}/actions/reprocess", headers=as_user(ui, "admin"),
+                               params={"interval": last.token})
+    assert confirm.status_code == 200 and f"(a run of {PIPELINE} with reprocess).</p>" in confirm.text, confirm.text
+    assert post_as(ui, "admin", "reprocess", {"token": token_in(confirm.text), "interval": last.token,
+                                              "confirm": "yes"}).status_code == 200
+    queued_run(last)
+    monkeypatch.delenv("EO_AIRFLOW_TOKEN", raising=False)
+    monkeypatch.setenv("EO_AIRFLOW_PASSWORD", USERS["editor"][1])
+    cli = [ui["table_url"], "--api-url", ui["url"], "--user", "editor"]
+    assert eo(["reprocess", *cli[:1], "--interval", END, *cli[1:]]) == 0
+    assert queued_run(last)["triggering_user_name"] == "editor"
+
+    before = len(dag_runs(ui, PIPELINE))
+    refused = ui["client"].get(f"{TABLE}/actions/reprocess", headers=as_user(ui, "admin"),
+                               params={"interval": after.token})
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", refused.text)).replace("&#x27;", "'")
+    assert refused.status_code == 409 and 'name="token"' not in refused.text, text
+    assert "no date is left for a run of 2026-01-09" in text and "end_date to a time inside the interval" in text
+    assert f"--dag-id {PIPELINE} --from-date 2026-01-09T00:00:00+00:00" in text, text
+    req = actions.parse("reprocess", find_table(PIPELINE, SINK), {"interval": after.token}, [])
+    posted = post_as(ui, "admin", "reprocess", {"token": _server_token(ui, "admin", req), "interval": after.token,
+                                                "confirm": "yes"})
+    assert posted.status_code == 409 and "no date is left" in posted.text, posted.text[-800:]
+    capsys.readouterr()
+    assert eo(["reprocess", *cli[:1], "--interval", "2026-01-09", *cli[1:]]) == 1
+    assert "ConfigError" in capsys.readouterr().err and len(dag_runs(ui, PIPELINE)) == before
+    recover = ui["client"].get(f"{TABLE}/actions/recover", headers=as_user(ui, "admin"))
+    assert post_as(ui, "admin", "recover", {"token": token_in(recover.text), "confirm": "yes"}).status_code == 200
+    queued_run(last)
