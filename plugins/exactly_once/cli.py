@@ -211,6 +211,7 @@ def cmd_rerun_stale(args: argparse.Namespace) -> int:
         return 0
     api = _api(args)
     _not_pending(api, sink, args.table_url, stale)
+    api.check_dates(sink.pipeline, stale)  # every run can be dated, or none starts
     for order, interval in enumerate(stale):
         run = api.trigger(sink.pipeline, interval, {"reprocess": True, "sinks": [sink.sink], "eo_action": "rerun-stale"},
                           action="rerun-stale", order=order, note=f"eo rerun-stale of {sink.sink}")

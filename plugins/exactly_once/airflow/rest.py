@@ -170,6 +170,13 @@ class Api:
                             for k in ("start_date", "end_date")) for r in rows(got.json())]
         return date_bounds(pairs)  # type: ignore[arg-type]
 
+    def check_dates(self, dag_id: str, intervals: Iterable[Interval]) -> None:
+        """:class:`ConfigError` if a run of one of ``intervals`` could be dated nowhere the DAG gets its tasks
+        (:func:`logical_date_inside`): checked for all before any run starts, so none or all start."""
+        bounds = self.dag_dates(dag_id)
+        for interval in intervals:
+            logical_date_inside(interval, *bounds, dag_id=dag_id)
+
     def pending_runs(self, table: Any) -> list[Any]:
         """The queued and running runs of ``table``'s DAG that act on it (``runs.from_api``: the table page's
         rule), read with the login (``GET /api/v2/dags/<dag>/dagRuns``)."""
