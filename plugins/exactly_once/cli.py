@@ -191,11 +191,25 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     _not_pending(api, sink, args.table_url, [interval])
     conf = {"reprocess": True, "sinks": [sink.sink], "eo_action": "reprocess",
             **({"allow_shrinking": True} if args.allow_shrinking else {})}
-    run = api.trigger(sink.pipeline, interval, conf, action="reprocess", note=f"eo reprocess of {sink.sink}")
+    run = api.trigger(sink.pipeline, interval, conf, action="reprocess", note=f"eo reprocess of {sink.sink}",
+                      dates=_dates(api, sink, args.table_url, [interval]))
     print(f"started {run['dag_run_id']} of {sink.pipeline}: reprocess of {sink.sink} {interval.label}"
           f"{' (allow shrinking)' if args.allow_shrinking else ''}; follow it at "
           f"{api.run_url(sink.pipeline, run['dag_run_id'])}")
     return 0
+
+
+def _dates(api: Any, sink: Any, table_url: str, intervals: list[Any]) -> Any:
+    """The dates a run of the table's DAG gets its tasks within (``airflow.run_dates``); ConfigError with the
+    way out if one of ``intervals`` cannot be dated there - before any run starts."""
+    from .airflow.run_dates import first_refusal, no_date_advice
+
+    dates = api.dag_dates(sink.pipeline)
+    why = first_refusal(dates, intervals, sink.pipeline,
+                        lambda iv: no_date_advice("reprocess", sink.pipeline, sink.sink, table_url, iv))
+    if why:
+        raise ConfigError(why)
+    return dates
 
 
 def cmd_rerun_stale(args: argparse.Namespace) -> int:
@@ -211,10 +225,10 @@ def cmd_rerun_stale(args: argparse.Namespace) -> int:
         return 0
     api = _api(args)
     _not_pending(api, sink, args.table_url, stale)
-    api.check_dates(sink.pipeline, stale)  # every run can be dated, or none starts
+    dates = _dates(api, sink, args.table_url, stale)  # every run can be dated, or none starts
     for order, interval in enumerate(stale):
         run = api.trigger(sink.pipeline, interval, {"reprocess": True, "sinks": [sink.sink], "eo_action": "rerun-stale"},
-                          action="rerun-stale", order=order, note=f"eo rerun-stale of {sink.sink}")
+                          action="rerun-stale", order=order, note=f"eo rerun-stale of {sink.sink}", dates=dates)
         print(f"started {run['dag_run_id']} of {sink.pipeline}: re-run of stale {sink.sink} {interval.label}; "
               f"{api.run_url(sink.pipeline, run['dag_run_id'])}")
     print(f"{len(stale)} run(s) queued in interval order (a stateful DAG runs them one at a time)")

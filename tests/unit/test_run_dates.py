@@ -1,29 +1,33 @@
-"""The logical date of a run the table page or ``eo reprocess`` starts for an interval
-(``airflow.rest.logical_date_inside``). Airflow creates a DAG's tasks only for a manual run dated between its
-``start_date`` and ``end_date``; a run dated after a DAG's end does nothing and still ends successfully. The
-date is checked here at both ends of its range (the time-derived offset at 0 and at its largest). Airflow's
-own check of the date, on runs the actions create, is in ``tests/integration/table_actions``."""
+"""The logical date of a run the table page or ``eo reprocess`` starts for an interval (``airflow.run_dates``).
+Airflow creates a task of a manual run only if the run's date lies within the task's ``start_date`` and
+``end_date``: a run dated after the end of the tasks it needs does nothing, and still ends successfully. The
+date is checked at both ends of its range (the time-derived offset at 0 and at its largest), and against
+Airflow's own per-task rule on real serialized DAGs. Airflow's check on the runs the actions create is in
+``tests/integration/table_actions``."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from exactly_once.airflow import rest
+from exactly_once.airflow import run_dates as rd
+from exactly_once.airflow.run_dates import RunDates
 from exactly_once.errors import ConfigError
 from exactly_once.ids import Interval
 
 IV = Interval.daily("2026-03-31")
 US, MINUTE, HOUR = timedelta(microseconds=1), timedelta(minutes=1), timedelta(hours=1)
+UTC = timezone.utc
 
 
-def dates(monkeypatch, earliest=None, latest=None) -> list:
+def dates(monkeypatch, earliest=None, latest=None, extra=()) -> list:
     """The dates chosen with the offset at 0, 1 and its largest (the clock's microseconds modulo the span: -1
     stands for the clock's value one below a multiple of any span)."""
     got = []
-    for now_us in (0, 1, -1):
-        monkeypatch.setattr(rest.time, "time_ns", lambda v=now_us: v * 1000)
-        got.append(rest.logical_date_inside(IV, earliest, latest))
+    bounds = earliest if isinstance(earliest, RunDates) else RunDates(earliest, latest, "task begin", "task commit")
+    for now_us in (0, 1, -1, *extra):
+        monkeypatch.setattr(rd.time, "time_ns", lambda v=now_us: v * 1000)
+        got.append(rd.logical_date_inside(IV, bounds))
     return got
 
 
@@ -33,40 +37,18 @@ def test_a_run_is_dated_inside_its_interval_never_at_its_start(monkeypatch):
 
 
 def test_the_last_interval_of_a_dag_that_ended_is_dated_just_before_its_start(monkeypatch):
-    """A DAG whose end_date is its last interval's start (its last scheduled run's date): after the start,
-    Airflow would create no task. The run is dated in the minute before the start, never on a whole second
-    (a scheduled run's date under any cron timetable)."""
-    got = dates(monkeypatch, earliest=IV.start - timedelta(days=90), latest=IV.start)
-    for now_us in (999_999, 59 * 10**6 + 999_999):  # the offsets that land on a whole second
-        monkeypatch.setattr(rest.time, "time_ns", lambda v=now_us: v * 1000)
-        got.append(rest.logical_date_inside(IV, IV.start - timedelta(days=90), IV.start))
+    """A DAG whose end is its last interval's start (its last scheduled run's date): after the start, Airflow
+    would create no task. The run is dated in the minute before the start, never on a whole second (a
+    scheduled run's date under any cron timetable; the offsets 999,999 and 59,999,999 land on one)."""
+    got = dates(monkeypatch, IV.start - timedelta(days=90), IV.start, extra=(999_999, 59 * 10**6 + 999_999))
     assert all(IV.start - MINUTE < d < IV.start and d.microsecond for d in got), got
 
 
-def test_an_end_inside_the_interval_bounds_the_date(monkeypatch):
+def test_an_end_or_a_start_inside_the_interval_bounds_the_date(monkeypatch):
     got = dates(monkeypatch, latest=IV.start + HOUR)
     assert all(IV.start < d <= IV.start + HOUR for d in got) and max(got) == IV.start + HOUR
-
-
-def test_a_start_date_inside_the_interval_bounds_the_date(monkeypatch):
     got = dates(monkeypatch, earliest=IV.start + HOUR)
     assert all(IV.start + HOUR <= d < IV.end for d in got) and min(got) == IV.start + HOUR
-
-
-@pytest.mark.parametrize("earliest, latest, advice", [
-    (None, IV.start - timedelta(days=1), "set the end_date to a time inside the interval, e.g. "
-                                         "2026-03-31T00:01:00+00:00"),       # an interval after the DAG's end
-    (IV.start, IV.start, "set the end_date to a time inside the interval"),  # a DAG of one interval
-    (IV.end + HOUR, None, "set the start_date to 2026-03-31T00:00:00+00:00 or earlier"),
-])
-def test_dates_that_leave_no_room_are_refused_and_the_advice_works(monkeypatch, earliest, latest, advice):
-    with pytest.raises(ConfigError, match="no date is left for a run of 2026-03-31") as err:
-        rest.logical_date_inside(IV, earliest, latest, dag_id="sales_daily")
-    assert advice in str(err.value) and "(the DAG's, or its tasks' if set through default_args)" in str(err.value)
-    assert ("`airflow backfill create --dag-id sales_daily --from-date 2026-03-31T00:00:00+00:00 --to-date "
-            "2026-03-31T00:00:00+00:00 --reprocess-behavior completed") in str(err.value)
-    fixed = (earliest, IV.start + timedelta(minutes=1)) if "end_date" in advice else (IV.start, latest)
-    assert all(IV.start <= d < IV.end for d in dates(monkeypatch, *fixed))
 
 
 def test_pendulum_dates_of_a_serialized_dag_bound_the_date(monkeypatch):
@@ -74,75 +56,128 @@ def test_pendulum_dates_of_a_serialized_dag_bound_the_date(monkeypatch):
     start inside the interval must bound the date, not raise (the table page's path)."""
     import pendulum
 
-    end, start = pendulum.datetime(2026, 3, 31, 0, 1), pendulum.datetime(2026, 3, 31, 0, 0, 30)
-    got = dates(monkeypatch, earliest=start, latest=end)
+    got = dates(monkeypatch, RunDates.of([rd.TaskDates("begin", "BeginOperator", frozenset(),
+                                                       pendulum.datetime(2026, 3, 31, 0, 0, 30),
+                                                       pendulum.datetime(2026, 3, 31, 0, 1))]))
     assert all(IV.start + 30 * timedelta(seconds=1) <= d <= IV.start + MINUTE for d in got), got
     assert all(type(d).__module__ == "datetime" for d in got)
 
 
-def _serialized(**dag_kwargs):
-    """A DAG of two tasks as the api-server holds it (serialized and read back: pendulum dates, each task's)."""
-    from datetime import datetime, timezone
+@pytest.mark.parametrize("earliest, latest, says", [
+    (None, IV.start - timedelta(days=1), "the end_date 2026-03-30 00:00:00+00:00 of task commit"),  # after the end
+    (IV.start, IV.start, "the end_date 2026-03-31 00:00:00+00:00 of task commit"),   # a DAG of one interval
+    (IV.end + HOUR, None, "the start_date 2026-04-01 01:00:00+00:00 of task begin"),  # before the start
+])
+def test_dates_that_leave_no_room_are_refused_naming_the_task_that_sets_them(earliest, latest, says):
+    with pytest.raises(ConfigError, match="no date for a run of 2026-03-31, which would do nothing") as err:
+        rd.logical_date_inside(IV, RunDates(earliest, latest, "task begin", "task commit"))
+    assert says in str(err.value), err.value
 
+
+@pytest.mark.parametrize("action, way_out", [
+    ("reprocess", "`airflow backfill create --dag-id sales --from-date 2026-03-31T00:00:00+00:00 --to-date "
+                  "2026-03-31T00:00:00+00:00 --reprocess-behavior completed --dag-run-conf '{\"reprocess\": true, "
+                  "\"sinks\": [\"orders\"]}'`"),
+    ("rerun-stale", "--dag-run-conf '{\"reprocess\": true, \"sinks\": [\"orders\"]}'"),
+    ("rollback", "run `eo rollback /data/orders --interval 2026-03-31T00:00:00+00:00 --to e1` (it needs no DAG run)"),
+    ("recover", "run `eo recover /data/orders` (it needs no DAG run)"),
+])
+def test_the_way_out_suits_the_action(action, way_out):
+    """A rollback or a recover needs no run (`eo rollback`, `eo recover`); a reprocess goes as a backfill of
+    the interval, for the table's group only (conf sinks: other tables of the DAG are left alone)."""
+    why = rd.first_refusal(RunDates(latest=IV.start - HOUR, end_by="task commit"), [Interval.daily("2026-03-30"), IV],
+                           "sales", lambda iv: rd.no_date_advice(action, "sales", "orders", "/data/orders", iv, "e1"))
+    assert why.startswith("sales: Airflow creates a task") and "a run of 2026-03-31" in why and way_out in why, why
+
+
+def _serialized(**task_ends):
+    """A DAG as the api-server holds it (serialized and read back): an exactly-once group's phases behind an
+    upstream sensor, and a task of its own beside them; ``task_ends``: tasks' own end dates."""
     from airflow.providers.standard.operators.empty import EmptyOperator
     from airflow.sdk import DAG, CronDataIntervalTimetable
     from airflow.serialization.serialized_objects import DagSerialization
 
-    task_end = dag_kwargs.pop("task_end", None)
-    with DAG("ended", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
-             start_date=datetime(2026, 1, 1, tzinfo=timezone.utc), **dag_kwargs) as dag:
-        EmptyOperator(task_id="begin")
-        EmptyOperator(task_id="commit", **({"end_date": task_end} if task_end else {}))
+    from exactly_once.airflow.operators import BeginOperator, CommitOperator
+    from exactly_once.protocol.config import PipelineConfig
+
+    config = PipelineConfig(pipeline="sales", sink="orders", application="job.py", root="/tmp/eo-unused",
+                            sources="events")
+    with DAG("sales", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+             start_date=datetime(2026, 1, 1, tzinfo=UTC), end_date=datetime(2026, 4, 5, tzinfo=UTC)) as dag:
+        sensor = EmptyOperator(task_id="wait_for_files", end_date=task_ends.get("wait_for_files"))
+        begin = BeginOperator(task_id="orders.begin", config=config, begin_task_id="orders.begin",
+                              end_date=task_ends.get("orders.begin"))
+        commit = CommitOperator(task_id="orders.commit", config=config, begin_task_id="orders.begin")
+        EmptyOperator(task_id="legacy_export", end_date=task_ends.get("legacy_export"))
+        sensor >> begin >> commit
     return DagSerialization.from_dict(DagSerialization.to_dict(dag))
 
 
-def _every_task_created(dag, logical) -> bool:
-    """Airflow's own rule for a manual run (``DagRun.verify_integrity``'s task filter), per task."""
+def _every_needed_task_created(dag, logical) -> bool:
+    """Airflow's own rule for a manual run (``DagRun.verify_integrity``), for the group and its upstream."""
     return all((t.start_date is None or t.start_date <= logical) and (t.end_date is None or logical <= t.end_date)
-               for t in dag.task_dict.values())
+               for t in dag.task_dict.values() if t.task_id != "legacy_export")
 
 
-@pytest.mark.parametrize("how", ["end_date", "default_args"])
-def test_an_end_set_on_the_dag_or_through_default_args_dates_the_last_interval_so_every_task_runs(how, monkeypatch):
-    """``default_args={"end_date": ...}`` leaves the DAG's end_date None and sets each task's: the tasks'
-    dates bound the run too (the scheduler stops at them as well)."""
-    from datetime import datetime, timezone
-
-    from exactly_once.airflow.actions import run_dates
-
-    end = datetime(2026, 3, 31, tzinfo=timezone.utc)
-    dag = _serialized(**({"end_date": end} if how == "end_date" else {"default_args": {"end_date": end}}))
-    assert run_dates(dag)[1] == end
-    got = dates(monkeypatch, *run_dates(dag))
-    assert all(_every_task_created(dag, d) and IV.start - MINUTE < d < IV.start for d in got), got
+@pytest.mark.parametrize("ended", ["orders.begin", "wait_for_files"])
+def test_a_phase_or_an_upstream_task_that_ends_bounds_the_date_so_every_needed_task_is_created(ended, monkeypatch):
+    """An end on the group's own task, or on a task upstream of it: a run of the interval that starts there
+    is dated so that Airflow creates every task the group needs."""
+    dag = _serialized(**{ended: datetime(2026, 3, 31, tzinfo=UTC)})
+    bounds = RunDates.of_dag(dag)
+    assert (bounds.latest, bounds.end_by) == (datetime(2026, 3, 31, tzinfo=UTC), f"task {ended}")
+    got = dates(monkeypatch, bounds)
+    assert all(_every_needed_task_created(dag, d) and IV.start - MINUTE < d < IV.start for d in got), got
+    with pytest.raises(ConfigError, match=f"end_date 2026-03-31 00:00:00\\+00:00 of task {ended} leaves"):
+        rd.logical_date_inside(Interval.daily("2026-04-01"), bounds)
 
 
-def test_a_task_that_ends_before_the_interval_refuses_the_run_instead_of_a_partial_one():
-    """One task of the DAG ends earlier than the others: a run of a later interval would get some tasks and
-    not that one (a begin with no commit). No date fits: refused, saying what to move."""
-    from datetime import datetime, timezone
-
-    from exactly_once.airflow.actions import run_dates
-
-    dag = _serialized(end_date=datetime(2026, 4, 5, tzinfo=timezone.utc),
-                      task_end=datetime(2026, 3, 3, tzinfo=timezone.utc))
-    with pytest.raises(ConfigError, match="no date is left for a run of 2026-03-31.*end_date to a time inside"):
-        rest.logical_date_inside(IV, *run_dates(dag))
+def test_a_task_retired_with_its_own_end_blocks_nothing(monkeypatch):
+    """Retiring a task with an end_date of its own is Airflow's usual way: the group does not need it, so a
+    run after it is dated inside its interval as ever (Airflow leaves out only the retired task)."""
+    dag = _serialized(legacy_export=datetime(2026, 2, 1, tzinfo=UTC))
+    bounds = RunDates.of_dag(dag)
+    assert bounds.latest == datetime(2026, 4, 5, tzinfo=UTC)   # the DAG's end, which every task inherits
+    assert all(IV.start < d < IV.end and _every_needed_task_created(dag, d) for d in dates(monkeypatch, bounds))
 
 
-def test_the_advice_for_an_end_set_through_default_args_works_when_followed_there(monkeypatch):
-    """The tasks' end (default_args) before the interval: refused; the advice followed where the end was set
-    (default_args, not the DAG's own end_date, which the tasks' would still bound) dates a run with every task."""
-    from datetime import datetime, timezone
+def test_the_rest_apis_tasks_give_the_same_dates_as_the_serialized_dag():
+    """``eo reprocess`` reads the tasks from ``GET /api/v2/dags/<dag>/tasks`` (downstream ids, class_ref):
+    the same bounds and the same task named as the api-server's own serialized DAG gives."""
+    dag = _serialized(**{"wait_for_files": datetime(2026, 3, 20, tzinfo=UTC),
+                         "legacy_export": datetime(2026, 2, 1, tzinfo=UTC)})
+    tasks = [{"task_id": t.task_id, "class_ref": {"class_name": t.task_type},
+              "downstream_task_ids": sorted(t.downstream_task_ids),
+              "start_date": t.start_date.isoformat().replace("+00:00", "Z"),
+              "end_date": t.end_date.isoformat() if t.end_date else None} for t in dag.task_dict.values()]
+    assert RunDates.of_api(tasks) == RunDates.of_dag(dag)
+    assert RunDates.of_dag(dag).end_by == "task wait_for_files"
 
-    from exactly_once.airflow.actions import run_dates
 
-    early = _serialized(default_args={"end_date": datetime(2026, 3, 30, tzinfo=timezone.utc)})
-    with pytest.raises(ConfigError, match="its tasks' if set through default_args"):
-        rest.logical_date_inside(IV, *run_dates(early))
-    advised = IV.start + MINUTE
-    still = _serialized(end_date=advised, default_args={"end_date": datetime(2026, 3, 30, tzinfo=timezone.utc)})
-    with pytest.raises(ConfigError):
-        rest.logical_date_inside(IV, *run_dates(still))  # the DAG's own end moved: the tasks' still bounds
-    fixed = _serialized(default_args={"end_date": advised})
-    assert all(_every_task_created(fixed, d) for d in dates(monkeypatch, *run_dates(fixed)))
+def test_a_dag_without_a_begin_task_of_ours_counts_every_task():
+    got = RunDates.of([rd.TaskDates("a", "MyBegin", frozenset(), None, datetime(2026, 3, 1, tzinfo=UTC)),
+                       rd.TaskDates("b", "EmptyOperator", frozenset(), None, datetime(2026, 2, 1, tzinfo=UTC))])
+    assert (got.latest, got.end_by) == (datetime(2026, 2, 1, tzinfo=UTC), "task b")
+
+
+def test_an_end_every_needed_task_shares_is_called_the_dags():
+    dag = _serialized()
+    assert RunDates.of_dag(dag).end_by == "every task the group needs (the DAG's date, or default_args')"
+
+
+def test_the_confirm_steps_date_check_names_the_way_out_and_leaves_an_empty_log_to_the_trigger(monkeypatch, tmp_path):
+    """``actions.dates_refusal`` (the confirm page's check): a reprocess of an interval after the end is refused
+    with the backfill for the table's group only; a recover of a table whose log has no interval yet is not
+    this check's to refuse (the confirm page rendered a 500 when it raised)."""
+    from exactly_once.airflow import actions
+    from exactly_once.airflow.tables import TableRef
+    from exactly_once.protocol.config import PipelineConfig
+
+    config = PipelineConfig(pipeline="sales", sink="orders", application="job.py", root=str(tmp_path), sources="events")
+    table = TableRef("sales", "orders", config.table_url, config)
+    monkeypatch.setattr(actions, "_dag", lambda session, dag_id: _serialized())
+    assert actions.dates_refusal(actions.parse("recover", table, {}, []), session=object()) == ""
+    late = Interval.daily("2026-04-06")
+    why = actions.dates_refusal(actions.parse("reprocess", table, {"interval": late.token}, []), session=object())
+    assert why.startswith("sales: Airflow creates a task") and "a run of 2026-04-06" in why, why
+    assert "--dag-run-conf '{\"reprocess\": true, \"sinks\": [\"orders\"]}'" in why, why

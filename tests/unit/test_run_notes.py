@@ -16,6 +16,7 @@ from exactly_once.airflow import notes
     ("eo rerun-stale of app_pv", False),
     ("published e1: 2 rows, 1 file", False),     # an earlier try's
     ("checking the late files - alice", True),   # a person's
+    ("eo reprocess of app_pv: asked by finance (FIN-123)", True),   # a person's, begun as ours
 ])
 def test_what_the_run_did_replaces_our_notes_and_never_a_persons(monkeypatch, current, kept):
     said = "published e2: 3 rows, 1 file (reprocess)"

@@ -48,7 +48,7 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from ..ids import Interval
 from ..text import REASON_CHARS, one_line
-from .rest import date_bounds, logical_date_inside
+from .run_dates import RunDates, first_refusal, logical_date_inside, no_date_advice
 from .tables import TableRef
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
             if refusal:
                 raise RefusedError(refusal)
             dag = _dag(session, t.pipeline)
-            ivs = run_intervals(req, run_dates(dag)[1])
+            ivs = run_intervals(req, RunDates.of_dag(dag).latest)
             if req.action == "rollback":
                 return [_create(session, dag, user, {"to_version": req.to_version, **asked}, ivs[0], nonce=nonce)]
             if req.action == "recover":
@@ -278,24 +278,23 @@ def run_intervals(req: Request, end_date: datetime | None) -> list[Interval]:
 
 
 def dates_refusal(req: Request, session: Any = None) -> str:
-    """The confirm step's check that each run of ``req`` can be dated within its DAG's and tasks' dates
-    (:func:`run_dates`): why not, or "" (also when the DAG cannot be read here: creating the run says why)."""
+    """The confirm step's check that each run of ``req`` can be dated where its DAG creates the tasks the
+    table's group needs (:class:`RunDates`): why not, with the way out, or "" (also when the DAG or the table's
+    log cannot be read here: creating the run says why)."""
     from airflow.utils.session import create_session
 
     if session is None:
         with create_session() as own:
             return dates_refusal(req, own)
+    t = req.table
     try:
-        dag = _dag(session, req.table.pipeline)
-    except Exception:  # noqa: BLE001 - not serialized yet, DB down: the trigger's own error page says what to do
+        dag = _dag(session, t.pipeline)
+        dates = RunDates.of_dag(dag)
+        intervals = run_intervals(req, dates.latest)
+    except Exception:  # noqa: BLE001 - not serialized yet, no interval logged: the trigger's own page says what to do
         return ""
-    bounds = run_dates(dag)
-    for iv in run_intervals(req, bounds[1]):
-        try:
-            logical_date_inside(iv, *bounds, dag_id=dag.dag_id)
-        except ConfigError as exc:
-            return f"{dag.dag_id}: {exc}"
-    return ""
+    return first_refusal(dates, intervals, t.pipeline, lambda iv: no_date_advice(
+        req.action, t.pipeline, t.sink, t.describe(), iv, req.to_version))
 
 
 def carrier_interval(table: TableRef, end_date: datetime | None = None) -> Interval:
@@ -317,11 +316,6 @@ def _unused(session: Any, dag_id: str, run_id: str) -> None:
                              "page again to do it once more")
 
 
-def run_dates(dag: Any) -> tuple[datetime | None, datetime | None]:
-    """The dates a manual run of the (serialized) DAG must lie between to get every task."""
-    return date_bounds([(dag.start_date, dag.end_date), *((t.start_date, t.end_date) for t in dag.task_dict.values())])
-
-
 def _dag(session: Any, dag_id: str) -> Any:
     from airflow.api_fastapi.common.dagbag import create_dag_bag, get_latest_version_of_dag
 
@@ -338,7 +332,7 @@ def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: I
     dag_id = dag.dag_id
     if interval is not None:  # a logical date no other run of the DAG has, that the DAG creates its tasks for
         try:
-            logical = logical_date_inside(interval, *run_dates(dag), dag_id=dag_id)
+            logical = logical_date_inside(interval, RunDates.of_dag(dag))
         except ConfigError as exc:
             raise RefusedError(f"{dag_id}: {exc}") from None
         data_interval = (interval.start, interval.end)

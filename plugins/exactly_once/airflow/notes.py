@@ -42,8 +42,8 @@ def asset_uri(config: Any) -> str:
 
 
 NOTE_KEY = "eo_note"
-# a note starting so was written by us (the last two: what `eo reprocess` / `eo rerun-stale` start a run with)
-OURS = ("published ", "aborted", "fenced", "not published", "refused", "eo reprocess of ", "eo rerun-stale of ")
+OURS = ("published ", "aborted", "fenced", "not published", "refused")   # a note starting so was written by us
+CLI_NOTE = re.compile(r"eo (reprocess|rerun-stale) of \S+")  # what `eo reprocess` starts a run with, whole
 PHASE_NOTE_CHARS = 480  # one table's note; Airflow keeps 1,000 characters of a run's note
 RUN_NOTE_CHARS = 1000
 _CLAUSE = re.compile(r"(?<=[.;:]) |(?<= -) ")  # where a clause starts: after '. ', '; ', ': ', ' - '
@@ -208,5 +208,6 @@ def _apply(dag_run: Any, session: Any, failed: bool) -> None:
     if note is None and failed:
         note = f"not published: {', '.join(failed_tasks(dag_run, session)) or 'the run'} failed"
     current = dag_run.note
-    if note is not None and (not current or current.startswith(OURS)) and current != note:
+    if note is not None and (not current or current.startswith(OURS) or CLI_NOTE.fullmatch(current)) \
+            and current != note:
         dag_run.note = note

@@ -2,10 +2,10 @@
 use, in the user's own deployment (nothing but the installed package and the API server's URL and a login).
 
 A run for a data interval is created with ``POST /api/v2/dags/<dag>/dagRuns`` giving that interval as its
-``data_interval_start``/``_end`` and a ``logical_date`` *inside* it (:func:`logical_date_inside`): Airflow
-keeps one run per (DAG, logical date), so the interval's start - the scheduled run's logical date - answers
-409 once the interval ran; within the DAG's ``start_date``/``end_date`` (``GET .../details``), as Airflow
-creates no task for a run dated outside them. ``run_after`` orders several runs (a stateful DAG runs them one at a time, in
+``data_interval_start``/``_end`` and a ``logical_date`` *inside* it (:mod:`.run_dates`): Airflow keeps one run
+per (DAG, logical date), so the interval's start - the scheduled run's logical date - answers 409 once the
+interval ran; and within the dates of the tasks the group needs (``GET .../tasks``), as Airflow creates no task
+for a run dated outside them. ``run_after`` orders several runs (a stateful DAG runs them one at a time, in
 that order). The API checks that the login may trigger the DAG; the run's ``begin`` task then checks that
 the same user may edit it (a reprocess replaces a committed version: ``operators.may_reprocess``).
 
@@ -20,70 +20,18 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ..errors import AirflowApiError, ConfigError
+from ..errors import AirflowApiError
 from ..ids import Interval
 from ..storage import redact
+from .run_dates import RunDates, logical_date_inside
 
 log = logging.getLogger(__name__)
 TIMEOUT = 60.0
-_MINUTE = timedelta(minutes=1)
-
-
-def logical_date_inside(interval: Interval, earliest: datetime | None = None, latest: datetime | None = None,
-                        dag_id: str = "<dag>") -> datetime:
-    """A logical date for a run of ``interval`` that no other run of the DAG has (one run per logical date),
-    between ``earliest`` and ``latest`` (:func:`date_bounds`: the DAG's and its tasks' ``start_date`` and
-    ``end_date``): Airflow creates no task for a manual run dated outside a task's, and a run without its
-    tasks ends at once having done nothing.
-
-    Inside the interval where the dates allow: the start plus 1 microsecond and a time-derived offset, never
-    the start itself (the scheduled run's). The last interval of a DAG whose ``end_date`` is that interval's
-    start (the date of its last scheduled run) has no such date; its run is dated in the minute before the
-    start, never on a whole second (a scheduled run's date). :class:`ConfigError` when the dates leave
-    neither (an interval after the DAG's ``end_date``): its advice names ``dag_id``."""
-    us = timedelta(microseconds=1)
-    earliest, latest = (utc(d) if d is not None else None for d in (earliest, latest))
-    for lo, hi in ((interval.start + us, interval.end - us), (interval.start - _MINUTE + us, interval.start - us)):
-        lo, hi = max(lo, earliest or lo), min(hi, latest or hi)
-        if lo <= hi:
-            at = lo + us * (time.time_ns() // 1000 % ((hi - lo) // us + 1))
-            if hi < interval.start and at.microsecond == 0 and at < hi:
-                at += us  # before the start: never on a whole second, a scheduled run's date
-            return at
-    if earliest is not None and earliest > interval.start:
-        fix = f"set the start_date to {interval.start.isoformat()} or earlier"
-    else:  # an end inside the interval dates the run and schedules no later interval
-        fix = f"set the end_date to a time inside the interval, e.g. {(interval.start + _MINUTE).isoformat()}"
-    start = interval.start.isoformat()
-    raise ConfigError(f"Airflow creates a DAG's tasks only for runs dated from its start_date to its end_date "
-                      f"({earliest} .. {latest}, the DAG's and its tasks'): no date is left for a run of "
-                      f"{interval.label}, which would do nothing. To run it, {fix} (the DAG's, or its tasks' if "
-                      "set through default_args), then run this again; or reprocess it as a backfill, whose runs "
-                      f"get every task whatever the dates: `airflow backfill create --dag-id {dag_id} --from-date "
-                      f"{start} --to-date {start} --reprocess-behavior completed --dag-run-conf "
-                      "'{\"reprocess\": true}'` (Airflow 3.2+)")
-
-
-def date_bounds(dates: Iterable[tuple[datetime | None, datetime | None]]) -> tuple[datetime | None, datetime | None]:
-    """The dates a manual run must lie between for Airflow to create every task (its ``task_filter``): the
-    latest of the ``(start_date, end_date)`` pairs' starts and the earliest of their ends - the DAG's and each
-    task's (``default_args={"end_date": ...}`` sets the tasks' end, not the DAG's)."""
-    pairs = list(dates)
-    starts = [utc(a) for a, _ in pairs if a is not None]
-    ends = [utc(b) for _, b in pairs if b is not None]
-    return max(starts, default=None), min(ends, default=None)
-
-
-def utc(d: datetime) -> datetime:
-    """``d`` as a plain UTC datetime (a serialized DAG's dates are pendulum's, whose arithmetic differs)."""
-    u = d.astimezone(timezone.utc)
-    return datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, tzinfo=timezone.utc)
 
 
 def api_url(explicit: str | None = None) -> str:
@@ -143,11 +91,11 @@ class Api:
         return cls(url, got.json()["access_token"])
 
     def trigger(self, dag_id: str, interval: Interval, conf: dict[str, Any], *, action: str, order: int = 0,
-                note: str | None = None) -> dict[str, Any]:
+                note: str | None = None, dates: RunDates | None = None) -> dict[str, Any]:
         """Create a run of ``dag_id`` for ``interval`` with ``conf`` (QUEUED: the scheduler runs it); returns
         the run as the API shows it. ``order``: runs of one request start in this order."""
         run_id = f"manual__eo_{action}_{interval.token}_{secrets.token_hex(4)}"
-        logical = logical_date_inside(interval, *self.dag_dates(dag_id), dag_id=dag_id)
+        logical = logical_date_inside(interval, dates or self.dag_dates(dag_id))
         body = {"dag_run_id": run_id, "logical_date": logical.isoformat(),
                 "data_interval_start": interval.start.isoformat(), "data_interval_end": interval.end.isoformat(),
                 "run_after": (datetime.now(timezone.utc) + timedelta(microseconds=order)).isoformat(),
@@ -158,24 +106,13 @@ class Api:
             return got.json()
         raise AirflowApiError(_refusal(got, dag_id, self.url))
 
-    def dag_dates(self, dag_id: str) -> tuple[datetime | None, datetime | None]:
-        """The dates a run of the DAG must lie between (:func:`date_bounds` of the DAG's ``start_date`` and
-        ``end_date`` and its tasks': ``GET /api/v2/dags/<dag>/details`` and ``.../tasks``)."""
-        pairs = []
-        for path, rows in ((f"{dag_id}/details", lambda j: [j]), (f"{dag_id}/tasks", lambda j: j.get("tasks") or [])):
-            got = _call("GET", f"{self.url}/api/v2/dags/{path}", headers={"Authorization": f"Bearer {self.token}"})
-            if got.status_code != 200:
-                raise AirflowApiError(_refusal(got, dag_id, self.url, "read the dates of"))
-            pairs += [tuple(datetime.fromisoformat(r[k].replace("Z", "+00:00")) if r.get(k) else None
-                            for k in ("start_date", "end_date")) for r in rows(got.json())]
-        return date_bounds(pairs)  # type: ignore[arg-type]
-
-    def check_dates(self, dag_id: str, intervals: Iterable[Interval]) -> None:
-        """:class:`ConfigError` if a run of one of ``intervals`` could be dated nowhere the DAG gets its tasks
-        (:func:`logical_date_inside`): checked for all before any run starts, so none or all start."""
-        bounds = self.dag_dates(dag_id)
-        for interval in intervals:
-            logical_date_inside(interval, *bounds, dag_id=dag_id)
+    def dag_dates(self, dag_id: str) -> RunDates:
+        """The dates a run of the DAG must lie between to get its exactly-once tasks (:class:`RunDates`, from
+        ``GET /api/v2/dags/<dag>/tasks``: every task with its dates, in one answer)."""
+        got = _call("GET", f"{self.url}/api/v2/dags/{dag_id}/tasks", headers={"Authorization": f"Bearer {self.token}"})
+        if got.status_code != 200:
+            raise AirflowApiError(_refusal(got, dag_id, self.url, "read the tasks of"))
+        return RunDates.of_api(got.json().get("tasks") or [])
 
     def pending_runs(self, table: Any) -> list[Any]:
         """The queued and running runs of ``table``'s DAG that act on it (``runs.from_api``: the table page's
@@ -219,8 +156,9 @@ def _refusal(got: Any, dag_id: str, url: str, doing: str = "start a run of") -> 
     except ValueError:
         detail = got.text[:300]
     why = {401: "the login is not valid (expired token?): log in again",
-           403: f"this user may not {'trigger runs of' if doing.startswith('start') else doing} {dag_id} (a "
-                "reprocess needs edit access to the DAG)",
+           403: f"this user may not {'trigger runs of' if doing.startswith('start') else doing} {dag_id} "
+                f"({'a reprocess needs edit access to' if doing.startswith('start') else 'it needs read access to'} "
+                "the DAG)",
            404: f"the deployment at {shown(url)} has no DAG {dag_id}: deploy the DAG file that declares the table, or "
                 "give --api-url of the Airflow that runs it",
            409: "a run with this id or logical date exists already: run the command again"}.get(got.status_code, "")

@@ -374,12 +374,15 @@ def test_the_ended_dags_last_interval_gets_its_tasks_and_one_after_its_end_is_re
                                params={"interval": after.token})
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", refused.text)).replace("&#x27;", "'")
     assert refused.status_code == 409 and 'name="token"' not in refused.text, text
-    assert "no date is left for a run of 2026-01-09" in text and "end_date to a time inside the interval" in text
-    assert f"--dag-id {PIPELINE} --from-date 2026-01-09T00:00:00+00:00" in text, text
+    assert "the end_date 2026-01-08 00:00:00+00:00 of every task the group needs (the DAG's date" in text, text
+    assert "no date for a run of 2026-01-09" in text, text
+    assert (f"--dag-id {PIPELINE} --from-date 2026-01-09T00:00:00+00:00 --to-date 2026-01-09T00:00:00+00:00 "
+            f"--reprocess-behavior completed --dag-run-conf '{{\"reprocess\": true, \"sinks\": [\"{SINK}\"]}}'") \
+        in text.replace("&quot;", '"'), text
     req = actions.parse("reprocess", find_table(PIPELINE, SINK), {"interval": after.token}, [])
     posted = post_as(ui, "admin", "reprocess", {"token": _server_token(ui, "admin", req), "interval": after.token,
                                                 "confirm": "yes"})
-    assert posted.status_code == 409 and "no date is left" in posted.text, posted.text[-800:]
+    assert posted.status_code == 409 and "no date for a run of 2026-01-09" in posted.text, posted.text[-800:]
     capsys.readouterr()
     assert eo(["reprocess", *cli[:1], "--interval", "2026-01-09", *cli[1:]]) == 1
     assert "ConfigError" in capsys.readouterr().err and runs_total() == before
@@ -388,7 +391,7 @@ def test_the_ended_dags_last_interval_gets_its_tasks_and_one_after_its_end_is_re
     # a stale list of day 2 and day 9 (stale intervals are found along an unbroken chain; this log has gaps)
     monkeypatch.setattr(inspection, "stale_intervals", lambda sink: [Interval.daily(D2).token, after.token])
     assert eo(["rerun-stale", *cli]) == 1                  # day 9 cannot be dated: day 2's run does not start either
-    assert "no date is left for a run of 2026-01-09" in capsys.readouterr().err
+    assert "no date for a run of 2026-01-09" in capsys.readouterr().err
     assert runs_total() == before
     recover = ui["client"].get(f"{TABLE}/actions/recover", headers=as_user(ui, "admin"))
     assert post_as(ui, "admin", "recover", {"token": token_in(recover.text), "confirm": "yes"}).status_code == 200

@@ -1,0 +1,147 @@
+"""The logical date of a manual run that the table page or ``eo reprocess`` starts for a data interval.
+
+Airflow keeps one run per (DAG, logical date), and it creates a task of a manual run only if the run's date lies
+within the task's ``start_date`` and ``end_date`` (``DagRun.verify_integrity``). Tasks inherit the DAG's dates;
+``default_args`` and a task's own arguments narrow them. A run dated after the end of the tasks it needs gets
+no task, so it ends at once, successfully, having done nothing; one that misses a task upstream of the group
+does not run the group as its DAG defines it. The run's date is therefore chosen within the dates of the tasks an exactly-once group needs: its
+phase tasks and every task upstream of them (:class:`RunDates`). Other tasks of the DAG do not count: a task
+retired with an ``end_date`` of its own blocks nothing.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterable, NamedTuple
+
+from ..errors import ConfigError
+from ..ids import Interval
+
+PHASES = frozenset({"BeginOperator", "WriteOperator", "PreCommitOperator", "ValidateOperator", "CommitOperator",
+                    "AbortOperator"})
+_US, _MINUTE = timedelta(microseconds=1), timedelta(minutes=1)
+
+
+class TaskDates(NamedTuple):
+    """One task of a DAG as far as run dates go: its id, class name, upstream task ids and dates."""
+
+    task_id: str
+    kind: str
+    upstream: frozenset[str]
+    start: datetime | None
+    end: datetime | None
+
+
+@dataclass(frozen=True)
+class RunDates:
+    """The dates a manual run must lie between to get every task an exactly-once group needs, and which task
+    set each bound (for the error: "task x", "tasks x, y"). None: no bound."""
+
+    earliest: datetime | None = None
+    latest: datetime | None = None
+    start_by: str = ""
+    end_by: str = ""
+
+    @classmethod
+    def of(cls, tasks: Iterable[TaskDates]) -> "RunDates":
+        """From the DAG's tasks: the phase tasks and everything upstream of them. A DAG without a begin task
+        of ours (a subclassed one, an unknown layout) counts every task."""
+        every = {t.task_id: t for t in tasks}
+        need = [t for t in every.values() if t.kind in PHASES]
+        if not any(t.kind == "BeginOperator" for t in need):
+            need = list(every.values())
+        seen: dict[str, TaskDates] = {}
+        while need:
+            task = need.pop()
+            if task.task_id not in seen:
+                seen[task.task_id] = task
+                need.extend(every[u] for u in task.upstream if u in every)
+        starts = [utc(t.start) for t in seen.values() if t.start is not None]
+        ends = [utc(t.end) for t in seen.values() if t.end is not None]
+        first, last = max(starts, default=None), min(ends, default=None)
+
+        def who(date: datetime | None, attr: str) -> str:  # the tasks whose own date is the bound
+            ids = sorted(i for i, t in seen.items() if getattr(t, attr) is not None and utc(getattr(t, attr)) == date)
+            if len(ids) == len(seen) > 1:
+                return "every task the group needs (the DAG's date, or default_args')"
+            return f"task{'s' if len(ids) > 1 else ''} {', '.join(ids)}"
+
+        return cls(first, last, who(first, "start") if first else "", who(last, "end") if last else "")
+
+    @classmethod
+    def of_dag(cls, dag: object) -> "RunDates":
+        """From a serialized DAG (what the api-server holds)."""
+        return cls.of(TaskDates(t.task_id, t.task_type, frozenset(t.upstream_task_ids), t.start_date, t.end_date)
+                      for t in dag.task_dict.values())  # type: ignore[attr-defined]
+
+    @classmethod
+    def of_api(cls, tasks: list[dict]) -> "RunDates":
+        """From ``GET /api/v2/dags/<dag>/tasks``'s tasks (dates as ISO text; downstream ids, inverted here)."""
+        def when(text: str | None) -> datetime | None:
+            return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+        upstream: dict[str, set[str]] = {t["task_id"]: set() for t in tasks}
+        for t in tasks:
+            for down in t.get("downstream_task_ids") or ():
+                upstream.setdefault(down, set()).add(t["task_id"])
+        return cls.of(TaskDates(t["task_id"], (t.get("class_ref") or {}).get("class_name", ""),
+                                frozenset(upstream[t["task_id"]]), when(t.get("start_date")), when(t.get("end_date")))
+                      for t in tasks)
+
+
+def logical_date_inside(interval: Interval, dates: RunDates = RunDates()) -> datetime:
+    """A logical date for a run of ``interval`` that no other run of the DAG has, within ``dates``.
+
+    Inside the interval where the dates allow: the start plus 1 microsecond and a time-derived offset, never
+    the start itself (the scheduled run's). A DAG whose end is its last interval's start (the date of its last
+    scheduled run) leaves no such date for that interval; its run is dated in the minute before the start,
+    never on a whole second (a scheduled run's date). :class:`ConfigError` saying which task's date leaves no
+    room when neither fits (an interval after the end)."""
+    for lo, hi in ((interval.start + _US, interval.end - _US), (interval.start - _MINUTE + _US, interval.start - _US)):
+        lo, hi = max(lo, dates.earliest or lo), min(hi, dates.latest or hi)
+        if lo <= hi:
+            at = lo + _US * (time.time_ns() // 1000 % ((hi - lo) // _US + 1))
+            if hi < interval.start and at.microsecond == 0 and at < hi:
+                at += _US  # before the start: never on a whole second, a scheduled run's date
+            return at
+    bound = (f"the start_date {dates.earliest} of {dates.start_by}"
+             if dates.earliest is not None and dates.earliest > interval.start
+             else f"the end_date {dates.latest} of {dates.end_by}")
+    raise ConfigError(f"Airflow creates a task of a manual run only if the run's date lies within the task's "
+                      f"start_date and end_date: {bound} leaves no date for a run of {interval.label}, which would "
+                      "do nothing")
+
+
+def first_refusal(dates: RunDates, intervals: Iterable[Interval], dag_id: str,
+                  advise: Callable[[Interval], str]) -> str:
+    """Why a run of one of ``intervals`` cannot be dated (with ``advise(interval)``'s way out), or ""."""
+    for interval in intervals:
+        try:
+            logical_date_inside(interval, dates)
+        except ConfigError as exc:
+            return f"{dag_id}: {exc}. To run it, {advise(interval)}"
+    return ""
+
+
+def no_date_advice(action: str, dag_id: str, sink: str, table_url: str, interval: Interval,
+                   to_version: str = "") -> str:
+    """What to do instead of a run that cannot be dated: the command that needs no run (recover, rollback), or
+    a backfill of the interval (Airflow creates every task of a backfill's run, whatever the dates)."""
+    start = interval.start.isoformat()
+    if action == "recover":
+        return f"run `eo recover {table_url}` (it needs no DAG run)"
+    if action == "rollback":
+        return f"run `eo rollback {table_url} --interval {start} --to {to_version}` (it needs no DAG run)"
+    conf = json.dumps({"reprocess": True, "sinks": [sink]})
+    return (f"reprocess it as a backfill, whose runs get every task whatever the dates (Airflow 3.2+): `airflow "
+            f"backfill create --dag-id {dag_id} --from-date {start} --to-date {start} --reprocess-behavior "
+            f"completed --dag-run-conf '{conf}'`; or move that date past the interval's start (the scheduler then "
+            "also runs the intervals the new dates open)")
+
+
+def utc(d: datetime) -> datetime:
+    """``d`` as a plain UTC datetime (a serialized DAG's dates are pendulum's, whose arithmetic differs)."""
+    u = d.astimezone(timezone.utc)
+    return datetime(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond, tzinfo=timezone.utc)
