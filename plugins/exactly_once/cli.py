@@ -192,21 +192,21 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
     conf = {"reprocess": True, "sinks": [sink.sink], "eo_action": "reprocess",
             **({"allow_shrinking": True} if args.allow_shrinking else {})}
     run = api.trigger(sink.pipeline, interval, conf, action="reprocess", note=f"eo reprocess of {sink.sink}",
-                      dates=_dates(api, sink, args.table_url, [interval]))
+                      dates=_dates(api, sink, args.table_url, [interval], args.allow_shrinking))
     print(f"started {run['dag_run_id']} of {sink.pipeline}: reprocess of {sink.sink} {interval.label}"
           f"{' (allow shrinking)' if args.allow_shrinking else ''}; follow it at "
           f"{api.run_url(sink.pipeline, run['dag_run_id'])}")
     return 0
 
 
-def _dates(api: Any, sink: Any, table_url: str, intervals: list[Any]) -> Any:
-    """The dates a run of the table's DAG gets its tasks within (``airflow.run_dates``); ConfigError with the
-    way out if one of ``intervals`` cannot be dated there - before any run starts."""
+def _dates(api: Any, sink: Any, table_url: str, intervals: list[Any], allow_shrinking: bool = False) -> Any:
+    """The dates a run of the table's DAG gets its group's tasks within (``airflow.run_dates``); ConfigError
+    with the way out if one of ``intervals`` cannot be dated there - before any run starts."""
     from .airflow.run_dates import first_refusal, no_date_advice
 
-    dates = api.dag_dates(sink.pipeline)
-    why = first_refusal(dates, intervals, sink.pipeline,
-                        lambda iv: no_date_advice("reprocess", sink.pipeline, sink.sink, table_url, iv))
+    dates = api.dag_dates(sink.pipeline, sink.sink)
+    why = first_refusal(dates, intervals, sink.pipeline, lambda: no_date_advice(
+        "reprocess", sink.pipeline, sink.sink, table_url, intervals, allow_shrinking=allow_shrinking))
     if why:
         raise ConfigError(why)
     return dates

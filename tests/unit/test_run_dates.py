@@ -78,16 +78,50 @@ def test_dates_that_leave_no_room_are_refused_naming_the_task_that_sets_them(ear
     ("reprocess", "`airflow backfill create --dag-id sales --from-date 2026-03-31T00:00:00+00:00 --to-date "
                   "2026-03-31T00:00:00+00:00 --reprocess-behavior completed --dag-run-conf '{\"reprocess\": true, "
                   "\"sinks\": [\"orders\"]}'`"),
-    ("rerun-stale", "--dag-run-conf '{\"reprocess\": true, \"sinks\": [\"orders\"]}'"),
-    ("rollback", "run `eo rollback /data/orders --interval 2026-03-31T00:00:00+00:00 --to e1` (it needs no DAG run)"),
-    ("recover", "run `eo recover /data/orders` (it needs no DAG run)"),
+    ("shrinking", "--dag-run-conf '{\"reprocess\": true, \"sinks\": [\"orders\"], \"allow_shrinking\": true}'"),
+    ("rollback", "run `eo rollback '/data/my orders' --interval 2026-03-31T00:00:00+00:00 --to e1` (it needs no DAG "
+                 "run)"),
+    ("recover", "run `eo recover '/data/my orders'` (it needs no DAG run)"),
 ])
 def test_the_way_out_suits_the_action(action, way_out):
-    """A rollback or a recover needs no run (`eo rollback`, `eo recover`); a reprocess goes as a backfill of
-    the interval, for the table's group only (conf sinks: other tables of the DAG are left alone)."""
-    why = rd.first_refusal(RunDates(latest=IV.start - HOUR, end_by="task commit"), [Interval.daily("2026-03-30"), IV],
-                           "sales", lambda iv: rd.no_date_advice(action, "sales", "orders", "/data/orders", iv, "e1"))
+    """A rollback or a recover needs no run (`eo rollback`, `eo recover`; the table's path quoted for a shell); a
+    reprocess goes as a backfill of the interval, for the table's group only (conf sinks: other tables of the
+    DAG are left alone), allowing shrinking where the reprocess asked to."""
+    why = rd.first_refusal(RunDates(latest=IV.start - HOUR, end_by="task commit"), [IV], "sales",
+                           lambda: rd.no_date_advice("reprocess" if action == "shrinking" else action, "sales",
+                                                     "orders", "/data/my orders", [IV], "e1", action == "shrinking",
+                                                     lambda iv: iv.start))
     assert why.startswith("sales: Airflow creates a task") and "a run of 2026-03-31" in why and way_out in why, why
+
+
+def test_a_backfill_of_stale_intervals_covers_them_in_order_by_their_runs_logical_dates():
+    """Re-running stale intervals that cannot be dated: one backfill from the first to the last (in order, as a
+    stateful chain needs), dated as the timetable keys their runs; where that is not known, the advice says how
+    to find the dates (a trigger timetable's run of an interval is at its end, not its start)."""
+    days = [Interval.daily(d) for d in ("2026-03-29", "2026-03-30", "2026-03-31")]
+    known = rd.no_date_advice("rerun-stale", "sales", "orders", "/t", days, logical_of=lambda iv: iv.end)
+    assert "--from-date 2026-03-30T00:00:00+00:00 --to-date 2026-04-01T00:00:00+00:00" in known, known
+    unknown = rd.no_date_advice("rerun-stale", "sales", "orders", "/t", days)
+    assert "--from-date A --to-date B (A, B: the dates a backfill selects the runs of 2026-03-29 and 2026-03-31" \
+        in unknown
+
+
+@pytest.mark.parametrize("timetable, logical", [("data-interval", "2026-03-31"), ("trigger", "2026-04-01")])
+def test_the_backfill_date_is_the_one_the_timetable_gives_the_intervals_run(timetable, logical):
+    """``backfill_date`` asks Airflow's own selection (``iter_dagrun_infos_between``, what a backfill uses): a
+    data-interval timetable selects the run of [03-31, 04-01) by its start, a trigger timetable with a one-day
+    interval by when it runs, its end (a backfill from the start would re-run the day before)."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, CronDataIntervalTimetable, CronTriggerTimetable
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    schedule = CronDataIntervalTimetable("0 0 * * *", timezone="UTC") if timetable == "data-interval" else \
+        CronTriggerTimetable("0 0 * * *", timezone="UTC", interval=timedelta(days=1))
+    with DAG("t", schedule=schedule, start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
+        EmptyOperator(task_id="x")
+    serialized = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+    assert rd.backfill_date(serialized, IV) == datetime.fromisoformat(logical).replace(tzinfo=UTC)
+    assert rd.backfill_date(serialized, Interval(IV.start, IV.start + HOUR)) is None   # no run has it
 
 
 def _serialized(**task_ends):
@@ -113,6 +147,35 @@ def _serialized(**task_ends):
     return DagSerialization.from_dict(DagSerialization.to_dict(dag))
 
 
+def _two_groups(retired: datetime):
+    """A DAG of two tables' groups, ``orders`` retired (its tasks end at ``retired``) and ``refunds`` live."""
+    from airflow.sdk import DAG, CronDataIntervalTimetable
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from exactly_once.airflow.operators import BeginOperator, CommitOperator
+    from exactly_once.protocol.config import PipelineConfig
+
+    with DAG("sales", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+             start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
+        for sink, end in (("orders", retired), ("refunds", None)):
+            config = PipelineConfig(pipeline="sales", sink=sink, application="job.py", root="/tmp/eo-unused",
+                                    sources="events")
+            begin = BeginOperator(task_id=f"{sink}.begin", config=config, begin_task_id=f"{sink}.begin", end_date=end)
+            begin >> CommitOperator(task_id=f"{sink}.commit", config=config, begin_task_id=f"{sink}.begin",
+                                    end_date=end)
+    return DagSerialization.from_dict(DagSerialization.to_dict(dag))
+
+
+def test_another_tables_group_in_the_dag_does_not_bound_this_tables_runs(monkeypatch):
+    """Two tables' groups in one DAG: one retired (its tasks' end) blocks nothing of the other's; its own runs
+    are still bounded by its own end."""
+    dag = _two_groups(retired=datetime(2026, 2, 1, tzinfo=UTC))
+    assert RunDates.of_dag(dag, "refunds").latest is None
+    assert all(IV.start < d < IV.end for d in dates(monkeypatch, RunDates.of_dag(dag, "refunds")))
+    assert RunDates.of_dag(dag, "orders").latest == datetime(2026, 2, 1, tzinfo=UTC)
+    assert RunDates.of_dag(dag).latest == datetime(2026, 2, 1, tzinfo=UTC)   # a group not known: every group's
+
+
 def _every_needed_task_created(dag, logical) -> bool:
     """Airflow's own rule for a manual run (``DagRun.verify_integrity``), for the group and its upstream."""
     return all((t.start_date is None or t.start_date <= logical) and (t.end_date is None or logical <= t.end_date)
@@ -124,7 +187,7 @@ def test_a_phase_or_an_upstream_task_that_ends_bounds_the_date_so_every_needed_t
     """An end on the group's own task, or on a task upstream of it: a run of the interval that starts there
     is dated so that Airflow creates every task the group needs."""
     dag = _serialized(**{ended: datetime(2026, 3, 31, tzinfo=UTC)})
-    bounds = RunDates.of_dag(dag)
+    bounds = RunDates.of_dag(dag, "orders")
     assert (bounds.latest, bounds.end_by) == (datetime(2026, 3, 31, tzinfo=UTC), f"task {ended}")
     got = dates(monkeypatch, bounds)
     assert all(_every_needed_task_created(dag, d) and IV.start - MINUTE < d < IV.start for d in got), got
@@ -150,7 +213,7 @@ def test_the_rest_apis_tasks_give_the_same_dates_as_the_serialized_dag():
               "downstream_task_ids": sorted(t.downstream_task_ids),
               "start_date": t.start_date.isoformat().replace("+00:00", "Z"),
               "end_date": t.end_date.isoformat() if t.end_date else None} for t in dag.task_dict.values()]
-    assert RunDates.of_api(tasks) == RunDates.of_dag(dag)
+    assert RunDates.of_api(tasks, "orders") == RunDates.of_dag(dag, "orders")
     assert RunDates.of_dag(dag).end_by == "task wait_for_files"
 
 
@@ -181,3 +244,4 @@ def test_the_confirm_steps_date_check_names_the_way_out_and_leaves_an_empty_log_
     why = actions.dates_refusal(actions.parse("reprocess", table, {"interval": late.token}, []), session=object())
     assert why.startswith("sales: Airflow creates a task") and "a run of 2026-04-06" in why, why
     assert "--dag-run-conf '{\"reprocess\": true, \"sinks\": [\"orders\"]}'" in why, why
+    assert "--from-date 2026-04-06T00:00:00+00:00 --to-date 2026-04-06T00:00:00+00:00" in why, why  # its timetable

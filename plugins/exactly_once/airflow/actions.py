@@ -48,7 +48,7 @@ from typing import Any, Callable
 from ..errors import ConfigError
 from ..ids import Interval
 from ..text import REASON_CHARS, one_line
-from .run_dates import RunDates, first_refusal, logical_date_inside, no_date_advice
+from .run_dates import RunDates, backfill_date, first_refusal, logical_date_inside, no_date_advice
 from .tables import TableRef
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
             if refusal:
                 raise RefusedError(refusal)
             dag = _dag(session, t.pipeline)
-            ivs = run_intervals(req, RunDates.of_dag(dag).latest)
+            ivs = run_intervals(req, RunDates.of_dag(dag, t.sink).latest)
             if req.action == "rollback":
                 return [_create(session, dag, user, {"to_version": req.to_version, **asked}, ivs[0], nonce=nonce)]
             if req.action == "recover":
@@ -289,12 +289,13 @@ def dates_refusal(req: Request, session: Any = None) -> str:
     t = req.table
     try:
         dag = _dag(session, t.pipeline)
-        dates = RunDates.of_dag(dag)
+        dates = RunDates.of_dag(dag, t.sink)
         intervals = run_intervals(req, dates.latest)
     except Exception:  # noqa: BLE001 - not serialized yet, no interval logged: the trigger's own page says what to do
         return ""
-    return first_refusal(dates, intervals, t.pipeline, lambda iv: no_date_advice(
-        req.action, t.pipeline, t.sink, t.describe(), iv, req.to_version))
+    return first_refusal(dates, intervals, t.pipeline, lambda: no_date_advice(
+        req.action, t.pipeline, t.sink, t.describe(), intervals, req.to_version, req.allow_shrinking,
+        lambda iv: backfill_date(dag, iv)))
 
 
 def carrier_interval(table: TableRef, end_date: datetime | None = None) -> Interval:
@@ -332,7 +333,7 @@ def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: I
     dag_id = dag.dag_id
     if interval is not None:  # a logical date no other run of the DAG has, that the DAG creates its tasks for
         try:
-            logical = logical_date_inside(interval, RunDates.of_dag(dag))
+            logical = logical_date_inside(interval, RunDates.of_dag(dag, (conf.get("sinks") or [None])[0]))
         except ConfigError as exc:
             raise RefusedError(f"{dag_id}: {exc}") from None
         data_interval = (interval.start, interval.end)

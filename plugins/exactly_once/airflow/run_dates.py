@@ -4,13 +4,15 @@ Airflow keeps one run per (DAG, logical date), and it creates a task of a manual
 within the task's ``start_date`` and ``end_date`` (``DagRun.verify_integrity``). Tasks inherit the DAG's dates;
 ``default_args`` and a task's own arguments narrow them. A run dated after the end of the tasks it needs gets
 no task, so it ends at once, successfully, having done nothing; one that misses a task upstream of the group
-does not run the group as its DAG defines it. The run's date is therefore chosen within the dates of the tasks an exactly-once group needs: its
-phase tasks and every task upstream of them (:class:`RunDates`). Other tasks of the DAG do not count: a task
-retired with an ``end_date`` of its own blocks nothing.
+does not run the group as its DAG defines it. The run's date is therefore chosen within the dates of the tasks
+an exactly-once group needs: its phase tasks and every task upstream of them (:class:`RunDates`). Other tasks
+of the DAG do not count: a task retired with an ``end_date`` of its own blocks nothing, and neither does another
+table's group in the same DAG.
 """
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -45,11 +47,17 @@ class RunDates:
     end_by: str = ""
 
     @classmethod
-    def of(cls, tasks: Iterable[TaskDates]) -> "RunDates":
-        """From the DAG's tasks: the phase tasks and everything upstream of them. A DAG without a begin task
-        of ours (a subclassed one, an unknown layout) counts every task."""
+    def of(cls, tasks: Iterable[TaskDates], sink: str | None = None) -> "RunDates":
+        """From the DAG's tasks: the phase tasks of ``sink``'s group and everything upstream of them. The group
+        is the one whose begin task is ``<sink>.begin`` (the group's default id, maybe nested); where none is
+        (a group id of its own), the phase tasks of every group count. A DAG without a begin task of ours (a
+        subclassed one, an unknown layout) counts every task."""
         every = {t.task_id: t for t in tasks}
         need = [t for t in every.values() if t.kind in PHASES]
+        mine = [t.task_id[:-len("begin")] for t in need if t.kind == "BeginOperator" and sink
+                and (t.task_id == f"{sink}.begin" or t.task_id.endswith(f".{sink}.begin"))]
+        if len(mine) == 1:
+            need = [t for t in need if t.task_id.startswith(mine[0])]
         if not any(t.kind == "BeginOperator" for t in need):
             need = list(every.values())
         seen: dict[str, TaskDates] = {}
@@ -71,13 +79,13 @@ class RunDates:
         return cls(first, last, who(first, "start") if first else "", who(last, "end") if last else "")
 
     @classmethod
-    def of_dag(cls, dag: object) -> "RunDates":
+    def of_dag(cls, dag: object, sink: str | None = None) -> "RunDates":
         """From a serialized DAG (what the api-server holds)."""
-        return cls.of(TaskDates(t.task_id, t.task_type, frozenset(t.upstream_task_ids), t.start_date, t.end_date)
-                      for t in dag.task_dict.values())  # type: ignore[attr-defined]
+        return cls.of((TaskDates(t.task_id, t.task_type, frozenset(t.upstream_task_ids), t.start_date, t.end_date)
+                       for t in dag.task_dict.values()), sink)  # type: ignore[attr-defined]
 
     @classmethod
-    def of_api(cls, tasks: list[dict]) -> "RunDates":
+    def of_api(cls, tasks: list[dict], sink: str | None = None) -> "RunDates":
         """From ``GET /api/v2/dags/<dag>/tasks``'s tasks (dates as ISO text; downstream ids, inverted here)."""
         def when(text: str | None) -> datetime | None:
             return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
@@ -86,9 +94,9 @@ class RunDates:
         for t in tasks:
             for down in t.get("downstream_task_ids") or ():
                 upstream.setdefault(down, set()).add(t["task_id"])
-        return cls.of(TaskDates(t["task_id"], (t.get("class_ref") or {}).get("class_name", ""),
-                                frozenset(upstream[t["task_id"]]), when(t.get("start_date")), when(t.get("end_date")))
-                      for t in tasks)
+        return cls.of((TaskDates(t["task_id"], (t.get("class_ref") or {}).get("class_name", ""),
+                                 frozenset(upstream[t["task_id"]]), when(t.get("start_date")), when(t.get("end_date")))
+                       for t in tasks), sink)
 
 
 def logical_date_inside(interval: Interval, dates: RunDates = RunDates()) -> datetime:
@@ -114,31 +122,57 @@ def logical_date_inside(interval: Interval, dates: RunDates = RunDates()) -> dat
                       "do nothing")
 
 
-def first_refusal(dates: RunDates, intervals: Iterable[Interval], dag_id: str,
-                  advise: Callable[[Interval], str]) -> str:
-    """Why a run of one of ``intervals`` cannot be dated (with ``advise(interval)``'s way out), or ""."""
+def first_refusal(dates: RunDates, intervals: list[Interval], dag_id: str, advise: Callable[[], str]) -> str:
+    """Why a run of one of ``intervals`` cannot be dated (with ``advise()``'s way out), or ""."""
     for interval in intervals:
         try:
             logical_date_inside(interval, dates)
         except ConfigError as exc:
-            return f"{dag_id}: {exc}. To run it, {advise(interval)}"
+            return f"{dag_id}: {exc}. To run {'them' if len(intervals) > 1 else 'it'}, {advise()}"
     return ""
 
 
-def no_date_advice(action: str, dag_id: str, sink: str, table_url: str, interval: Interval,
-                   to_version: str = "") -> str:
-    """What to do instead of a run that cannot be dated: the command that needs no run (recover, rollback), or
-    a backfill of the interval (Airflow creates every task of a backfill's run, whatever the dates)."""
-    start = interval.start.isoformat()
+def no_date_advice(action: str, dag_id: str, sink: str, table_url: str, intervals: list[Interval],
+                   to_version: str = "", allow_shrinking: bool = False,
+                   logical_of: Callable[[Interval], datetime | None] = lambda iv: None) -> str:
+    """What to do instead of runs of ``intervals`` that cannot be dated: the command that needs no run
+    (recover, rollback), or a backfill of the intervals in order for this table's group only (Airflow creates
+    every task of a backfill's run, whatever the dates). ``logical_of``: the date a backfill selects an
+    interval's run by (:func:`backfill_date`), None where it is not known here."""
+    table = shlex.quote(table_url)
     if action == "recover":
-        return f"run `eo recover {table_url}` (it needs no DAG run)"
+        return f"run `eo recover {table}` (it needs no DAG run)"
     if action == "rollback":
-        return f"run `eo rollback {table_url} --interval {start} --to {to_version}` (it needs no DAG run)"
-    conf = json.dumps({"reprocess": True, "sinks": [sink]})
-    return (f"reprocess it as a backfill, whose runs get every task whatever the dates (Airflow 3.2+): `airflow "
-            f"backfill create --dag-id {dag_id} --from-date {start} --to-date {start} --reprocess-behavior "
+        start = intervals[0].start.isoformat()
+        return f"run `eo rollback {table} --interval {start} --to {to_version}` (it needs no DAG run)"
+    conf = json.dumps({"reprocess": True, "sinks": [sink], **({"allow_shrinking": True} if allow_shrinking else {})})
+    first, last = logical_of(intervals[0]), logical_of(intervals[-1])
+    if first is not None and last is not None:
+        dates = f"--from-date {first.isoformat()} --to-date {last.isoformat()}"
+    else:  # the logical date of an interval's run depends on the timetable
+        dates = (f"--from-date A --to-date B (A, B: the dates a backfill selects the runs of {intervals[0].label} "
+                 f"and {intervals[-1].label} by - their starts under a data-interval timetable, their ends under a "
+                 "trigger timetable)")
+    return (f"reprocess {'them' if len(intervals) > 1 else 'it'} as a backfill, whose runs get every task whatever "
+            f"the dates (Airflow 3.2+): `airflow backfill create --dag-id {dag_id} {dates} --reprocess-behavior "
             f"completed --dag-run-conf '{conf}'`; or move that date past the interval's start (the scheduler then "
             "also runs the intervals the new dates open)")
+
+
+def backfill_date(dag: object, interval: Interval) -> datetime | None:
+    """The date that makes a backfill of the (serialized) DAG run ``interval`` alone (``--from-date`` and
+    ``--to-date`` both): the one for which Airflow's own ``iter_dagrun_infos_between`` - what ``airflow backfill
+    create`` selects by - yields exactly that interval (the start under a data-interval timetable; under a
+    trigger timetable, whose runs are selected by when they run, the end). None if no such date is found."""
+    def only(date: datetime) -> bool:
+        got = [i.data_interval for i in dag.iter_dagrun_infos_between(date, date)]  # type: ignore[attr-defined]
+        return len(got) == 1 and got[0] is not None and (utc(got[0].start), utc(got[0].end)) == (
+            interval.start, interval.end)
+
+    try:
+        return next((d for d in (interval.start, interval.end) if only(d)), None)
+    except Exception:  # noqa: BLE001 - a timetable that cannot say: the advice says how to find the dates
+        return None
 
 
 def utc(d: datetime) -> datetime:
