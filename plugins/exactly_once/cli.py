@@ -204,7 +204,7 @@ def _dates(api: Any, sink: Any, table_url: str, intervals: list[Any], allow_shri
     with the way out if one of ``intervals`` cannot be dated there - before any run starts."""
     from .airflow.run_dates import first_refusal, no_date_advice
 
-    dates = api.dag_dates(sink.pipeline, sink.sink)
+    dates = api.dag_dates(sink.pipeline)
     why = first_refusal(dates, intervals, sink.pipeline, lambda: no_date_advice(
         "reprocess", sink.pipeline, sink.sink, table_url, intervals, allow_shrinking=allow_shrinking))
     if why:

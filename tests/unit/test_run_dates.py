@@ -104,6 +104,9 @@ def test_a_backfill_of_stale_intervals_covers_them_in_order_by_their_runs_logica
     unknown = rd.no_date_advice("rerun-stale", "sales", "orders", "/t", days)
     assert "--from-date A --to-date B (A, B: the dates a backfill selects the runs of 2026-03-29 and 2026-03-31" \
         in unknown
+    gap = rd.no_date_advice("rerun-stale", "sales", "orders", "/t", [days[0], days[2]], logical_of=lambda iv: iv.start)
+    assert gap.count("airflow backfill create") == 2 and "as backfills, in this order" in gap, gap  # not the one
+    assert "--from-date 2026-03-29T00:00:00+00:00 --to-date 2026-03-29T00:00:00+00:00" in gap      # between
 
 
 @pytest.mark.parametrize("timetable, logical", [("data-interval", "2026-03-31"), ("trigger", "2026-04-01")])
@@ -148,31 +151,50 @@ def _serialized(**task_ends):
 
 
 def _two_groups(retired: datetime):
-    """A DAG of two tables' groups, ``orders`` retired (its tasks end at ``retired``) and ``refunds`` live."""
+    """A DAG of two tables' groups made by ``exactly_once_group``: ``orders`` retired (its tasks end at
+    ``retired``) under the group id ``orders_main``, and ``eu_orders`` live under the group id ``orders``."""
     from airflow.sdk import DAG, CronDataIntervalTimetable
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from exactly_once.airflow.operators import BeginOperator, CommitOperator
+    from exactly_once.airflow import exactly_once_group
     from exactly_once.protocol.config import PipelineConfig
 
     with DAG("sales", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
              start_date=datetime(2026, 1, 1, tzinfo=UTC)) as dag:
-        for sink, end in (("orders", retired), ("refunds", None)):
+        for sink, group_id, end in (("orders", "orders_main", retired), ("eu_orders", "orders", None)):
             config = PipelineConfig(pipeline="sales", sink=sink, application="job.py", root="/tmp/eo-unused",
                                     sources="events")
-            begin = BeginOperator(task_id=f"{sink}.begin", config=config, begin_task_id=f"{sink}.begin", end_date=end)
-            begin >> CommitOperator(task_id=f"{sink}.commit", config=config, begin_task_id=f"{sink}.begin",
-                                    end_date=end)
+            group = exactly_once_group(config, group_id=group_id)
+            for task in group.children.values():
+                task.end_date = end
     return DagSerialization.from_dict(DagSerialization.to_dict(dag))
 
 
+def test_a_group_is_known_by_the_table_its_tasks_announce_not_by_its_name():
+    """Group ids may be chosen freely (``group_id=``) and nested: a group named ``orders`` inside ``big`` is not
+    the table ``big.orders``'s, nor is a custom-id group named ``orders`` the table ``orders``'s. The table's
+    group is the one whose commit announces ``exactly_once:<pipeline>/<sink>``; where nothing says (the REST
+    API's tasks), every group bounds the run - refused, never a run that misses the retired group's tasks."""
+    retired = datetime(2026, 2, 1, tzinfo=UTC)
+    tasks = [rd.TaskDates("big_orders.begin", "BeginOperator", frozenset(), None, retired),
+             rd.TaskDates("big_orders.commit", "CommitOperator", frozenset({"big_orders.begin"}), None, retired,
+                          frozenset({"sales/big.orders"})),
+             rd.TaskDates("big.orders.begin", "BeginOperator", frozenset(), None, None),
+             rd.TaskDates("big.orders.commit", "CommitOperator", frozenset({"big.orders.begin"}), None, None,
+                          frozenset({"sales/orders"}))]
+    assert RunDates.of(tasks, "sales/big.orders").latest == retired
+    assert RunDates.of(tasks, "sales/orders").latest is None
+    assert RunDates.of(tasks).latest == retired
+
+
 def test_another_tables_group_in_the_dag_does_not_bound_this_tables_runs(monkeypatch):
-    """Two tables' groups in one DAG: one retired (its tasks' end) blocks nothing of the other's; its own runs
-    are still bounded by its own end."""
+    """Two tables' groups in one DAG, made by ``exactly_once_group`` with group ids of their own: one retired (its
+    tasks' end) blocks nothing of the other's, whose group id is the retired table's sink name; its own runs are
+    still bounded by its own end (found by what its tasks announce, not by a group's name)."""
     dag = _two_groups(retired=datetime(2026, 2, 1, tzinfo=UTC))
-    assert RunDates.of_dag(dag, "refunds").latest is None
-    assert all(IV.start < d < IV.end for d in dates(monkeypatch, RunDates.of_dag(dag, "refunds")))
-    assert RunDates.of_dag(dag, "orders").latest == datetime(2026, 2, 1, tzinfo=UTC)
+    assert RunDates.of_dag(dag, "sales/eu_orders").latest is None      # its group's id is "orders"
+    assert all(IV.start < d < IV.end for d in dates(monkeypatch, RunDates.of_dag(dag, "sales/eu_orders")))
+    assert RunDates.of_dag(dag, "sales/orders").latest == datetime(2026, 2, 1, tzinfo=UTC)
     assert RunDates.of_dag(dag).latest == datetime(2026, 2, 1, tzinfo=UTC)   # a group not known: every group's
 
 
@@ -187,7 +209,7 @@ def test_a_phase_or_an_upstream_task_that_ends_bounds_the_date_so_every_needed_t
     """An end on the group's own task, or on a task upstream of it: a run of the interval that starts there
     is dated so that Airflow creates every task the group needs."""
     dag = _serialized(**{ended: datetime(2026, 3, 31, tzinfo=UTC)})
-    bounds = RunDates.of_dag(dag, "orders")
+    bounds = RunDates.of_dag(dag, "sales/orders")
     assert (bounds.latest, bounds.end_by) == (datetime(2026, 3, 31, tzinfo=UTC), f"task {ended}")
     got = dates(monkeypatch, bounds)
     assert all(_every_needed_task_created(dag, d) and IV.start - MINUTE < d < IV.start for d in got), got
@@ -213,7 +235,7 @@ def test_the_rest_apis_tasks_give_the_same_dates_as_the_serialized_dag():
               "downstream_task_ids": sorted(t.downstream_task_ids),
               "start_date": t.start_date.isoformat().replace("+00:00", "Z"),
               "end_date": t.end_date.isoformat() if t.end_date else None} for t in dag.task_dict.values()]
-    assert RunDates.of_api(tasks, "orders") == RunDates.of_dag(dag, "orders")
+    assert RunDates.of_api(tasks) == RunDates.of_dag(dag)
     assert RunDates.of_dag(dag).end_by == "task wait_for_files"
 
 

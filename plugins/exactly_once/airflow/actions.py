@@ -244,7 +244,7 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
             if refusal:
                 raise RefusedError(refusal)
             dag = _dag(session, t.pipeline)
-            ivs = run_intervals(req, RunDates.of_dag(dag, t.sink).latest)
+            ivs = run_intervals(req, RunDates.of_dag(dag, f"{t.pipeline}/{t.sink}").latest)
             if req.action == "rollback":
                 return [_create(session, dag, user, {"to_version": req.to_version, **asked}, ivs[0], nonce=nonce)]
             if req.action == "recover":
@@ -289,7 +289,7 @@ def dates_refusal(req: Request, session: Any = None) -> str:
     t = req.table
     try:
         dag = _dag(session, t.pipeline)
-        dates = RunDates.of_dag(dag, t.sink)
+        dates = RunDates.of_dag(dag, f"{t.pipeline}/{t.sink}")
         intervals = run_intervals(req, dates.latest)
     except Exception:  # noqa: BLE001 - not serialized yet, no interval logged: the trigger's own page says what to do
         return ""
@@ -333,7 +333,7 @@ def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: I
     dag_id = dag.dag_id
     if interval is not None:  # a logical date no other run of the DAG has, that the DAG creates its tasks for
         try:
-            logical = logical_date_inside(interval, RunDates.of_dag(dag, (conf.get("sinks") or [None])[0]))
+            logical = logical_date_inside(interval, RunDates.of_dag(dag, f"{dag_id}/{(conf.get('sinks') or [''])[0]}"))
         except ConfigError as exc:
             raise RefusedError(f"{dag_id}: {exc}") from None
         data_interval = (interval.start, interval.end)

@@ -95,7 +95,7 @@ class Api:
         """Create a run of ``dag_id`` for ``interval`` with ``conf`` (QUEUED: the scheduler runs it); returns
         the run as the API shows it. ``order``: runs of one request start in this order."""
         run_id = f"manual__eo_{action}_{interval.token}_{secrets.token_hex(4)}"
-        dates = dates or self.dag_dates(dag_id, (conf.get("sinks") or [None])[0])
+        dates = dates or self.dag_dates(dag_id)
         logical = logical_date_inside(interval, dates)
         body = {"dag_run_id": run_id, "logical_date": logical.isoformat(),
                 "data_interval_start": interval.start.isoformat(), "data_interval_end": interval.end.isoformat(),
@@ -107,13 +107,14 @@ class Api:
             return got.json()
         raise AirflowApiError(_refusal(got, dag_id, self.url))
 
-    def dag_dates(self, dag_id: str, sink: str | None = None) -> RunDates:
+    def dag_dates(self, dag_id: str) -> RunDates:
         """The dates a run of the DAG must lie between to get its exactly-once tasks (:class:`RunDates`, from
-        ``GET /api/v2/dags/<dag>/tasks``: every task with its dates, in one answer), for ``sink``'s group."""
+        ``GET /api/v2/dags/<dag>/tasks``: every task with its dates, in one answer; no outlets, so every
+        exactly-once group of the DAG counts)."""
         got = _call("GET", f"{self.url}/api/v2/dags/{dag_id}/tasks", headers={"Authorization": f"Bearer {self.token}"})
         if got.status_code != 200:
             raise AirflowApiError(_refusal(got, dag_id, self.url, "read the tasks of"))
-        return RunDates.of_api(got.json().get("tasks") or [], sink)
+        return RunDates.of_api(got.json().get("tasks") or [])
 
     def pending_runs(self, table: Any) -> list[Any]:
         """The queued and running runs of ``table``'s DAG that act on it (``runs.from_api``: the table page's

@@ -7,7 +7,7 @@ no task, so it ends at once, successfully, having done nothing; one that misses 
 does not run the group as its DAG defines it. The run's date is therefore chosen within the dates of the tasks
 an exactly-once group needs: its phase tasks and every task upstream of them (:class:`RunDates`). Other tasks
 of the DAG do not count: a task retired with an ``end_date`` of its own blocks nothing, and neither does another
-table's group in the same DAG.
+table's group in the same DAG (where the DAG says which group is the table's: on the table page).
 """
 from __future__ import annotations
 
@@ -27,13 +27,15 @@ _US, _MINUTE = timedelta(microseconds=1), timedelta(minutes=1)
 
 
 class TaskDates(NamedTuple):
-    """One task of a DAG as far as run dates go: its id, class name, upstream task ids and dates."""
+    """One task of a DAG as far as run dates go: its id, class name, upstream task ids and dates, and the tables
+    (``<pipeline>/<sink>``) it announces (its ``exactly_once:`` AssetAlias outlets: a group's commit and abort)."""
 
     task_id: str
     kind: str
     upstream: frozenset[str]
     start: datetime | None
     end: datetime | None
+    tables: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -47,17 +49,16 @@ class RunDates:
     end_by: str = ""
 
     @classmethod
-    def of(cls, tasks: Iterable[TaskDates], sink: str | None = None) -> "RunDates":
-        """From the DAG's tasks: the phase tasks of ``sink``'s group and everything upstream of them. The group
-        is the one whose begin task is ``<sink>.begin`` (the group's default id, maybe nested); where none is
-        (a group id of its own), the phase tasks of every group count. A DAG without a begin task of ours (a
-        subclassed one, an unknown layout) counts every task."""
+    def of(cls, tasks: Iterable[TaskDates], table: str | None = None) -> "RunDates":
+        """From the DAG's tasks: the phase tasks of ``table``'s group (``<pipeline>/<sink>``: the group of the
+        task that announces it) and everything upstream of them. Where no task says (the REST API shows no
+        outlets), the phase tasks of every group count: a bound too many, never a group's task missed. A DAG
+        without a begin task of ours (a subclassed one, an unknown layout) counts every task."""
         every = {t.task_id: t for t in tasks}
         need = [t for t in every.values() if t.kind in PHASES]
-        mine = [t.task_id[:-len("begin")] for t in need if t.kind == "BeginOperator" and sink
-                and (t.task_id == f"{sink}.begin" or t.task_id.endswith(f".{sink}.begin"))]
-        if len(mine) == 1:
-            need = [t for t in need if t.task_id.startswith(mine[0])]
+        group = next((t.task_id[:t.task_id.rfind(".") + 1] for t in need if table and table in t.tables), None)
+        if group is not None:
+            need = [t for t in need if t.task_id.startswith(group) and "." not in t.task_id[len(group):]]
         if not any(t.kind == "BeginOperator" for t in need):
             need = list(every.values())
         seen: dict[str, TaskDates] = {}
@@ -79,14 +80,19 @@ class RunDates:
         return cls(first, last, who(first, "start") if first else "", who(last, "end") if last else "")
 
     @classmethod
-    def of_dag(cls, dag: object, sink: str | None = None) -> "RunDates":
-        """From a serialized DAG (what the api-server holds)."""
-        return cls.of((TaskDates(t.task_id, t.task_type, frozenset(t.upstream_task_ids), t.start_date, t.end_date)
-                       for t in dag.task_dict.values()), sink)  # type: ignore[attr-defined]
+    def of_dag(cls, dag: object, table: str | None = None) -> "RunDates":
+        """From a serialized DAG (what the api-server holds), for ``table`` (``<pipeline>/<sink>``)."""
+        def tables(task: object) -> frozenset[str]:
+            names = (getattr(o, "name", "") or "" for o in getattr(task, "outlets", None) or ())
+            return frozenset(n.split(":", 1)[1] for n in names if n.startswith("exactly_once:"))
+
+        return cls.of((TaskDates(t.task_id, t.task_type, frozenset(t.upstream_task_ids), t.start_date, t.end_date,
+                                 tables(t)) for t in dag.task_dict.values()), table)  # type: ignore[attr-defined]
 
     @classmethod
-    def of_api(cls, tasks: list[dict], sink: str | None = None) -> "RunDates":
-        """From ``GET /api/v2/dags/<dag>/tasks``'s tasks (dates as ISO text; downstream ids, inverted here)."""
+    def of_api(cls, tasks: list[dict]) -> "RunDates":
+        """From ``GET /api/v2/dags/<dag>/tasks``'s tasks (dates as ISO text; downstream ids, inverted here; no
+        outlets: every group's phase tasks count)."""
         def when(text: str | None) -> datetime | None:
             return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
@@ -96,7 +102,7 @@ class RunDates:
                 upstream.setdefault(down, set()).add(t["task_id"])
         return cls.of((TaskDates(t["task_id"], (t.get("class_ref") or {}).get("class_name", ""),
                                  frozenset(upstream[t["task_id"]]), when(t.get("start_date")), when(t.get("end_date")))
-                       for t in tasks), sink)
+                       for t in tasks))
 
 
 def logical_date_inside(interval: Interval, dates: RunDates = RunDates()) -> datetime:
@@ -146,17 +152,27 @@ def no_date_advice(action: str, dag_id: str, sink: str, table_url: str, interval
         start = intervals[0].start.isoformat()
         return f"run `eo rollback {table} --interval {start} --to {to_version}` (it needs no DAG run)"
     conf = json.dumps({"reprocess": True, "sinks": [sink], **({"allow_shrinking": True} if allow_shrinking else {})})
-    first, last = logical_of(intervals[0]), logical_of(intervals[-1])
-    if first is not None and last is not None:
-        dates = f"--from-date {first.isoformat()} --to-date {last.isoformat()}"
-    else:  # the logical date of an interval's run depends on the timetable
-        dates = (f"--from-date A --to-date B (A, B: the dates a backfill selects the runs of {intervals[0].label} "
-                 f"and {intervals[-1].label} by - their starts under a data-interval timetable, their ends under a "
-                 "trigger timetable)")
-    return (f"reprocess {'them' if len(intervals) > 1 else 'it'} as a backfill, whose runs get every task whatever "
-            f"the dates (Airflow 3.2+): `airflow backfill create --dag-id {dag_id} {dates} --reprocess-behavior "
-            f"completed --dag-run-conf '{conf}'`; or move that date past the interval's start (the scheduler then "
-            "also runs the intervals the new dates open)")
+    spans: list[list[Interval]] = []  # the intervals in unbroken stretches: a backfill runs every one between
+    for iv in intervals:
+        if spans and spans[-1][-1].end == iv.start:
+            spans[-1].append(iv)
+        else:
+            spans.append([iv])
+    commands = []
+    for span in spans:
+        first, last = logical_of(span[0]), logical_of(span[-1])
+        if first is not None and last is not None:
+            dates = f"--from-date {first.isoformat()} --to-date {last.isoformat()}"
+        else:  # the date a backfill selects an interval's run by depends on the timetable
+            dates = (f"--from-date A --to-date B (A, B: the dates a backfill selects the runs of {span[0].label} "
+                     f"and {span[-1].label} by - their starts under a data-interval timetable, their ends under a "
+                     "trigger timetable)")
+        commands.append(f"`airflow backfill create --dag-id {dag_id} {dates} --reprocess-behavior completed "
+                        f"--dag-run-conf '{conf}'`")
+    how = "backfills, in this order" if len(commands) > 1 else "a backfill"
+    return (f"reprocess {'them' if len(intervals) > 1 else 'it'} as {how}, whose runs get every task whatever the "
+            f"dates (Airflow 3.2+): {'; then '.join(commands)}; or move that "
+            "date past the interval's start (the scheduler then also runs the intervals the new dates open)")
 
 
 def backfill_date(dag: object, interval: Interval) -> datetime | None:
