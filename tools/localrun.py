@@ -238,6 +238,33 @@ def run_logical_date(dag_id: str, start: datetime, end: datetime) -> datetime:
     return end
 
 
+def undated(dag_id: str, start: datetime, end: datetime) -> str:
+    """Why ``airflow dags test`` cannot run ``[start, end)`` of ``dag_id`` (its run is dated ``end``: a
+    manual run covers the last complete interval before its date), or "". A date outside the start/end dates
+    of the tasks an exactly-once group needs (``airflow.run_dates``) gets no task: the run would "succeed"
+    having done nothing - the last interval of a DAG that ended, above all."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from exactly_once.airflow.run_dates import RunDates, backfill_date
+    from exactly_once.ids import Interval
+
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(load_dag(dag_id)))
+    dates = RunDates.of_dag(dag)
+    if (dates.earliest is None or dates.earliest <= end) and (dates.latest is None or end <= dates.latest):
+        return ""
+    bound = (f"before the start_date {dates.earliest} of {dates.start_by}" if dates.earliest and dates.earliest > end
+             else f"after the end_date {dates.latest} of {dates.end_by}")
+    at = backfill_date(dag, Interval(start, end))
+    dates_of = f"--from-date {at.isoformat()} --to-date {at.isoformat()}" if at else \
+        "--from-date A --to-date A (A: the date a backfill selects this interval's run by)"
+    return (f"{dag_id}: `airflow dags test` (make run-interval, make backfill) dates the run of [{start.isoformat()}, "
+            f"{end.isoformat()}) at {end.isoformat()} - a manual run covers the last complete interval before its "
+            f"date - {bound}: Airflow would create no task, and the run would do nothing. Run it in your Airflow "
+            f"instead: `eo reprocess <table-url> --interval {start.isoformat()}` dates its run within those dates, "
+            f"and a backfill's runs get every task (Airflow 3.2+): `airflow backfill create --dag-id {dag_id} "
+            f"{dates_of} --reprocess-behavior completed`")
+
+
 def taken_logical_dates(dag_id: str, lo: datetime, hi: datetime) -> set[datetime]:
     """Logical dates in ``[lo, hi)`` of ``dag_id``'s runs in the project's metadata DB."""
     with _airflow_settings():
@@ -277,6 +304,9 @@ def run_interval(dag_id: str, day: str | None = None, *, start: datetime | None 
     quick = {} if os.environ.get("EO_RETRY_DELAY_SECONDS") else {"EO_RETRY_DELAY_SECONDS": str(LOCAL_RETRY_DELAY)}
     env = airflow_env({"EO_PREDECESSOR_TIMEOUT_SECONDS": "0", **quick, **(extra_env or {})})
     label = day or start.strftime("%Y%m%dT%H%M%SZ")
+    refusal = undated(dag_id, start, end)
+    if refusal:
+        raise SystemExit(refusal)
     with interval_lock(dag_id, label):
         ensure_db(env)
         log = attempt_log(dag_id, label)

@@ -92,3 +92,23 @@ def test_local_runs_retry_quickly_unless_told_otherwise(tmp_path, monkeypatch):
     monkeypatch.setenv("EO_RETRY_DELAY_SECONDS", "45")
     localrun.run_interval("pv_pipeline", "2026-01-04")
     assert [e["EO_RETRY_DELAY_SECONDS"] for e in seen] == ["2", "45"]
+
+
+def test_an_interval_dags_test_would_date_after_the_dags_end_is_refused_before_it_runs(monkeypatch):
+    """`make run-interval` / `make backfill` run an interval with `airflow dags test`, whose run is dated at the
+    interval's end. For the last interval of a DAG that ended that date is after the tasks' end: Airflow would
+    create no task and the run would "succeed" having done nothing (a user's DAG, session 30). Refused before
+    anything runs, saying what runs it; the interval before it runs as ever."""
+    from datetime import datetime, timezone
+
+    monkeypatch.setenv("EO_PV_START", "2026-01-01")
+    monkeypatch.setenv("EO_PV_END", "2026-01-05")
+    day = lambda d: datetime(2026, 1, d, tzinfo=timezone.utc)  # noqa: E731
+    assert localrun.undated("pv_pipeline", day(4), day(5)) == ""
+    why = localrun.undated("pv_pipeline", day(5), day(6))
+    assert "dates the run of [2026-01-05T00:00:00+00:00, 2026-01-06T00:00:00+00:00) at 2026-01-06" in why, why
+    assert "after the end_date 2026-01-05 00:00:00+00:00 of every task the group needs" in why, why
+    assert ("`airflow backfill create --dag-id pv_pipeline --from-date 2026-01-05T00:00:00+00:00 --to-date "
+            "2026-01-05T00:00:00+00:00 --reprocess-behavior completed`") in why, why
+    with pytest.raises(SystemExit, match="Airflow would create no task"):
+        localrun.run_interval("pv_pipeline", "2026-01-05")
