@@ -260,9 +260,9 @@ def undated(dag_id: str, start: datetime, end: datetime) -> str:
     return (f"{dag_id}: `airflow dags test` (make run-interval, make backfill) dates the run of [{start.isoformat()}, "
             f"{end.isoformat()}) at {end.isoformat()} - a manual run covers the last complete interval before its "
             f"date - {bound}: Airflow would create no task, and the run would do nothing. Run it in your Airflow "
-            f"instead: `eo reprocess <table-url> --interval {start.isoformat()}` dates its run within those dates, "
-            f"and a backfill's runs get every task (Airflow 3.2+): `airflow backfill create --dag-id {dag_id} "
-            f"{dates_of} --reprocess-behavior completed`")
+            f"instead as a backfill, whose runs get every task (Airflow 3.2+): `airflow backfill create --dag-id "
+            f"{dag_id} {dates_of} --reprocess-behavior completed`; to reprocess it once it ran, `eo reprocess "
+            f"<table-url> --interval {start.isoformat()}` dates its run within those dates")
 
 
 def taken_logical_dates(dag_id: str, lo: datetime, hi: datetime) -> set[datetime]:
