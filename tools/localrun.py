@@ -250,10 +250,9 @@ def undated(dag_id: str, start: datetime, end: datetime) -> str:
 
     dag = DagSerialization.from_dict(DagSerialization.to_dict(load_dag(dag_id)))
     dates = RunDates.of_dag(dag)
-    if (dates.earliest is None or dates.earliest <= end) and (dates.latest is None or end <= dates.latest):
+    if dates.admits(end):
         return ""
-    bound = (f"before the start_date {dates.earliest} of {dates.start_by}" if dates.earliest and dates.earliest > end
-             else f"after the end_date {dates.latest} of {dates.end_by}")
+    bound = f"{'before' if dates.earliest and dates.earliest > end else 'after'} {dates.bound(end)}"
     at = backfill_date(dag, Interval(start, end))
     dates_of = f"--from-date {at.isoformat()} --to-date {at.isoformat()}" if at else \
         "--from-date A --to-date A (A: the date a backfill selects this interval's run by)"

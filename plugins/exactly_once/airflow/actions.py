@@ -244,16 +244,18 @@ def trigger(req: Request, user: str, token: str, reason: str = "",
             if refusal:
                 raise RefusedError(refusal)
             dag = _dag(session, t.pipeline)
-            ivs = run_intervals(req, RunDates.of_dag(dag, f"{t.pipeline}/{t.sink}").latest)
+            dates = RunDates.of_dag(dag, f"{t.pipeline}/{t.sink}")
+            ivs = run_intervals(req, dates.latest)
             if req.action == "rollback":
-                return [_create(session, dag, user, {"to_version": req.to_version, **asked}, ivs[0], nonce=nonce)]
+                return [_create(session, dag, dates, user, {"to_version": req.to_version, **asked}, ivs[0],
+                                nonce=nonce)]
             if req.action == "recover":
-                return [_create(session, dag, user, asked, ivs[0], nonce=nonce)]
+                return [_create(session, dag, dates, user, asked, ivs[0], nonce=nonce)]
             mine = {"reprocess": True}
             if req.action == "reprocess":
-                return [_create(session, dag, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
+                return [_create(session, dag, dates, user, {**mine, "allow_shrinking": req.allow_shrinking, **asked},
                                 ivs[0], nonce=nonce)]
-            return [_create(session, dag, user, {**mine, **asked}, iv, order=i, nonce=nonce)
+            return [_create(session, dag, dates, user, {**mine, **asked}, iv, order=i, nonce=nonce)
                     for i, iv in enumerate(ivs)]
     except IntegrityError:  # a concurrent use of the same confirmation (a double click) made its run first
         raise TokenUsedError("this confirmation was used already (a double click sends it twice; the first one "
@@ -323,8 +325,8 @@ def _dag(session: Any, dag_id: str) -> Any:
     return get_latest_version_of_dag(create_dag_bag(), dag_id, session)
 
 
-def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: Interval | None = None,
-            order: int = 0, nonce: str = "") -> str:
+def _create(session: Any, dag: Any, dates: RunDates, user: str, conf: dict[str, Any],
+            interval: Interval | None = None, order: int = 0, nonce: str = "") -> str:
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
 
@@ -333,7 +335,7 @@ def _create(session: Any, dag: Any, user: str, conf: dict[str, Any], interval: I
     dag_id = dag.dag_id
     if interval is not None:  # a logical date no other run of the DAG has, that the DAG creates its tasks for
         try:
-            logical = logical_date_inside(interval, RunDates.of_dag(dag, f"{dag_id}/{(conf.get('sinks') or [''])[0]}"))
+            logical = logical_date_inside(interval, dates)
         except ConfigError as exc:
             raise RefusedError(f"{dag_id}: {exc}") from None
         data_interval = (interval.start, interval.end)

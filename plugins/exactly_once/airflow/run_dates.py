@@ -79,6 +79,16 @@ class RunDates:
 
         return cls(first, last, who(first, "start") if first else "", who(last, "end") if last else "")
 
+    def admits(self, when: datetime) -> bool:
+        """Does a run dated ``when`` get every task the group needs?"""
+        return (self.earliest is None or self.earliest <= when) and (self.latest is None or when <= self.latest)
+
+    def bound(self, when: datetime) -> str:
+        """The bound a run dated ``when`` meets first, and which tasks set it: "the end_date ... of task x"."""
+        if self.earliest is not None and self.earliest > when:
+            return f"the start_date {self.earliest} of {self.start_by}"
+        return f"the end_date {self.latest} of {self.end_by}"
+
     @classmethod
     def of_dag(cls, dag: object, table: str | None = None) -> "RunDates":
         """From a serialized DAG (what the api-server holds), for ``table`` (``<pipeline>/<sink>``)."""
@@ -120,12 +130,9 @@ def logical_date_inside(interval: Interval, dates: RunDates = RunDates()) -> dat
             if hi < interval.start and at.microsecond == 0 and at < hi:
                 at += _US  # before the start: never on a whole second, a scheduled run's date
             return at
-    bound = (f"the start_date {dates.earliest} of {dates.start_by}"
-             if dates.earliest is not None and dates.earliest > interval.start
-             else f"the end_date {dates.latest} of {dates.end_by}")
     raise ConfigError(f"Airflow creates a task of a manual run only if the run's date lies within the task's "
-                      f"start_date and end_date: {bound} leaves no date for a run of {interval.label}, which would "
-                      "do nothing")
+                      f"start_date and end_date: {dates.bound(interval.start)} leaves no date for a run of "
+                      f"{interval.label}, which would do nothing")
 
 
 def first_refusal(dates: RunDates, intervals: list[Interval], dag_id: str, advise: Callable[[], str]) -> str:

@@ -43,7 +43,7 @@ def test_an_action_on_one_table_runs_only_that_tables_group_of_the_dag(tmp_path,
     monkeypatch.setattr(actions, "_unused", lambda session, dag_id, run_id: None)
     monkeypatch.setattr(actions, "_dag", lambda session, dag_id: SimpleNamespace(
         dag_id=dag_id, start_date=None, end_date=None, task_dict={}))
-    monkeypatch.setattr(actions, "_create", lambda session, dag, user, conf, interval=None, order=0, nonce="":
+    monkeypatch.setattr(actions, "_create", lambda session, dag, dates, user, conf, interval=None, order=0, nonce="":
                         created.append(conf) or "run")
     for action, form, stale in (("reprocess", {"interval": iv.token}, []), ("rerun-stale", {}, [iv.token])):
         req = actions.parse(action, TableRef(a.pipeline, a.sink, a.table_url, a), form, stale)
